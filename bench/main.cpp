@@ -1,0 +1,34 @@
+// melforge-bench: kernel and pipeline microbenchmarks, each validated against
+// its reference before it is timed, printed beside the measured roofline.
+#include <fmt/format.h>
+
+#include <exception>
+
+#include "bench/suites.hpp"
+#include "engine/device.hpp"
+#include "engine/error.hpp"
+
+namespace mf::bench {
+Common& common() {
+  static Common c;
+  return c;
+}
+}  // namespace mf::bench
+
+int main(int argc, char** argv) {
+  CLI::App app{"melforge-bench: microbenchmarks of melforge's kernels and input pipeline"};
+  app.require_subcommand(1);
+  app.fallthrough();
+  app.add_option("--out-dir", mf::bench::common().out_dir, "Where JSON results go")->capture_default_str();
+  app.add_flag("--no-write", mf::bench::common().no_write, "Print only; write no JSON");
+  mf::bench::register_ceilings(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "melforge-bench: error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,16 @@
+// melforge-bench suites; each bench_*.cpp registers one subcommand.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace mf::bench {
+
+struct Common {
+  std::string out_dir = "bench/results";
+  bool no_write = false;
+};
+Common& common();
+
+void register_ceilings(CLI::App& app);
+
+}  // namespace mf::bench

@@ -1,0 +1,73 @@
+#include "engine/device.hpp"
+
+#include <cuda_runtime.h>
+
+#include <charconv>
+
+#include "engine/error.hpp"
+
+namespace mf {
+
+std::string Device::str() const {
+  return is_cpu() ? std::string("cpu") : fmt::format("cuda:{}", index);
+}
+
+const GpuInfo& gpu_info() {
+  static const GpuInfo info = [] {
+    GpuInfo g;
+    int n = 0;
+    const cudaError_t st = cudaGetDeviceCount(&n);
+    if (st != cudaSuccess) {
+      g.why_none = fmt::format("{} ({})", cudaGetErrorName(st), cudaGetErrorString(st));
+      (void)cudaGetLastError();  // clear the sticky-free error state
+      return g;
+    }
+    g.count = n;
+    if (n == 0) g.why_none = "the CUDA runtime reports no device";
+    return g;
+  }();
+  return info;
+}
+
+Device parse_device(std::string_view spec) {
+  if (spec == "cpu") return Device::cpu();
+  if (spec == "auto") return gpu_available() ? Device::cuda(0) : Device::cpu();
+  int index = 0;
+  if (spec == "cuda" || spec == "gpu") {
+    index = 0;
+  } else if (spec.starts_with("cuda:")) {
+    auto digits = spec.substr(5);
+    auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+    MF_CHECK(ec == std::errc() && p == digits.data() + digits.size() && index >= 0,
+             "invalid device '{}': expected cpu, cuda, cuda:N or auto", spec);
+  } else {
+    MF_THROW("invalid device '{}': expected cpu, cuda, cuda:N or auto", spec);
+  }
+  const GpuInfo& g = gpu_info();
+  MF_CHECK(g.count > 0, "device '{}' requested but no GPU is usable: {}", spec, g.why_none);
+  MF_CHECK(index < g.count, "device '{}' requested but only {} GPU(s) present", spec, g.count);
+  return Device::cuda(index);
+}
+
+DeviceProperties device_properties(int index) {
+  cudaDeviceProp p{};
+  MF_CUDA_CHECK(cudaGetDeviceProperties(&p, index));
+  DeviceProperties d;
+  d.name = p.name;
+  d.sm_major = p.major;
+  d.sm_minor = p.minor;
+  d.sm_count = p.multiProcessorCount;
+  d.total_memory = p.totalGlobalMem;
+  int clock = 0, bus = 0;
+  (void)cudaDeviceGetAttribute(&clock, cudaDevAttrMemoryClockRate, index);
+  (void)cudaDeviceGetAttribute(&bus, cudaDevAttrGlobalMemoryBusWidth, index);
+  d.memory_clock_khz = clock;
+  d.memory_bus_bits = bus;
+  return d;
+}
+
+void set_current(Device d) {
+  if (d.is_cuda()) MF_CUDA_CHECK(cudaSetDevice(d.index));
+}
+
+}  // namespace mf

@@ -1,0 +1,50 @@
+// Devices: the CPU backend or one CUDA GPU. Every binary must run on a machine
+// without a GPU, so the run-time query never throws for "no driver" or "no
+// device": it reports zero GPUs and says why.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace mf {
+
+struct Device {
+  enum class Kind : unsigned char { cpu, cuda };
+  Kind kind = Kind::cpu;
+  int index = 0;
+
+  static constexpr Device cpu() { return {Kind::cpu, 0}; }
+  static constexpr Device cuda(int i = 0) { return {Kind::cuda, i}; }
+  constexpr bool is_cpu() const { return kind == Kind::cpu; }
+  constexpr bool is_cuda() const { return kind == Kind::cuda; }
+  friend constexpr bool operator==(const Device&, const Device&) = default;
+  std::string str() const;  // "cpu" or "cuda:N"
+};
+
+// Parses "cpu", "cuda", "cuda:N", "gpu" and "auto" (the first GPU when one is
+// present, else the CPU). Throws mf::Error for anything else, or for a GPU
+// that is not there.
+Device parse_device(std::string_view spec);
+
+struct GpuInfo {
+  int count = 0;           // 0 when there is no usable GPU
+  std::string why_none;    // the runtime's reason when count == 0
+};
+
+// Cached after the first call; never throws.
+const GpuInfo& gpu_info();
+inline int cuda_device_count() { return gpu_info().count; }
+inline bool gpu_available() { return gpu_info().count > 0; }
+
+struct DeviceProperties {
+  std::string name;
+  int sm_major = 0, sm_minor = 0, sm_count = 0;
+  std::size_t total_memory = 0;
+  double memory_clock_khz = 0, memory_bus_bits = 0;
+};
+DeviceProperties device_properties(int index);
+
+// Makes `d` the current CUDA device of this thread (no-op for the CPU).
+void set_current(Device d);
+
+}  // namespace mf

@@ -1,0 +1,34 @@
+#include "engine/log.hpp"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace mf {
+
+namespace {
+LogLevel initial_level() {
+  const char* env = std::getenv("MELFORGE_LOG");
+  if (!env) return LogLevel::info;
+  const std::string v(env);
+  if (v == "debug") return LogLevel::debug;
+  if (v == "warn") return LogLevel::warn;
+  if (v == "error") return LogLevel::error;
+  return LogLevel::info;
+}
+std::atomic<LogLevel>& level() {
+  static std::atomic<LogLevel> l{initial_level()};
+  return l;
+}
+}  // namespace
+
+LogLevel log_level() { return level().load(std::memory_order_relaxed); }
+void set_log_level(LogLevel l) { level().store(l); }
+
+void log_write(LogLevel l, std::string_view message) {
+  static constexpr const char* tags[] = {"debug", "info", "warn", "error"};
+  std::fprintf(stderr, "melforge %s: %.*s\n", tags[int(l)], int(message.size()), message.data());
+}
+
+}  // namespace mf

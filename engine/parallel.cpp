@@ -1,0 +1,41 @@
+#include "engine/parallel.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <exception>
+#include <mutex>
+
+namespace mf {
+
+int cpu_threads() { return omp_get_max_threads(); }
+
+void set_cpu_threads(int n) { omp_set_num_threads(n > 0 ? n : omp_get_num_procs()); }
+
+void parallel_for(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& fn,
+                  std::int64_t grain) {
+  if (n <= 0) return;
+  grain = std::max<std::int64_t>(grain, 1);
+  const std::int64_t max_chunks = (n + grain - 1) / grain;
+  const int threads = int(std::min<std::int64_t>(cpu_threads(), max_chunks));
+  if (threads <= 1 || omp_in_parallel()) {
+    fn(0, n);
+    return;
+  }
+  std::exception_ptr error;
+  std::mutex m;
+#pragma omp parallel num_threads(threads)
+  {
+    const std::int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const std::int64_t begin = n * t / nt, end = n * (t + 1) / nt;
+    try {
+      if (begin < end) fn(begin, end);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(m);
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace mf

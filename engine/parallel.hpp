@@ -1,0 +1,20 @@
+// CPU parallelism for the CPU backend: a static split of [0, n) over all
+// cores (OpenMP). Each index is processed by exactly one thread in a fixed
+// order, so results do not depend on the thread count as long as `fn` writes
+// only what its indices own.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace mf {
+
+int cpu_threads();
+void set_cpu_threads(int n);  // 0 = all cores
+
+// Calls fn(begin, end) on disjoint chunks covering [0, n), in parallel.
+// Chunks hold at least `grain` indices (so tiny loops stay on one thread).
+void parallel_for(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& fn,
+                  std::int64_t grain = 1);
+
+}  // namespace mf

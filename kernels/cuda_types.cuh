@@ -1,0 +1,43 @@
+// Device-side helpers shared by the CUDA kernels: the mapping from melforge's
+// host storage types to CUDA's device types, and float load/store for each.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "engine/dtype.hpp"
+
+namespace mf::cuda {
+
+template <class T> struct device_type { using type = T; };
+template <> struct device_type<mf::f16> { using type = __half; };
+template <> struct device_type<mf::bf16> { using type = __nv_bfloat16; };
+template <class T> using device_t = typename device_type<T>::type;
+
+__device__ __forceinline__ float load_f32(float v) { return v; }
+__device__ __forceinline__ float load_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float load_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float load_f32(std::int32_t v) { return float(v); }
+__device__ __forceinline__ float load_f32(std::uint8_t v) { return float(v); }
+
+template <class T> __device__ __forceinline__ T store_f32(float v);
+template <> __device__ __forceinline__ float store_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half store_f32<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 store_f32<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <> __device__ __forceinline__ std::int32_t store_f32<std::int32_t>(float v) {
+  return std::int32_t(v);
+}
+template <> __device__ __forceinline__ std::uint8_t store_f32<std::uint8_t>(float v) {
+  return std::uint8_t(v);
+}
+
+inline unsigned grid_for(std::int64_t n, unsigned block, unsigned max_blocks = 65535u * 8u) {
+  const std::int64_t b = (n + block - 1) / block;
+  return unsigned(b < 1 ? 1 : (b > max_blocks ? max_blocks : b));
+}
+
+}  // namespace mf::cuda

@@ -1,0 +1,103 @@
+#include <doctest/doctest.h>
+
+#include <thread>
+
+#include "engine/memory.hpp"
+#include "engine/parallel.hpp"
+#include "engine/tensor.hpp"
+#include "engine/timer.hpp"
+#include "kernels/ops.hpp"
+#include "tests/support/testing.hpp"
+
+using namespace mf;
+
+TEST_CASE("tensor basics: shape, dtype, numel, bytes, alignment") {
+  Tensor t = Tensor::empty({2, 3, 4, 5}, DType::bf16, Device::cpu(), Layout::nhwc);
+  CHECK(t.numel() == 120);
+  CHECK(t.nbytes() == 240);
+  CHECK(t.size(-1) == 5);
+  CHECK(t.layout() == Layout::nhwc);
+  CHECK(reinterpret_cast<std::uintptr_t>(t.raw()) % kHostAlignment == 0);
+  CHECK(t.str() == "bf16[2, 3, 4, 5] nhwc on cpu");
+  CHECK_THROWS_WITH_AS(Tensor::empty({2, 3}, DType::f32, Device::cpu(), Layout::nhwc),
+                       doctest::Contains("needs a 4-d shape"), Error);
+  CHECK_THROWS_WITH_AS((void)t.data<float>(), doctest::Contains("holds bf16 but was read as f32"), Error);
+}
+
+TEST_CASE("host copies, reshape and slice share or copy storage as documented") {
+  const auto v = testing::random_floats(24, 1);
+  Tensor a = Tensor::from_floats(v, {4, 6});
+  Tensor b = Tensor::empty({4, 6}, DType::f32);
+  b.copy_from(a);
+  CHECK(b.to_floats() == v);
+  Tensor r = a.reshape({2, 12});
+  CHECK(r.raw() == a.raw());
+  Tensor s = a.slice(1, 3);
+  CHECK(s.shape() == Shape{2, 6});
+  CHECK(s.to_floats()[0] == v[6]);
+  CHECK_THROWS_WITH_AS(a.reshape({5, 5}), doctest::Contains("cannot reshape [4, 6]"), Error);
+  CHECK_THROWS_WITH_AS(b.copy_from(Tensor::empty({4, 6}, DType::f16)), doctest::Contains("does not match"), Error);
+  Tensor z = Tensor::zeros({3}, DType::f32);
+  CHECK(z.to_floats() == std::vector<float>{0, 0, 0});
+  z.fill(2.5f);
+  CHECK(z.to_floats() == std::vector<float>{2.5f, 2.5f, 2.5f});
+}
+
+TEST_CASE("cast through the dispatch point (CPU twin) rounds like the scalar conversions") {
+  const auto v = testing::random_floats(100000, 2, -70000.f, 70000.f);
+  Tensor a = Tensor::from_floats(v, {100000});
+  for (DType t : {DType::f16, DType::bf16}) {
+    Tensor h = Tensor::empty({100000}, t);
+    ops::cast(a, h);
+    const auto got = h.to_floats();
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const float want = t == DType::f16 ? f16_bits_to_f32(f32_to_f16_bits(v[i]))
+                                         : bf16_bits_to_f32(f32_to_bf16_bits(v[i]));
+      REQUIRE(std::bit_cast<std::uint32_t>(got[i]) == std::bit_cast<std::uint32_t>(want));
+    }
+  }
+  Tensor wrong = Tensor::empty({5}, DType::f16);
+  CHECK_THROWS_WITH_AS(ops::cast(a, wrong), doctest::Contains("cast: dst must have shape [100000]"), Error);
+}
+
+TEST_CASE("pinned buffers fall back to aligned host memory without a GPU, and can be reused") {
+  PinnedBuffer p(1 << 20);
+  REQUIRE(p.data() != nullptr);
+  CHECK(p.size() == (1u << 20));
+  CHECK(p.pinned() == gpu_available());
+  void* first = p.data();
+  PinnedBuffer q = std::move(p);
+  CHECK(q.data() == first);
+  CHECK(p.data() == nullptr);
+}
+
+TEST_CASE("EventTimer accumulates named regions on the CPU backend") {
+  EventTimer t(Device::cpu());
+  for (int i = 0; i < 3; ++i) {
+    EventTimer::Scope s(t, "sleep", nullptr);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  t.start("other");
+  t.stop("other");
+  const auto& stats = t.collect();
+  REQUIRE(stats.count("sleep") == 1);
+  CHECK(stats.at("sleep").count == 3);
+  CHECK(stats.at("sleep").total_ms >= 15.0);
+  CHECK(stats.at("sleep").total_ms < 1000.0);
+  CHECK(stats.at("other").count == 1);
+  CHECK_THROWS_WITH_AS(t.stop("never"), doctest::Contains("never started"), Error);
+  t.start("twice");
+  CHECK_THROWS_WITH_AS(t.start("twice"), doctest::Contains("started twice"), Error);
+  t.reset();
+  CHECK(t.collect().empty());
+}
+
+TEST_CASE("parallel_for covers every index exactly once and propagates exceptions") {
+  std::vector<int> hits(100003, 0);
+  parallel_for(std::int64_t(hits.size()), [&](std::int64_t b, std::int64_t e) {
+    for (auto i = b; i < e; ++i) hits[std::size_t(i)] += 1;
+  }, 16);
+  CHECK(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; }));
+  CHECK_THROWS_WITH_AS(parallel_for(1000, [](std::int64_t, std::int64_t) { MF_THROW("boom"); }),
+                       doctest::Contains("boom"), Error);
+}

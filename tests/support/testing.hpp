@@ -1,0 +1,61 @@
+// Helpers for melforge tests: seeded random fills, small-integer fills whose
+// fp16/bf16 products and fp32 sums are exact, error norms, and running the
+// Python oracle.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace mf::testing {
+
+inline std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Integers in [lo, hi]: exact in fp16/bf16, and small enough that products and
+// short sums stay exact in fp32.
+inline std::vector<float> random_small_ints(std::size_t n, std::uint64_t seed, int lo = -3, int hi = 3) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = float(d(rng));
+  return v;
+}
+
+// ||a - b||_2 / ||b||_2 in double; +inf if any NaN appears in a, or if b is
+// zero and a is not.
+template <class A, class B>
+double rel_l2(const A& a, const B& b) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double x = double(a[i]), y = double(b[i]);
+    if (std::isnan(x) || std::isnan(y)) return INFINITY;
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  if (den == 0) return num == 0 ? 0.0 : INFINITY;
+  return std::sqrt(num / den);
+}
+
+// Runs the Python oracle interpreter (Debian's python3 with torch) on a script
+// under tests/oracle/ with arguments; returns its exit code.
+// The script's stdout and stderr go to the test's output.
+inline int run_oracle(const std::string& script, const std::string& args) {
+  const std::string cmd = std::string(MELFORGE_ORACLE_PYTHON) + " " + MELFORGE_SOURCE_DIR +
+                          "/tests/oracle/" + script + " " + args;
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+}  // namespace mf::testing

@@ -1,0 +1,54 @@
+// The binaries as a user runs them: exit codes and messages.
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <sys/wait.h>
+
+namespace {
+struct Result {
+  int code;
+  std::string out;
+};
+Result run(const std::string& args, const char* bin_env = "MELFORGE_BIN") {
+  const char* bin = std::getenv(bin_env);
+  REQUIRE(bin != nullptr);
+  const std::string cmd = std::string(bin) + " " + args + " 2>&1";
+  Result r{0, {}};
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), int(buf.size()), p)) r.out += buf.data();
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("melforge --help lists the subcommands") {
+  const Result r = run("--help");
+  CHECK(r.code == 0);
+  CHECK(r.out.find("smoke") != std::string::npos);
+  CHECK(r.out.find("info") != std::string::npos);
+}
+
+TEST_CASE("melforge smoke runs on the CPU and checks itself") {
+  const Result r = run("smoke --device cpu -n 10000");
+  CHECK(r.code == 0);
+  CHECK(r.out.find("0 mismatches") != std::string::npos);
+  CHECK(r.out.find("smoke: OK") != std::string::npos);
+}
+
+TEST_CASE("a bad device is an error with a message, not a crash") {
+  const Result r = run("smoke --device tpu");
+  CHECK(r.code == 1);
+  CHECK(r.out.find("expected cpu, cuda, cuda:N or auto") != std::string::npos);
+}
+
+TEST_CASE("melforge-bench without a GPU says so and exits 0") {
+  const Result r = run("ceilings --no-write", "MELFORGE_BENCH_BIN");
+  CHECK(r.code == 0);
+  if (r.out.find("no GPU") == std::string::npos) CHECK(r.out.find("GB/s") != std::string::npos);
+}

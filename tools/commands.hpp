@@ -1,0 +1,11 @@
+// Subcommands of the `melforge` binary. Each file cmd_*.cpp registers one.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace mf::cli {
+
+void register_info(CLI::App& app);
+void register_smoke(CLI::App& app);
+
+}  // namespace mf::cli

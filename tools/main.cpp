@@ -1,0 +1,28 @@
+// melforge: train small CNNs on mel-spectrogram HDF5 datasets.
+#include <cstdio>
+#include <exception>
+
+#include "engine/error.hpp"
+#include "tools/commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"melforge: trains small convolutional networks on mel-spectrogram HDF5 datasets\n"
+               "with hand-written CUDA kernels (or the CPU when no GPU is present)."};
+  app.require_subcommand(1);
+  app.fallthrough();
+  app.set_version_flag("--version", "melforge 0.1.0");
+  mf::cli::register_info(app);
+  mf::cli::register_smoke(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const mf::Error& e) {
+    std::fprintf(stderr, "melforge: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "melforge: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
