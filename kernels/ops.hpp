@@ -12,4 +12,13 @@ namespace mf::ops {
 // dst = src converted to dst's dtype (same shape, same device).
 void cast(const Tensor& src, Tensor& dst, cudaStream_t stream = nullptr);
 
+// Fused conv + bias + ReLU + max pool (kernels/conv_relu_pool.hpp has the
+// layouts). x [N,H,W,Cin] nhwc; w [Cout,k,k,Cin]; b [Cout]; y [N,H/p,W/p,Cout];
+// code (u8, same shape as y) may be undefined when no backward follows.
+void conv_relu_pool_forward(const Tensor& x, const Tensor& w, const Tensor& b, int pool, Tensor& y,
+                            Tensor* code, cudaStream_t stream = nullptr);
+// dx may be null (first layer); dw and db are f32 and overwritten.
+void conv_relu_pool_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& code,
+                             int pool, Tensor* dx, Tensor& dw, Tensor& db, cudaStream_t stream = nullptr);
+
 }  // namespace mf::ops

@@ -1,0 +1,58 @@
+// conv_relu_pool: y = maxpool_{p x p, stride p}( relu( conv2d(x, w) + b ) )
+//
+// conv k x k (k odd), stride 1, zero padding k/2, so the conv output is H x W;
+// pool p (2, or 1 for "no pool"); windows that do not fit are dropped (floor),
+// as in PyTorch: PH = H / p, PW = W / p. Ties in the max go to the first
+// element in row-major order; NaN propagates (as PyTorch's max_pool2d).
+//
+// Layouts (row-major):
+//   x    [N, H, W, Cin]        activation dtype T (NHWC)
+//   w    [Cout, k, k, Cin]     T   (OHWI; PyTorch's Conv2d weight is
+//                                   [Cout, Cin, k, k]: w[o][i][r][s] -> w[o][r][s][i])
+//   b    [Cout]                T
+//   y    [N, PH, PW, Cout]     T
+//   code [N, PH, PW, Cout]     u8: what the forward keeps for the backward, one
+//        byte per pooled output: the winning position dy*p+dx inside its p x p
+//        window, or kNoGrad when the winner's pre-activation was <= 0 (ReLU
+//        blocked it). 1 byte against the 4-byte pre-pool tensor times p*p.
+//   dy   [N, PH, PW, Cout]     T
+//   dx   [N, H, W, Cin]        T, may be null (the first layer skips it)
+//   dw   [Cout, k, k, Cin]     f32, overwritten (not accumulated)
+//   db   [Cout]                f32, overwritten
+// Precision: products of T operands accumulated in f32; outputs rounded once.
+// Deterministic: no floating-point atomics; bit-identical run after run.
+// T is f32, bf16 or f16 (the `dtype` argument).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "engine/dtype.hpp"
+
+namespace mf::kernels {
+
+inline constexpr std::uint8_t kNoGrad = 0xff;
+
+struct ConvReluPoolDims {
+  std::int64_t n = 1;
+  int h = 1, w = 1, cin = 1, cout = 1;
+  int k = 3;
+  int pool = 2;
+  int ph() const { return h / pool; }
+  int pw() const { return w / pool; }
+};
+
+void conv_relu_pool_forward_cpu(const ConvReluPoolDims& d, DType dtype, const void* x, const void* w,
+                                const void* b, void* y, std::uint8_t* code, cudaStream_t stream);
+void conv_relu_pool_backward_cpu(const ConvReluPoolDims& d, DType dtype, const void* x, const void* w,
+                                 const void* dy, const std::uint8_t* code, void* dx, float* dw,
+                                 float* db, cudaStream_t stream);
+
+void conv_relu_pool_forward_cuda(const ConvReluPoolDims& d, DType dtype, const void* x, const void* w,
+                                 const void* b, void* y, std::uint8_t* code, cudaStream_t stream);
+void conv_relu_pool_backward_cuda(const ConvReluPoolDims& d, DType dtype, const void* x, const void* w,
+                                  const void* dy, const std::uint8_t* code, void* dx, float* dw,
+                                  float* db, cudaStream_t stream);
+
+}  // namespace mf::kernels
