@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/parallel.hpp"
 #include "model/torch_layout.hpp"
 #include "model/train_step.hpp"
 #include "tests/model/step_fixture.hpp"
@@ -171,4 +172,117 @@ TEST_CASE("PyTorch oracle: 1 and 5 AdamW steps of the CPU backend match torch (f
   }
   CHECK(testing::run_oracle("leakcnn_steps.py", dir.string()) == 0);
   fs::remove_all(dir);
+}
+
+namespace {
+std::vector<float> run_steps(TrainConfig cfg, int steps, std::uint64_t data_seed) {
+  TrainStep ts(cfg, Device::cpu());
+  const std::int64_t n = ts.batch();
+  for (int s = 0; s < steps; ++s) {
+    const auto b = testing::band_batch(n, cfg.model.in_mels, cfg.model.in_frames, cfg.model.classes,
+                                       data_seed + std::uint64_t(s));
+    const auto t = testing::to_tensors(b, n, cfg.model.in_mels, cfg.model.in_frames);
+    ts.step(t.x, t.labels, t.leak, nullptr);
+  }
+  return ts.params().master().to_floats();
+}
+}  // namespace
+
+TEST_CASE("determinism: same seed and data give bit-identical weights (dropout, accumulation, thread counts)") {
+  TrainConfig cfg;
+  cfg.model = testing::small_model(3);
+  cfg.model.dropout = 0.3f;
+  cfg.micro_batch = 6;
+  cfg.accum_steps = 2;
+  cfg.optim.max_grad_norm = 1.f;
+  cfg.seed = 5;
+  for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16}) {
+    cfg.precision = p;
+    const auto a = run_steps(cfg, 6, 40);
+    const auto b = run_steps(cfg, 6, 40);
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+    const int threads = cpu_threads();
+    set_cpu_threads(1);
+    const auto c = run_steps(cfg, 6, 40);
+    set_cpu_threads(threads);
+    CHECK(std::memcmp(a.data(), c.data(), a.size() * 4) == 0);
+    cfg.seed = 6;  // another seed: other weights
+    const auto d = run_steps(cfg, 6, 40);
+    cfg.seed = 5;
+    CHECK(std::memcmp(a.data(), d.data(), a.size() * 4) != 0);
+  }
+}
+
+TEST_CASE("gradient accumulation: 2 micro-batches of B equal one batch of 2B (unweighted mean)") {
+  TrainConfig one;
+  one.model = testing::small_model(3);
+  one.micro_batch = 16;
+  one.seed = 9;
+  TrainConfig two = one;
+  two.micro_batch = 8;
+  two.accum_steps = 2;
+  const auto a = run_steps(one, 3, 70);
+  const auto b = run_steps(two, 3, 70);
+  CHECK(testing::rel_l2(b, a) < 1e-5);
+}
+
+TEST_CASE("dropout changes the step and is drawn per step") {
+  TrainConfig cfg;
+  cfg.model = testing::small_model(3);
+  cfg.micro_batch = 8;
+  const auto a = run_steps(cfg, 2, 3);
+  cfg.model.dropout = 0.5f;
+  const auto b = run_steps(cfg, 2, 3);
+  CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) != 0);
+}
+
+TEST_CASE("convergence: a small LeakCNN learns band patterns on the CPU in seconds") {
+  TrainConfig cfg;
+  cfg.model = testing::small_model(4);
+  cfg.model.in_mels = 16;
+  cfg.model.in_frames = 16;
+  cfg.model.channels = {8, 16};
+  cfg.model.dense = 32;
+  cfg.micro_batch = 32;
+  cfg.optim.lr = 3e-3f;
+  cfg.optim.weight_decay = 0.01f;
+  cfg.optim.max_grad_norm = 1.f;
+  cfg.optim.schedule = kernels::LrSchedule::cosine;
+  cfg.optim.warmup_steps = 5;
+  cfg.optim.total_steps = 80;
+  cfg.seed = 1;
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    cfg.precision = p;
+    TrainStep ts(cfg, Device::cpu());
+    StepMetrics first, last;
+    for (int s = 0; s < cfg.optim.total_steps; ++s) {
+      const auto b = testing::band_batch(32, 16, 16, 4, 1000 + std::uint64_t(s));
+      const auto t = testing::to_tensors(b, 32, 16, 16);
+      ts.step(t.x, t.labels, t.leak, nullptr);
+      if (s == 0) first = ts.read_metrics(nullptr);
+      if (s % 20 == 19) last = ts.read_metrics(nullptr);
+    }
+    const auto v = testing::band_batch(256, 16, 16, 4, 999999);
+    const auto t = testing::to_tensors(v, 256, 16, 16);
+    const EvalOutput e = ts.forward_eval(t.x, nullptr);
+    const auto probs = e.probs.to_floats();
+    const auto lp = e.leak_prob.to_floats();
+    int correct = 0, leak_correct = 0;
+    for (int i = 0; i < 256; ++i) {
+      int arg = 0;
+      for (int c = 1; c < 4; ++c)
+        if (probs[std::size_t(i * 4 + c)] > probs[std::size_t(i * 4 + arg)]) arg = c;
+      correct += arg == int(v.labels[std::size_t(i)]);
+      leak_correct += (lp[std::size_t(i)] > 0.5f) == (v.leak[std::size_t(i)] > 0.5f);
+    }
+    MESSAGE(precision_name(p) << ": loss " << first.loss << " -> " << last.loss << ", held-out accuracy "
+                              << correct / 256.0 << ", leak accuracy " << leak_correct / 256.0
+                              << ", train accuracy (last 20 steps) " << double(last.class_correct) / double(last.samples));
+    CHECK(last.loss < 0.5 * first.loss);
+    CHECK(correct >= 0.95 * 256);
+    CHECK(leak_correct >= 0.95 * 256);
+    std::int64_t conf_sum = 0;
+    for (auto c : last.confusion) conf_sum += c;
+    CHECK(conf_sum == last.samples);
+  }
 }
