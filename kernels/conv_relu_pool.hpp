@@ -59,6 +59,9 @@ enum class ConvAlgo : int { automatic = 0, direct = 1, tiled = 2, mma = 3 };
 void set_conv_relu_pool_algo(ConvAlgo algo);
 ConvAlgo conv_relu_pool_algo();
 const char* conv_algo_name(ConvAlgo algo);
+// The variant conv_relu_pool_*_cuda runs for this shape and dtype on the current
+// GPU when `requested` is selected (never automatic). Needs a GPU.
+ConvAlgo conv_relu_pool_resolve_algo(const ConvReluPoolDims& d, DType dtype, ConvAlgo requested);
 
 void conv_relu_pool_forward_cuda(const ConvReluPoolDims& d, DType dtype, const void* x, const void* w,
                                  const void* b, void* y, std::uint8_t* code, cudaStream_t stream);

@@ -347,6 +347,12 @@ void launch_conv(const ConvReluPoolDims& d, const D* x, const D* w, const D* b, 
 
 }  // namespace
 
+bool mma_can_run(const ConvReluPoolDims& d, DType dtype) {
+  if (dtype == DType::bf16) return mma_supported<bf16>(d);
+  if (dtype == DType::f16) return mma_supported<f16>(d);
+  return false;
+}
+
 template <class T>
 bool mma_forward(const ConvReluPoolDims& d, const void* x, const void* w, const void* b, void* y,
                  std::uint8_t* code, cudaStream_t stream) {

@@ -257,6 +257,8 @@ void launch_conv(const ConvReluPoolDims& d, const D* x, const D* w, const D* b, 
 
 }  // namespace
 
+bool tiled_can_run(const ConvReluPoolDims& d) { return tiled_supported(d); }
+
 template <class T>
 bool tiled_forward(const ConvReluPoolDims& d, const void* x, const void* w, const void* b, void* y,
                    std::uint8_t* code, cudaStream_t stream) {
