@@ -20,6 +20,9 @@
 //   dw   [Cout, k, k, Cin]     f32, overwritten (not accumulated)
 //   db   [Cout]                f32, overwritten
 // Precision: products of T operands accumulated in f32; outputs rounded once.
+// No TF32 anywhere: f32 runs in full f32 on CUDA cores; bf16/f16 use tensor
+// cores (mma.sync, sm_80+) with f32 accumulation. The CUDA variants are in
+// conv_relu_pool{,_tiled,_mma}.cu (see ConvAlgo below, docs/decisions.md).
 // Deterministic: no floating-point atomics; bit-identical run after run.
 // T is f32, bf16 or f16 (the `dtype` argument).
 #pragma once
