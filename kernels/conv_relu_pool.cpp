@@ -74,59 +74,91 @@ constexpr int kCB = 8;  // output channels per micro-tile
 
 inline std::int64_t round_up(std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; }
 
+// The two hot loops get an AVX2 clone picked at run time on x86-64 (the build
+// itself targets the baseline ISA). No FMA contraction (ISO C++ mode), so every
+// clone performs the same f32 operations in the same order: same bits.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MF_HOT_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define MF_HOT_CLONES
+#endif
+
+// 8 f32 lanes (GCC vector extension): one AVX register, two SSE registers.
+// Only file-local inline helpers pass them by value, so the ABI note is moot.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+typedef float v8f __attribute__((vector_size(32)));
+inline v8f load8(const float* p) {
+  v8f v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof v); }
+static_assert(kCB == 8);
+
 // out[ow][co] = bias[co] + sum_{r,s,ci} rows[r][(ow + s) * cin + ci] * wt[((r*k + s)*cin + ci)*coutp + co]
 // for ow < wout_p (a multiple of kPB) and co < coutp (a multiple of kCB).
-// rows[r] holds wout_p + k - 1 pixels of cin floats.
-void conv_row(const float* const* rows, int cin, int k, const float* wt, int coutp,
-              const float* bias, int wout_p, float* out) {
+// rows[r] holds wout_p + k - 1 pixels of cin floats. Per output: the sum runs
+// over r, s, ci in that order.
+MF_HOT_CLONES void conv_row(const float* const* rows, int cin, int k, const float* wt, int coutp,
+                            const float* bias, int wout_p, float* out) {
   for (int ow = 0; ow < wout_p; ow += kPB) {
     for (int cb = 0; cb < coutp; cb += kCB) {
-      float acc[kPB][kCB];
-      for (int p = 0; p < kPB; ++p)
-        for (int j = 0; j < kCB; ++j) acc[p][j] = bias ? bias[cb + j] : 0.f;
+      v8f acc[kPB];
+      const v8f init = bias ? load8(bias + cb) : v8f{};
+      for (int p = 0; p < kPB; ++p) acc[p] = init;
       for (int r = 0; r < k; ++r) {
         for (int s = 0; s < k; ++s) {
           const float* xp = rows[r] + std::int64_t(ow + s) * cin;
           const float* wp = wt + std::int64_t((r * k + s) * cin) * coutp + cb;
           for (int ci = 0; ci < cin; ++ci) {
-            const float* wv = wp + std::int64_t(ci) * coutp;
-            float xv[kPB];
-            for (int p = 0; p < kPB; ++p) xv[p] = xp[p * cin + ci];
-            for (int p = 0; p < kPB; ++p)
-              for (int j = 0; j < kCB; ++j) acc[p][j] += xv[p] * wv[j];
+            const v8f wv = load8(wp + std::int64_t(ci) * coutp);
+            for (int p = 0; p < kPB; ++p) acc[p] += xp[p * cin + ci] * wv;
           }
         }
       }
-      for (int p = 0; p < kPB; ++p)
-        for (int j = 0; j < kCB; ++j) out[std::int64_t(ow + p) * coutp + cb + j] = acc[p][j];
+      for (int p = 0; p < kPB; ++p) store8(out + std::int64_t(ow + p) * coutp + cb, acc[p]);
     }
   }
 }
 
+// NC input channels at once: NC independent accumulation chains.
+template <int NC>
+inline void dw_channels(const float* xr, int cin, int ci, const float* g, int coutp, int cb, int wout_p,
+                        float* dst) {
+  v8f acc[NC];
+  for (int j = 0; j < NC; ++j) acc[j] = load8(dst + std::int64_t(j) * coutp + cb);
+  for (int ow = 0; ow < wout_p; ++ow) {
+    const v8f gv = load8(g + std::int64_t(ow) * coutp + cb);
+    const float* xv = xr + std::int64_t(ow) * cin + ci;
+    for (int j = 0; j < NC; ++j) acc[j] += xv[j] * gv;
+  }
+  for (int j = 0; j < NC; ++j) store8(dst + std::int64_t(j) * coutp + cb, acc[j]);
+}
+
 // dwt[((r*k + s)*cin + ci)*coutp + co] += sum_ow rows[r][(ow + s)*cin + ci] * g[ow*coutp + co]
-// and db[co] += sum_ow g[ow*coutp + co].
-void dw_row(const float* const* rows, int cin, int k, const float* g, int coutp, int wout_p,
-            float* dwt, float* db) {
+// and db[co] += sum_ow g[ow*coutp + co] (sums over ow in order).
+MF_HOT_CLONES void dw_row(const float* const* rows, int cin, int k, const float* g, int coutp, int wout_p,
+                          float* dwt, float* db) {
   for (int r = 0; r < k; ++r) {
     for (int s = 0; s < k; ++s) {
       const float* xr = rows[r] + std::int64_t(s) * cin;
-      for (int ci = 0; ci < cin; ++ci) {
-        float* dst = dwt + std::int64_t((r * k + s) * cin + ci) * coutp;
-        for (int cb = 0; cb < coutp; cb += kCB) {
-          float acc[kCB];
-          for (int j = 0; j < kCB; ++j) acc[j] = dst[cb + j];
-          for (int ow = 0; ow < wout_p; ++ow) {
-            const float xv = xr[std::int64_t(ow) * cin + ci];
-            const float* gv = g + std::int64_t(ow) * coutp + cb;
-            for (int j = 0; j < kCB; ++j) acc[j] += xv * gv[j];
-          }
-          for (int j = 0; j < kCB; ++j) dst[cb + j] = acc[j];
-        }
+      float* dst = dwt + std::int64_t((r * k + s) * cin) * coutp;
+      for (int cb = 0; cb < coutp; cb += kCB) {
+        int ci = 0;
+        for (; ci + 4 <= cin; ci += 4)
+          dw_channels<4>(xr, cin, ci, g, coutp, cb, wout_p, dst + std::int64_t(ci) * coutp);
+        for (; ci < cin; ++ci)
+          dw_channels<1>(xr, cin, ci, g, coutp, cb, wout_p, dst + std::int64_t(ci) * coutp);
       }
     }
   }
-  for (int ow = 0; ow < wout_p; ++ow)
-    for (int co = 0; co < coutp; ++co) db[co] += g[std::int64_t(ow) * coutp + co];
+  for (int cb = 0; cb < coutp; cb += kCB) {
+    v8f acc = load8(db + cb);
+    for (int ow = 0; ow < wout_p; ++ow) acc += load8(g + std::int64_t(ow) * coutp + cb);
+    store8(db + cb, acc);
+  }
 }
 
 // Fills `dst` (width_p pixels of c floats) with image row `ih` of `src`

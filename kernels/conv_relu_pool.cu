@@ -265,6 +265,13 @@ void backward_t(const ConvReluPoolDims& d, const void* x, const void* w, const v
 
 }  // namespace
 
+ConvAlgo conv_relu_pool_resolve_algo(const ConvReluPoolDims& d, DType dtype, ConvAlgo requested) {
+  const bool any = requested == ConvAlgo::automatic;
+  if ((any || requested == ConvAlgo::mma) && mma_can_run(d, dtype)) return ConvAlgo::mma;
+  if ((any || requested == ConvAlgo::mma || requested == ConvAlgo::tiled) && tiled_can_run(d)) return ConvAlgo::tiled;
+  return ConvAlgo::direct;
+}
+
 void conv_relu_pool_forward_cuda(const ConvReluPoolDims& d, DType dtype, const void* x, const void* w,
                                  const void* b, void* y, std::uint8_t* code, cudaStream_t stream) {
   if (d.n == 0 || d.ph() == 0 || d.pw() == 0) return;

@@ -20,6 +20,9 @@
 //   dw   [Cout, k, k, Cin]     f32, overwritten (not accumulated)
 //   db   [Cout]                f32, overwritten
 // Precision: products of T operands accumulated in f32; outputs rounded once.
+// No TF32 anywhere: f32 runs in full f32 on CUDA cores; bf16/f16 use tensor
+// cores (mma.sync, sm_80+) with f32 accumulation. The CUDA variants are in
+// conv_relu_pool{,_tiled,_mma}.cu (see ConvAlgo below, docs/decisions.md).
 // Deterministic: no floating-point atomics; bit-identical run after run.
 // T is f32, bf16 or f16 (the `dtype` argument).
 #pragma once
@@ -59,6 +62,9 @@ enum class ConvAlgo : int { automatic = 0, direct = 1, tiled = 2, mma = 3 };
 void set_conv_relu_pool_algo(ConvAlgo algo);
 ConvAlgo conv_relu_pool_algo();
 const char* conv_algo_name(ConvAlgo algo);
+// The variant conv_relu_pool_*_cuda runs for this shape and dtype on the current
+// GPU when `requested` is selected (never automatic). Needs a GPU.
+ConvAlgo conv_relu_pool_resolve_algo(const ConvReluPoolDims& d, DType dtype, ConvAlgo requested);
 
 void conv_relu_pool_forward_cuda(const ConvReluPoolDims& d, DType dtype, const void* x, const void* w,
                                  const void* b, void* y, std::uint8_t* code, cudaStream_t stream);

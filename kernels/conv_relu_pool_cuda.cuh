@@ -39,6 +39,11 @@ class WeightPartials {
 void launch_reduce_partials(const ConvReluPoolDims& d, const float* part, int chunks, float* dw, float* db,
                             cudaStream_t stream);
 
+// Whether a variant can run this shape on the current GPU (ignoring pointer
+// alignment, which the mma launchers also check).
+bool tiled_can_run(const ConvReluPoolDims& d);
+bool mma_can_run(const ConvReluPoolDims& d, DType dtype);
+
 // Variant 2: tiled shared-memory FP32-accumulating kernels (any T). Variant 3:
 // tensor-core implicit GEMM (bf16/f16, sm_80+). T is float, mf::f16 or mf::bf16.
 template <class T>

@@ -52,3 +52,9 @@ TEST_CASE("melforge-bench without a GPU says so and exits 0") {
   CHECK(r.code == 0);
   if (r.out.find("no GPU") == std::string::npos) CHECK(r.out.find("GB/s") != std::string::npos);
 }
+
+TEST_CASE("melforge-bench conv without a GPU says so and exits 0") {
+  const Result r = run("conv --no-write --batch 256 --reps 2", "MELFORGE_BENCH_BIN");
+  CHECK(r.code == 0);
+  if (r.out.find("no GPU") == std::string::npos) CHECK(r.out.find("cudnn us") != std::string::npos);
+}
