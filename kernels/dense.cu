@@ -15,6 +15,7 @@
 // f32 accumulation; dW is written in f32.
 #include <cublasLt.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -44,8 +45,18 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
 };
 
-// (m, n, k, opA, opB, in type, out type, epilogue)
-using PlanKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, int, int, int, int, int>;
+// (m, n, k, opA, opB, in type, out type, epilogue, alignment of A, B, D in bytes)
+using PlanKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, int, int, int, int, int, int, int, int>;
+
+// The largest power of two (<= 256) dividing the address. cuBLASLt's heuristic
+// assumes 256-byte aligned buffers unless told otherwise, and the parameter
+// views (model/param_buffer.hpp) are only 16-byte aligned.
+int alignment_of(const void* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  int al = 256;
+  while (al > 1 && (a % std::uintptr_t(al)) != 0) al /= 2;
+  return al;
+}
 
 struct Context {
   cublasLtHandle_t handle = nullptr;
@@ -74,7 +85,8 @@ void matmul(std::int64_t m, std::int64_t n, std::int64_t k, cublasOperation_t op
             const void* bias, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(g_mutex);
   Context& ctx = context();
-  const PlanKey key{m, n, k, int(opa), int(opb), int(in), int(out), int(epi)};
+  const int al_a = alignment_of(a), al_b = alignment_of(b), al_d = alignment_of(d);
+  const PlanKey key{m, n, k, int(opa), int(opb), int(in), int(out), int(epi), al_a, al_b, al_d};
   auto it = ctx.plans.find(key);
   if (it == ctx.plans.end()) {
     Plan p;
@@ -95,6 +107,11 @@ void matmul(std::int64_t m, std::int64_t n, std::int64_t k, cublasOperation_t op
     MF_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     const std::uint64_t ws = kWorkspaceBytes;
     MF_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    const std::uint32_t ua = std::uint32_t(al_a), ub = std::uint32_t(al_b), ud = std::uint32_t(al_d);
+    MF_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &ua, sizeof(ua)));
+    MF_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ub, sizeof(ub)));
+    MF_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ud, sizeof(ud)));
+    MF_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ud, sizeof(ud)));
     cublasLtMatmulHeuristicResult_t res{};
     int found = 0;
     MF_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.handle, p.desc, p.a, p.b, p.d, p.d, pref, 1, &res, &found));
