@@ -582,7 +582,8 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& path, const Data
       impl->mode = Impl::Mode::chunked;
     } else {
       hsize_t n = 0;
-      H5Dget_num_chunks(dset, H5S_ALL, &n);
+      H5Id space(H5Dget_space(dset), H5Sclose);
+      if (H5Dget_num_chunks(dset, space, &n) < 0) H5Eclear2(H5E_DEFAULT);
       stg.num_chunks = std::int64_t(n);
     }
   } else {
