@@ -12,5 +12,6 @@ struct Common {
 Common& common();
 
 void register_ceilings(CLI::App& app);
+void register_reader(CLI::App& app);
 
 }  // namespace mf::bench
