@@ -153,6 +153,8 @@ void run_reader(const Opts& o) {
     tmpdir = std::filesystem::temp_directory_path() / fmt::format("melforge_bench_reader_{}", ::getpid());
     io::SynthConfig sc;
     sc.files = o.files;
+    sc.long_segments = 4;
+    sc.short_segments = 8;
     sc.storage = io::parse_write_storage(o.storage);
     fmt::print("synthesizing {} files of 4 x 8 segments (64 x 64 f16, {}) in {} ...\n", sc.files, o.storage,
                tmpdir.string());
