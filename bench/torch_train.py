@@ -600,6 +600,63 @@ def run_variant(variant, args, train, val, orders):
     return res
 
 
+# ---- self-checks of the dry mode ----
+
+def self_check(out, requested):
+    """Values computed by melforge's C++ (io/reader.cpp epoch_order,
+    model/param_buffer.cpp init) must come out of the Python twins bit for bit;
+    eager and resident runs see the same batches in the same order from the same
+    weights, so on the CPU they must reach the same losses and metrics."""
+    errors = []
+    for (n, seed, epoch), (h_ref, first, last) in {
+            (10, 0, 0): (17811219924129247651, 7, 9),
+            (1000, 7, 3): (17147602656582414104, 777, 518),
+            (40000, 12345, 9): (18009060383009988182, 12484, 38026)}.items():
+        v = epoch_order(n, seed, epoch).tolist()
+        h = 0
+        for x in v:
+            h = (h * 1000003 + x) & MASK64
+        if (h, v[0], v[-1]) != (h_ref, first, last):
+            errors.append(f"epoch_order({n}, {seed}, {epoch}) differs from melforge's")
+    for pi, i, ref in ((0, 0, -2.66844436e-05), (3, 1, 0.00518010929), (9, 1000, 0.00328313396)):
+        bound = 1.0 / math.sqrt(8192.0)
+        z = _mix_vec(np.uint64(_mix(42 ^ _mix(0x5EED0000 + pi))) + np.arange(i + 1, dtype=np.uint64))
+        u = (z >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+        got = float(np.float32(-bound + 2.0 * bound * u[i]))
+        if got != float(np.float32(ref)):
+            errors.append(f"init value (param {pi}, element {i}) {got!r} differs from melforge's {ref!r}")
+    # file vote: a 1-1 tie between long segments goes to the larger mean
+    # probability; a 1-1 leak tie is decided by the mean leak probability.
+    k, fp, lk, lp = file_vote(np.array([[0.6, 0.4], [0.3, 0.7]], np.float32), np.array([0.6, 0.4], np.float32),
+                              1, 2, 1, 0.5)
+    if (int(k[0]), int(lk[0])) != (1, 1) or not np.allclose(fp, [[0.45, 0.55]]):
+        errors.append(f"file vote tie rule: class {k}, leak {lk}, probabilities {fp}")
+    k, _, lk, _ = file_vote(np.array([[0.2, 0.5, 0.3]] * 4 + [[0.1, 0.1, 0.8]] * 2, np.float32),
+                            np.array([0.9, 0.8, 0.1, 0.2, 0.7, 0.6], np.float32), 1, 3, 2, 0.5)
+    if (int(k[0]), int(lk[0])) != (1, 1):
+        errors.append(f"file vote majority rule: class {k}, leak {lk}")
+    ok = {r["variant"]: r for r in out["runs"] if r["status"] == "ok"}
+    for v in ("eager", "resident"):
+        if v in requested and v not in ok:
+            errors.append(f"the {v} run did not complete")
+    if len(ok) == 2 and "eager" in ok and "resident" in ok:
+        a, b = ok["eager"], ok["resident"]
+        if not np.allclose(a["train_loss_per_epoch"], b["train_loss_per_epoch"], rtol=1e-5, atol=1e-6):
+            errors.append(f"eager and resident losses differ: {a['train_loss_per_epoch']} vs {b['train_loss_per_epoch']}")
+        for r in (a, b):
+            if not all(math.isfinite(x) for x in r["train_loss_per_epoch"]):
+                errors.append(f"{r['variant']}: non-finite loss")
+            for level in ("segment", "file"):
+                acc = r["val"][level]["accuracy"]
+                if acc is None or not 0.0 <= acc <= 1.0:
+                    errors.append(f"{r['variant']}: bad {level} accuracy {acc}")
+    for e in errors:
+        print("self-check FAILED: " + e, file=sys.stderr)
+    if not errors:
+        print("self-check: order and init match melforge's; eager and resident agree")
+    return not errors
+
+
 # ---- the tiny dataset of the dry mode ----
 
 def write_tiny_dataset(out_dir, files=(12, 6), longs=2, shorts=2, mels=16, frames=16, classes=3, seed=1):
@@ -688,6 +745,7 @@ def parse_args(argv):
     p.add_argument("--json", help="write the results here")
     p.add_argument("--dry-run", action="store_true",
                    help="CI mode: tiny h5py-written dataset (unless --train/--val), CPU, 1 epoch, batch 8, fp32")
+    p.add_argument("--no-self-check", action="store_true", help="dry run: skip the checks against melforge's values")
     p.add_argument("--verbose", action="store_true")
     a = p.parse_args(argv)
     a.channels = [int(c) for c in a.channels.split(",")]
@@ -733,7 +791,8 @@ def main(argv=None):
         "runs": [],
     }
     failed = False
-    for v in [s.strip() for s in args.variant.split(",") if s.strip()]:
+    requested = [s.strip() for s in args.variant.split(",") if s.strip()]
+    for v in requested:
         if v not in ("eager", "compile", "resident"):
             raise SystemExit(f"--variant {v}: expected eager, compile or resident")
         try:
@@ -751,6 +810,8 @@ def main(argv=None):
                   flush=True)
         else:
             print(f"[{v}] {r['status']}: {r.get('reason', '')}", flush=True)
+    if args.dry_run and not args.no_self_check and not self_check(out, requested):
+        failed = True
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
