@@ -203,7 +203,7 @@ def read_melforge_run(run_dir, wall_s):
     if not report:
         row["note"] = f"no report.json in {run_dir}"
     row["sources"] = src
-    row["missing"] = [k for k, v in src.items() if v is None]
+    row["missing"] = [k for k, v in src.items() if v is None and k in TABLE_KEYS]
     return row, report
 
 
@@ -224,6 +224,9 @@ COLUMNS = [("run", "run", "{}"), ("time_to_first_step_s", "first step s", "{:.2f
            ("steady_samples_per_s", "samples/s", "{:,.0f}"), ("epoch_time_s", "epoch s", "{:.2f}"),
            ("gpu_busy_share", "GPU busy", "{:.0%}"), ("val_accuracy", "val acc", "{:.4f}"),
            ("val_file_f1", "file F1", "{:.4f}"), ("peak_device_memory_bytes", "peak mem GiB", "{:.2f}")]
+
+
+TABLE_KEYS = {k for k, _, _ in COLUMNS}
 
 
 def fmt_cell(row, key, f):
