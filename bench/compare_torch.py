@@ -293,10 +293,21 @@ def main(argv=None):
     melforge = find_melforge(args.melforge)
     git = git_info()
     device = args.device
+    gpu = gpu_name() if device != "cpu" else None
+    torch_cuda = torch_has_cuda(args.python) if device != "cpu" else False
     if device == "auto":
-        device = "cuda" if torch_has_cuda(args.python) else "cpu"
+        device = "cuda" if (gpu or torch_cuda) else "cpu"
+        if device == "cpu" and not args.dry_run:
+            print("compare_torch: no GPU here: running the dry mode instead (--device cpu for a full-size CPU run)",
+                  flush=True)
+            args = parse_args((argv if argv is not None else sys.argv[1:]) + ["--dry-run"])
+    torch_skip = None
+    if device == "cuda" and not torch_cuda:
+        torch_skip = (f"{args.python} has no CUDA-enabled torch (pass --python with one): "
+                      "PyTorch on the CPU beside melforge on the GPU would not be a comparison")
+        print("compare_torch: " + torch_skip, flush=True)
     precision = args.precision if args.precision != "auto" else ("bf16" if device == "cuda" else "fp32")
-    dev_name = (gpu_name() if device == "cuda" else None) or ("CPU: " + cpu_name())
+    dev_name = (gpu if device == "cuda" else None) or ("CPU: " + cpu_name())
     print(f"compare_torch: {dev_name}, {precision}, batch {args.batch_size}, {args.epochs} epochs, "
           f"commit {(git['commit'] or '?')[:12]}{' (dirty)' if git['dirty'] else ''}", flush=True)
 
@@ -373,6 +384,9 @@ def main(argv=None):
     details["pytorch"] = {}
     variants = [s.strip() for s in args.variants.split(",") if s.strip()]
     for job in ([variants] if args.dry_run else [[v] for v in variants]):
+        if torch_skip:
+            rows += [{"run": "pytorch " + v, "status": "unavailable", "reason": torch_skip} for v in job]
+            continue
         tag = "-".join(job)
         js = os.path.join(out_dir, f"torch-{tag}.json")
         if os.path.exists(js):
