@@ -410,6 +410,7 @@ def prep_input(x, split):
 
 
 def run_variant(variant, args, train, val, orders):
+    global _FIRST_VARIANT
     t_variant = time.perf_counter()
     device = resolve_device(args.device)
     precision = resolve_precision(args.precision, device)
@@ -564,7 +565,6 @@ def run_variant(variant, args, train, val, orders):
                 step_events.append((e0, e1))
             if it == 0:
                 sync(device)
-                global _FIRST_VARIANT
                 # The process's first variant counts from launch (imports, dataset
                 # opening, orders, workers, load, compile all included); a later
                 # one in the same process from its own start plus the imports.
