@@ -252,6 +252,10 @@ def print_table(rows):
     for r in rows:
         if r.get("status") != "ok":
             print(f"  {r['run']}: {r['status']}: {r.get('reason', '')}")
+    methods = {r["run"]: r.get("gpu_busy_method") or (r.get("sources") or {}).get("gpu_busy_share")
+               for r in rows if r.get("status") == "ok" and r.get("gpu_busy_share") is not None}
+    for run, m in methods.items():
+        print(f"  GPU busy, {run}: {m}")
 
 
 def parse_args(argv):
