@@ -264,7 +264,9 @@ def parse_args(argv):
     p.add_argument("--melforge", help="the melforge binary (default: build/tools/melforge, then PATH)")
     p.add_argument("--data", help="a folder with train.h5 and val.h5 (default: generate into OUT/data)")
     p.add_argument("--synth", help=f"arguments of `melforge data synth` (default: {SYNTH_FULL!r})")
-    p.add_argument("--out", default=os.path.join(HERE, "results"), help="where logs and JSON go")
+    p.add_argument("--out", help="where the comparison's JSON goes (default bench/results; runs/compare-dry with --dry-run)")
+    p.add_argument("--work", help="dataset, run directories, logs (default OUT/compare-work with --out, "
+                                  "else runs/compare)")
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--batch-size", type=int, default=8192)
     p.add_argument("--lr", type=float, default=1e-3)
@@ -292,8 +294,15 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv if argv is not None else sys.argv[1:])
-    os.makedirs(args.out, exist_ok=True)
-    out_dir = os.path.abspath(args.out)
+    # Dry runs (CI) keep out of bench/results/, which holds real measurements.
+    out_dir = os.path.abspath(args.out or (os.path.join(ROOT, "runs", "compare-dry") if args.dry_run
+                                           else os.path.join(HERE, "results")))
+    # Bulky things (dataset, melforge's run directory, logs, per-run JSON) go to
+    # the work folder, so that bench/results/ only gets the comparison's JSON.
+    work_dir = os.path.abspath(args.work or (os.path.join(out_dir, "compare-work") if args.out
+                                             else os.path.join(ROOT, "runs", "compare")))
+    os.makedirs(out_dir, exist_ok=True)
+    os.makedirs(work_dir, exist_ok=True)
     melforge = find_melforge(args.melforge)
     git = git_info()
     device = args.device
@@ -319,17 +328,17 @@ def main(argv=None):
     if args.data:
         data_dir, generator = os.path.abspath(args.data), "given"
     else:
-        data_dir = os.path.join(out_dir, "data-dry" if args.dry_run else "data")
+        data_dir = os.path.join(work_dir, "data-dry" if args.dry_run else "data")
         stamp = os.path.join(data_dir, "synth.args")
         if os.path.exists(stamp) and open(stamp).read() == args.synth and \
                 all(os.path.exists(os.path.join(data_dir, s)) for s in ("train.h5", "val.h5")):
             generator = f"reused ({args.synth})"
         elif has_command(melforge, ["data", "synth"], "--short"):
             rc, wall, out = sh([melforge, "data", "synth", "--out", data_dir, *shlex.split(args.synth)],
-                               log=os.path.join(out_dir, "synth.log"), timeout=args.timeout)
+                               log=os.path.join(work_dir, "synth.log"), timeout=args.timeout)
             if rc != 0:
                 print(out)
-                raise SystemExit(f"compare_torch: `melforge data synth` failed (rc {rc}); see {out_dir}/synth.log")
+                raise SystemExit(f"compare_torch: `melforge data synth` failed (rc {rc}); see {work_dir}/synth.log")
             with open(stamp, "w") as f:
                 f.write(args.synth)
             generator = f"melforge data synth {args.synth} ({wall:.1f} s)"
@@ -360,7 +369,7 @@ def main(argv=None):
         print(f"compare_torch: skipping the melforge run: {msg}", flush=True)
         rows.append({"run": "melforge", "status": "skipped", "reason": msg})
     else:
-        run_dir = os.path.join(out_dir, "melforge-run")
+        run_dir = os.path.join(work_dir, "melforge-run")
         shutil.rmtree(run_dir, ignore_errors=True)
         cmd = [melforge, "train", "--train", train_h5, "--val", val_h5, "--out", run_dir,
                "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--lr", repr(args.lr),
@@ -370,7 +379,7 @@ def main(argv=None):
                "--set", "train.drop_last=true", "--set", "log.progress=plain",
                *shlex.split(args.melforge_args)]
         print("running: " + " ".join(shlex.quote(c) for c in cmd), flush=True)
-        rc, wall, out = sh(cmd, log=os.path.join(out_dir, "melforge-train.log"), timeout=args.timeout)
+        rc, wall, out = sh(cmd, log=os.path.join(work_dir, "melforge-train.log"), timeout=args.timeout)
         if rc != 0:
             failed = True
             print(out[-3000:])
@@ -392,7 +401,7 @@ def main(argv=None):
             rows += [{"run": "pytorch " + v, "status": "unavailable", "reason": torch_skip} for v in job]
             continue
         tag = "-".join(job)
-        js = os.path.join(out_dir, f"torch-{tag}.json")
+        js = os.path.join(work_dir, f"torch-{tag}.json")
         if os.path.exists(js):
             os.remove(js)
         cmd = [args.python, os.path.join(HERE, "torch_train.py"), "--train", train_h5, "--val", val_h5,
@@ -406,7 +415,7 @@ def main(argv=None):
             cmd += ["--dry-run"]
         cmd += shlex.split(args.torch_args)
         print("running: " + " ".join(shlex.quote(c) for c in cmd), flush=True)
-        rc, wall, out = sh(cmd, log=os.path.join(out_dir, f"torch-{tag}.log"), timeout=args.timeout)
+        rc, wall, out = sh(cmd, log=os.path.join(work_dir, f"torch-{tag}.log"), timeout=args.timeout)
         runs = {}
         if os.path.exists(js):
             with open(js) as f:
@@ -447,6 +456,7 @@ def main(argv=None):
         "device": device, "device_name": dev_name, "host_cpu": cpu_name(), "host": platform.node(),
         "git": git,
         "dry_run": args.dry_run,
+        "work_dir": work_dir,
         "dataset": {"dir": data_dir, "generator": generator, "train": train_h5, "val": val_h5},
         "config": {"epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr, "precision": precision,
                    "seed": args.seed, "schedule": "cosine", "warmup_steps": args.warmup_steps,
@@ -460,7 +470,7 @@ def main(argv=None):
     path = os.path.join(out_dir, name)
     with open(path, "w") as f:
         json.dump(result, f, indent=2)
-    print(f"\nwrote {path}")
+    print(f"\nwrote {path} (logs and per-run JSON in {work_dir})")
     return 1 if failed else 0
 
 
