@@ -1,0 +1,478 @@
+#!/usr/bin/env python3
+"""melforge side by side with PyTorch on the same dataset and device, in one go.
+
+Generates the dataset with `melforge data synth` (unless --data DIR is given),
+runs `melforge train` and the PyTorch variants of bench/torch_train.py (eager,
+torch.compile, dataset on the device; each in its own process) with the same
+hyper-parameters, seed, data order and epochs, then prints one table and writes
+the same as JSON (with device, date and git commit) under --out.
+
+  compare_torch.py [--melforge build/tools/melforge] [--data DIR] [--out bench/results]
+                   [--epochs 30] [--batch-size 8192] [--lr 1e-3] [--precision auto]
+                   [--device auto] [--seed 0] [--variants eager,compile,resident]
+  compare_torch.py --dry-run   # CI: tiny dataset, tiny model, 1 epoch, CPU
+
+When the melforge binary has no `train` command, the melforge run is skipped
+with a message and the PyTorch runs still happen. Exit status: 0 when every run
+that could run succeeded (skipped/unavailable runs do not fail it), 1 otherwise.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# The GPU-sized synthetic set of docs/dataset.md (40,000 segments of 64x64, f16)
+# and the tiny one of the dry mode (tiny model too: channels 8,16,32, dense 32).
+SYNTH_FULL = "--files 2000 --long 5 --short 4"
+SYNTH_DRY = "--files 24 --long 2 --short 2 --mels 16 --frames 16 --classes 3"
+DRY_MODEL = {"channels": "8,16,32", "dense": 32}
+
+
+def sh(cmd, log=None, timeout=None, env=None):
+    """Runs cmd (list); returns (rc, wall seconds, output). rc 124 on timeout."""
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
+                           env=env)
+        rc, out = p.returncode, p.stdout
+    except subprocess.TimeoutExpired as e:
+        rc, out = 124, (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        out += f"\n[compare_torch] timed out after {timeout} s\n"
+    except OSError as e:
+        rc, out = 127, f"{cmd[0]}: {e}\n"
+    wall = time.perf_counter() - t0
+    if log:
+        with open(log, "w") as f:
+            f.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n" + out)
+    return rc, wall, out
+
+
+def find_melforge(given):
+    if given:
+        return given
+    for c in ("build/tools/melforge", "build-gpu/tools/melforge"):
+        p = os.path.join(ROOT, c)
+        if os.access(p, os.X_OK):
+            return p
+    return shutil.which("melforge") or os.path.join(ROOT, "build/tools/melforge")
+
+
+def has_command(melforge, words, expect):
+    """True when `melforge WORDS --help` succeeds and mentions the option `expect`
+    (an unknown subcommand may still print the top-level help)."""
+    if not os.access(melforge, os.X_OK):
+        return False
+    rc, _, out = sh([melforge, *words, "--help"], timeout=60)
+    return rc == 0 and expect in out
+
+
+def git_info():
+    def g(*a):
+        try:
+            return subprocess.run(["git", "-C", ROOT, *a], capture_output=True, text=True, timeout=20).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    return {"commit": g("rev-parse", "HEAD") or None, "branch": g("rev-parse", "--abbrev-ref", "HEAD") or None,
+            "dirty": bool(g("status", "--porcelain", "--untracked-files=no"))}
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpu_name():
+    rc, _, out = sh(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], timeout=30)
+    return out.strip().splitlines()[0] if rc == 0 and out.strip() else None
+
+
+def torch_has_cuda(python):
+    rc, _, out = sh([python, "-c", "import torch; print(int(torch.cuda.is_available()))"], timeout=120)
+    return rc == 0 and out.strip().endswith("1")
+
+
+# ---- melforge's report (fields looked up along several paths: the trainer's
+# report.json is the source; metrics.jsonl fills what it lacks) ----
+
+def _get(obj, path):
+    for k in path:
+        if isinstance(obj, dict) and k in obj:
+            obj = obj[k]
+        elif isinstance(obj, list) and isinstance(k, int) and -len(obj) <= k < len(obj):
+            obj = obj[k]
+        else:
+            return None
+    return obj
+
+
+def _find_key(obj, key):
+    """First value of `key` anywhere in obj (depth-first)."""
+    if isinstance(obj, dict):
+        if key in obj and not isinstance(obj[key], (dict, list)):
+            return obj[key]
+        for v in obj.values():
+            r = _find_key(v, key)
+            if r is not None:
+                return r
+    elif isinstance(obj, list):
+        for v in obj:
+            r = _find_key(v, key)
+            if r is not None:
+                return r
+    return None
+
+
+def _first(report, paths, scale=1.0, anywhere=None):
+    for p in paths:
+        v = _get(report, p)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return v * scale, "report.json:" + ".".join(str(x) for x in p)
+    if anywhere:
+        v = _find_key(report, anywhere)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return v * scale, f"report.json:**.{anywhere}"
+    return None, None
+
+
+def read_melforge_run(run_dir, wall_s):
+    report, lines = {}, []
+    rp = os.path.join(run_dir, "report.json")
+    if os.path.exists(rp):
+        with open(rp) as f:
+            report = json.load(f)
+    mp = os.path.join(run_dir, "metrics.jsonl")
+    if os.path.exists(mp):
+        with open(mp) as f:
+            for line in f:
+                try:
+                    lines.append(json.loads(line))
+                except ValueError:
+                    pass
+    evals = [j for j in lines if j.get("type") == "eval"]
+    last_eval = evals[-1] if evals else {}
+    row, src = {"run": "melforge", "status": "ok", "process_wall_s": wall_s}, {}
+
+    def put(name, value_source):
+        row[name], src[name] = value_source
+
+    put("time_to_first_step_s", _first(report, [("time_to_first_step_s",), ("timing", "time_to_first_step_s"),
+                                                ("startup", "time_to_first_step_s")], anywhere="time_to_first_step_s"))
+    put("steady_samples_per_s", _first(report, [("steady_samples_per_s",), ("throughput", "steady_samples_per_s"),
+                                                ("throughput", "samples_per_s"), ("samples_per_s",)],
+                                       anywhere="steady_samples_per_s"))
+    if row["steady_samples_per_s"] is None:
+        sps = [j["samples_per_s"] for j in lines if j.get("type") == "train" and "samples_per_s" in j]
+        if len(sps) > 1:
+            sps = sorted(sps[1:])  # the first interval holds the warm-up
+            row["steady_samples_per_s"], src["steady_samples_per_s"] = sps[len(sps) // 2], "metrics.jsonl median"
+    put("epoch_time_s", _first(report, [("epoch_time_s",), ("epochs", -1, "train_s"), ("epochs", -1, "epoch_time_s"),
+                                        ("last_epoch", "train_s")], anywhere="epoch_time_s"))
+    if row["epoch_time_s"] is None:
+        put("epoch_time_s", _first(report, [("epochs", -1, "wall_ms"), ("phase_times", "wall_ms"),
+                                            ("last_epoch", "wall_ms")], scale=1e-3))
+    put("gpu_busy_share", _first(report, [("gpu_busy_share",), ("system", "gpu_busy_share")],
+                                 anywhere="gpu_busy_share"))
+    if row["gpu_busy_share"] is None:
+        put("gpu_busy_share", _first(report, [("gpu_util_mean_pct",), ("system", "gpu_util_mean_pct"),
+                                              ("system", "gpu_util_pct")], scale=0.01, anywhere="gpu_util_mean_pct"))
+    put("data_wait_share", _first(report, [("data_wait_share",)], anywhere="data_wait_share"))
+    put("peak_device_memory_bytes", _first(report, [("peak_device_memory_bytes",), ("system", "gpu_mem_peak_bytes"),
+                                                    ("gpu_mem_peak_bytes",)], anywhere="peak_device_memory_bytes"))
+    for name, leaf in (("val_accuracy", ("segment", "accuracy")), ("val_file_f1", ("file", "macro_f1"))):
+        put(name, _first(report, [("val",) + leaf, ("final", "val") + leaf, ("final_eval",) + leaf,
+                                  ("eval",) + leaf, ("best", "val") + leaf]))
+        if row[name] is None:
+            v = _get(last_eval, leaf) if _get(last_eval, leaf) is not None else _get(last_eval, ("val",) + leaf)
+            if isinstance(v, (int, float)):
+                row[name], src[name] = v, "metrics.jsonl last eval"
+    if not report:
+        row["note"] = f"no report.json in {run_dir}"
+    row["sources"] = src
+    row["missing"] = [k for k, v in src.items() if v is None and k in TABLE_KEYS]
+    return row, report
+
+
+def torch_row(r):
+    row = {"run": "pytorch " + r["variant"], "status": r["status"]}
+    if r["status"] != "ok":
+        row["reason"] = r.get("reason", "")
+        return row
+    row.update({k: r.get(k) for k in ("time_to_first_step_s", "compile_s", "load_s", "steady_samples_per_s",
+                                      "epoch_time_s", "gpu_busy_share", "gpu_busy_method", "data_wait_share",
+                                      "peak_device_memory_bytes")})
+    row["val_accuracy"] = r["val"]["segment"]["accuracy"]
+    row["val_file_f1"] = r["val"]["file"]["macro_f1"]
+    return row
+
+
+COLUMNS = [("run", "run", "{}"), ("time_to_first_step_s", "first step s", "{:.2f}"), ("compile_s", "compile s", "{:.1f}"),
+           ("steady_samples_per_s", "samples/s", "{:,.0f}"), ("epoch_time_s", "epoch s", "{:.2f}"),
+           ("gpu_busy_share", "GPU busy", "{:.0%}"), ("val_accuracy", "val acc", "{:.4f}"),
+           ("val_file_f1", "file F1", "{:.4f}"), ("peak_device_memory_bytes", "peak mem GiB", "{:.2f}")]
+
+
+TABLE_KEYS = {k for k, _, _ in COLUMNS}
+
+
+def fmt_cell(row, key, f):
+    if row.get("status") != "ok" and key != "run":
+        return "-" if key != "time_to_first_step_s" else f"({row['status']})"
+    v = row.get(key)
+    if v is None:
+        return "n/a"
+    if key == "peak_device_memory_bytes":
+        v = v / 2 ** 30
+    return f.format(v)
+
+
+def print_table(rows):
+    cells = [[h for _, h, _ in COLUMNS]] + [[fmt_cell(r, k, f) for k, _, f in COLUMNS] for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS))]
+    lines = []
+    for n, c in enumerate(cells):
+        lines.append("  ".join(x.ljust(widths[i]) if i == 0 else x.rjust(widths[i]) for i, x in enumerate(c)))
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    print("\n".join(lines))
+    for r in rows:
+        if r.get("status") != "ok":
+            print(f"  {r['run']}: {r['status']}: {r.get('reason', '')}")
+    methods = {r["run"]: r.get("gpu_busy_method") or (r.get("sources") or {}).get("gpu_busy_share")
+               for r in rows if r.get("status") == "ok" and r.get("gpu_busy_share") is not None}
+    for run, m in methods.items():
+        print(f"  GPU busy, {run}: {m}")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--melforge", help="the melforge binary (default: build/tools/melforge, then PATH)")
+    p.add_argument("--data", help="a folder with train.h5 and val.h5 (default: generate into OUT/data)")
+    p.add_argument("--synth", help=f"arguments of `melforge data synth` (default: {SYNTH_FULL!r})")
+    p.add_argument("--out", help="where the comparison's JSON goes (default bench/results; runs/compare-dry with --dry-run)")
+    p.add_argument("--work", help="dataset, run directories, logs (default OUT/compare-work with --out, "
+                                  "else runs/compare)")
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--batch-size", type=int, default=8192)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup-steps", type=int, default=0)
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"],
+                   help="auto: bf16 on CUDA, fp32 on the CPU")
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--variants", default="eager,compile,resident")
+    p.add_argument("--workers", type=int, default=None, help="PyTorch DataLoader workers (default: torch_train's)")
+    p.add_argument("--python", default=sys.executable, help="interpreter with torch for the PyTorch runs")
+    p.add_argument("--melforge-args", default="", help="extra arguments for `melforge train` (quoted)")
+    p.add_argument("--torch-args", default="", help="extra arguments for torch_train.py (quoted)")
+    p.add_argument("--no-melforge", action="store_true", help="PyTorch runs only")
+    p.add_argument("--timeout", type=int, default=3600, help="seconds per run")
+    p.add_argument("--dry-run", action="store_true", help="CI: tiny dataset and model, 1 epoch, batch 8, CPU")
+    a = p.parse_args(argv)
+    if a.dry_run:
+        a.device, a.epochs, a.batch_size, a.precision = "cpu", 1, 8, "fp32"
+        a.synth = a.synth or SYNTH_DRY
+        a.workers = 2 if a.workers is None else a.workers
+    a.synth = a.synth or SYNTH_FULL
+    return a
+
+
+def main(argv=None):
+    args = parse_args(argv if argv is not None else sys.argv[1:])
+    # Dry runs (CI) keep out of bench/results/, which holds real measurements.
+    out_dir = os.path.abspath(args.out or (os.path.join(ROOT, "runs", "compare-dry") if args.dry_run
+                                           else os.path.join(HERE, "results")))
+    # Bulky things (dataset, melforge's run directory, logs, per-run JSON) go to
+    # the work folder, so that bench/results/ only gets the comparison's JSON.
+    work_dir = os.path.abspath(args.work or (os.path.join(out_dir, "compare-work") if args.out
+                                             else os.path.join(ROOT, "runs", "compare")))
+    os.makedirs(out_dir, exist_ok=True)
+    os.makedirs(work_dir, exist_ok=True)
+    melforge = find_melforge(args.melforge)
+    git = git_info()
+    device = args.device
+    gpu = gpu_name() if device != "cpu" else None
+    torch_cuda = torch_has_cuda(args.python) if device != "cpu" else False
+    if device == "auto":
+        device = "cuda" if (gpu or torch_cuda) else "cpu"
+        if device == "cpu" and not args.dry_run:
+            print("compare_torch: no GPU here: running the dry mode instead (--device cpu for a full-size CPU run)",
+                  flush=True)
+            args = parse_args((argv if argv is not None else sys.argv[1:]) + ["--dry-run"])
+    torch_skip = None
+    if device == "cuda" and not torch_cuda:
+        torch_skip = (f"{args.python} has no CUDA-enabled torch (pass --python with one): "
+                      "PyTorch on the CPU beside melforge on the GPU would not be a comparison")
+        print("compare_torch: " + torch_skip, flush=True)
+    precision = args.precision if args.precision != "auto" else ("bf16" if device == "cuda" else "fp32")
+    dev_name = (gpu if device == "cuda" else None) or ("CPU: " + cpu_name())
+    print(f"compare_torch: {dev_name}, {precision}, batch {args.batch_size}, {args.epochs} epochs, "
+          f"commit {(git['commit'] or '?')[:12]}{' (dirty)' if git['dirty'] else ''}", flush=True)
+
+    # 1. The dataset.
+    if args.data:
+        data_dir, generator = os.path.abspath(args.data), "given"
+    else:
+        data_dir = os.path.join(work_dir, "data-dry" if args.dry_run else "data")
+        stamp = os.path.join(data_dir, "synth.args")
+        if os.path.exists(stamp) and open(stamp).read() == args.synth and \
+                all(os.path.exists(os.path.join(data_dir, s)) for s in ("train.h5", "val.h5")):
+            generator = f"reused ({args.synth})"
+        elif has_command(melforge, ["data", "synth"], "--short"):
+            rc, wall, out = sh([melforge, "data", "synth", "--out", data_dir, *shlex.split(args.synth)],
+                               log=os.path.join(work_dir, "synth.log"), timeout=args.timeout)
+            if rc != 0:
+                print(out)
+                raise SystemExit(f"compare_torch: `melforge data synth` failed (rc {rc}); see {work_dir}/synth.log")
+            with open(stamp, "w") as f:
+                f.write(args.synth)
+            generator = f"melforge data synth {args.synth} ({wall:.1f} s)"
+        elif args.dry_run:
+            sys.path.insert(0, HERE)
+            from torch_train import write_tiny_dataset
+            os.makedirs(data_dir, exist_ok=True)
+            write_tiny_dataset(data_dir)
+            generator = "torch_train.write_tiny_dataset (h5py; this melforge has no `data synth`)"
+        else:
+            raise SystemExit(f"compare_torch: {melforge} has no `data synth` command; pass --data DIR "
+                             "(a folder with train.h5 and val.h5)")
+    train_h5, val_h5 = os.path.join(data_dir, "train.h5"), os.path.join(data_dir, "val.h5")
+    for p in (train_h5, val_h5):
+        if not os.path.exists(p):
+            raise SystemExit(f"compare_torch: {p} is missing")
+    print(f"dataset: {data_dir} ({generator})", flush=True)
+
+    model = DRY_MODEL if args.dry_run else {"channels": "32,64,128", "dense": 256}
+    rows, details, failed = [], {}, False
+
+    # 2. melforge train.
+    if args.no_melforge:
+        rows.append({"run": "melforge", "status": "skipped", "reason": "--no-melforge"})
+    elif not has_command(melforge, ["train"], "--batch-size"):
+        msg = (f"{melforge} has no `train` command (the trainer has not landed in this build)"
+               if os.access(melforge, os.X_OK) else f"no melforge binary at {melforge} (build it, or pass --melforge)")
+        print(f"compare_torch: skipping the melforge run: {msg}", flush=True)
+        rows.append({"run": "melforge", "status": "skipped", "reason": msg})
+    else:
+        run_dir = os.path.join(work_dir, "melforge-run")
+        shutil.rmtree(run_dir, ignore_errors=True)
+        cmd = [melforge, "train", "--train", train_h5, "--val", val_h5, "--out", run_dir,
+               "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--lr", repr(args.lr),
+               "--precision", precision, "--device", device, "--seed", str(args.seed),
+               "--set", f"optim.warmup_steps={args.warmup_steps}", "--set", "optim.schedule=cosine",
+               "--set", f"model.channels=[{model['channels']}]", "--set", f"model.dense={model['dense']}",
+               "--set", "train.drop_last=true", "--set", "log.progress=plain",
+               *shlex.split(args.melforge_args)]
+        print("running: " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+        rc, wall, out = sh(cmd, log=os.path.join(work_dir, "melforge-train.log"), timeout=args.timeout)
+        if rc != 0:
+            failed = True
+            print(out[-3000:])
+            rows.append({"run": "melforge", "status": "failed", "reason": f"rc {rc}, see melforge-train.log"})
+        else:
+            row, report = read_melforge_run(run_dir, wall)
+            rows.append(row)
+            details["melforge"] = {"command": cmd, "report": report}
+            if row["missing"]:
+                print(f"compare_torch: melforge's report lacks {', '.join(row['missing'])} "
+                      "(shown as n/a)", flush=True)
+
+    # 3. The PyTorch variants, one process each (one process for all in the dry
+    # mode: a torch start-up per variant is most of CI's time there).
+    details["pytorch"] = {}
+    variants = [s.strip() for s in args.variants.split(",") if s.strip()]
+    for job in ([variants] if args.dry_run else [[v] for v in variants]):
+        if torch_skip:
+            rows += [{"run": "pytorch " + v, "status": "unavailable", "reason": torch_skip} for v in job]
+            continue
+        tag = "-".join(job)
+        js = os.path.join(work_dir, f"torch-{tag}.json")
+        if os.path.exists(js):
+            os.remove(js)
+        cmd = [args.python, os.path.join(HERE, "torch_train.py"), "--train", train_h5, "--val", val_h5,
+               "--variant", ",".join(job), "--json", js, "--epochs", str(args.epochs),
+               "--batch-size", str(args.batch_size), "--lr", repr(args.lr), "--precision", precision,
+               "--device", device, "--seed", str(args.seed), "--warmup-steps", str(args.warmup_steps),
+               "--schedule", "cosine", "--channels", model["channels"], "--dense", str(model["dense"]), "--verbose"]
+        if args.workers is not None:
+            cmd += ["--workers", str(args.workers)]
+        if args.dry_run:
+            cmd += ["--dry-run"]
+        cmd += shlex.split(args.torch_args)
+        print("running: " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+        rc, wall, out = sh(cmd, log=os.path.join(work_dir, f"torch-{tag}.log"), timeout=args.timeout)
+        runs = {}
+        if os.path.exists(js):
+            with open(js) as f:
+                full = json.load(f)
+            details["pytorch"][tag] = full
+            runs = {r["variant"]: r for r in full.get("runs", [])}
+        for v in job:
+            r = runs.get(v)
+            if r is None:
+                failed = True
+                print(out[-3000:])
+                rows.append({"run": "pytorch " + v, "status": "failed", "reason": f"rc {rc}, see torch-{tag}.log"})
+                continue
+            if r["status"] == "failed":
+                failed = True
+            row = torch_row(r)
+            row["process_wall_s"] = wall
+            rows.append(row)
+
+    # 4. The table, the ratios, the JSON.
+    print()
+    print_table(rows)
+    ok = {r["run"]: r for r in rows if r.get("status") == "ok" and r.get("steady_samples_per_s")}
+    speedups = {}
+    mf = ok.get("melforge")
+    torch_ok = {k: v for k, v in ok.items() if k.startswith("pytorch")}
+    if mf and torch_ok:
+        best = max(torch_ok.values(), key=lambda r: r["steady_samples_per_s"])
+        speedups["vs_best_pytorch"] = mf["steady_samples_per_s"] / best["steady_samples_per_s"]
+        speedups["best_pytorch"] = best["run"]
+        if "pytorch eager" in torch_ok:
+            speedups["vs_eager"] = mf["steady_samples_per_s"] / torch_ok["pytorch eager"]["steady_samples_per_s"]
+        print(f"\nmelforge steady samples/s: {speedups['vs_best_pytorch']:.2f}x the best PyTorch variant "
+              f"({best['run']})" + (f", {speedups['vs_eager']:.2f}x eager" if "vs_eager" in speedups else ""))
+    now = datetime.datetime.now(datetime.timezone.utc)
+    result = {
+        "date": now.isoformat(timespec="seconds"),
+        "device": device, "device_name": dev_name, "host_cpu": cpu_name(), "host": platform.node(),
+        "git": git,
+        "dry_run": args.dry_run,
+        "work_dir": work_dir,
+        "dataset": {"dir": data_dir, "generator": generator, "train": train_h5, "val": val_h5},
+        "config": {"epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr, "precision": precision,
+                   "seed": args.seed, "schedule": "cosine", "warmup_steps": args.warmup_steps,
+                   "model": model, "variants": args.variants},
+        "columns": {k: h for k, h, _ in COLUMNS},
+        "rows": rows,
+        "speedups": speedups,
+        "details": details,
+    }
+    name = f"compare-{'dry-' if args.dry_run else ''}{now.strftime('%Y%m%d-%H%M%S')}.json"
+    path = os.path.join(out_dir, name)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)
+    print(f"\nwrote {path} (logs and per-run JSON in {work_dir})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
