@@ -43,10 +43,12 @@ std::string DatasetInfo::where(std::int64_t s) const {
 }
 
 // ---- float conversion ------------------------------------------------------
-// Blocks of 1024 elements: the source is checked for non-finite values with a
-// branch-free OR over exponent bits (vectorizes), converted to f32 and then to
-// the destination type. On x86 with F16C the half <-> single conversions use
-// it (IEEE round to nearest even, like the scalar code in engine/dtype.hpp).
+// On x86 with AVX2 + F16C every pair the reader uses (f16/f32 -> f32/f16/bf16)
+// has a fused single pass: check + convert (or check + copy) reading each
+// source element once (convert_fused below). Elsewhere, blocks of 1024
+// elements: the source is checked for non-finite values with a branch-free OR
+// over exponent bits, converted to f32 and then to the destination type. Both
+// round to nearest even like the scalar code in engine/dtype.hpp.
 
 namespace {
 constexpr std::int64_t kConvBlock = 1024;
@@ -131,6 +133,199 @@ const bool kHaveF16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports(
 const bool kHaveF16c = false;
 #endif
 
+#if defined(__x86_64__)
+// ---- fused AVX2/F16C passes -------------------------------------------------
+// One pass per element: load the source, fold its magnitude bits (x & 0x7f..f)
+// into a running unsigned max (branch-free, one AND and one MAX per vector),
+// convert, store. The value is non-finite exactly when its magnitude bits are
+// >= the all-ones exponent (f16 0x7c00, bf16 0x7f80, f32 0x7f800000), so the
+// max says whether the block holds one; only then is the exact position looked
+// for (first_nonfinite_bits, the slow path). Conversions round to nearest even
+// and keep NaN payloads exactly like engine/dtype.hpp (tested bit for bit).
+#define MF_AVX2 __attribute__((target("avx2,f16c")))
+
+MF_AVX2 inline std::uint32_t hmax16(__m256i v) {
+  alignas(32) std::uint16_t a[16];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(a), v);
+  std::uint32_t m = 0;
+  for (std::uint16_t x : a) m = std::max<std::uint32_t>(m, x);
+  return m;
+}
+MF_AVX2 inline std::uint32_t hmax32(__m256i v) {
+  alignas(32) std::uint32_t a[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(a), v);
+  std::uint32_t m = 0;
+  for (std::uint32_t x : a) m = std::max(m, x);
+  return m;
+}
+// f32 (as 32-bit lanes) -> bf16 bits in the low half of each lane.
+MF_AVX2 inline __m256i bf16_lanes(__m256i x) {
+  const __m256i absx = _mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff));
+  const __m256i nan = _mm256_cmpgt_epi32(absx, _mm256_set1_epi32(0x7f800000));
+  const __m256i hi = _mm256_srli_epi32(x, 16);
+  const __m256i rne = _mm256_srli_epi32(
+      _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), _mm256_and_si256(hi, _mm256_set1_epi32(1))), 16);
+  return _mm256_blendv_epi8(rne, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+}
+// Two groups of 8 lanes -> 16 consecutive 16-bit values.
+MF_AVX2 inline __m256i pack_lanes(__m256i a, __m256i b) {
+  return _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
+}
+
+// Same type: check (and copy when dst != src). Returns the max magnitude bits.
+MF_AVX2 std::uint32_t copy_check16(const std::uint16_t* s, std::uint16_t* d, std::int64_t n) {
+  const __m256i m = _mm256_set1_epi16(0x7fff);
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0;
+  std::int64_t i = 0;
+  const bool copy = s != d;
+  for (; i + 32 <= n; i += 32) {
+    const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 16));
+    a0 = _mm256_max_epu16(a0, _mm256_and_si256(v0, m));
+    a1 = _mm256_max_epu16(a1, _mm256_and_si256(v1, m));
+    if (copy) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), v0);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 16), v1);
+    }
+  }
+  std::uint32_t r = hmax16(_mm256_max_epu16(a0, a1));
+  for (; i < n; ++i) {
+    r = std::max<std::uint32_t>(r, s[i] & 0x7fffu);
+    d[i] = s[i];
+  }
+  return r;
+}
+MF_AVX2 std::uint32_t copy_check32(const std::uint32_t* s, std::uint32_t* d, std::int64_t n) {
+  const __m256i m = _mm256_set1_epi32(0x7fffffff);
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0;
+  std::int64_t i = 0;
+  const bool copy = s != d;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 8));
+    a0 = _mm256_max_epu32(a0, _mm256_and_si256(v0, m));
+    a1 = _mm256_max_epu32(a1, _mm256_and_si256(v1, m));
+    if (copy) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), v0);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 8), v1);
+    }
+  }
+  std::uint32_t r = hmax32(_mm256_max_epu32(a0, a1));
+  for (; i < n; ++i) {
+    r = std::max(r, s[i] & 0x7fffffffu);
+    d[i] = s[i];
+  }
+  return r;
+}
+MF_AVX2 std::uint32_t f16_to_f32_fused(const std::uint16_t* s, float* d, std::int64_t n) {
+  const __m128i m = _mm_set1_epi16(0x7fff);
+  __m128i a0 = _mm_setzero_si128(), a1 = a0;
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m128i h0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    const __m128i h1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 8));
+    a0 = _mm_max_epu16(a0, _mm_and_si128(h0, m));
+    a1 = _mm_max_epu16(a1, _mm_and_si128(h1, m));
+    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(h0));
+    _mm256_storeu_ps(d + i + 8, _mm256_cvtph_ps(h1));
+  }
+  std::uint32_t r = hmax16(_mm256_set_m128i(a0, a1));
+  for (; i < n; ++i) {
+    r = std::max<std::uint32_t>(r, s[i] & 0x7fffu);
+    d[i] = f16_bits_to_f32(s[i]);
+  }
+  return r;
+}
+MF_AVX2 std::uint32_t f16_to_bf16_fused(const std::uint16_t* s, std::uint16_t* d, std::int64_t n) {
+  const __m128i m = _mm_set1_epi16(0x7fff);
+  __m128i a0 = _mm_setzero_si128(), a1 = a0;
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m128i h0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    const __m128i h1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 8));
+    a0 = _mm_max_epu16(a0, _mm_and_si128(h0, m));
+    a1 = _mm_max_epu16(a1, _mm_and_si128(h1, m));
+    const __m256i b0 = bf16_lanes(_mm256_castps_si256(_mm256_cvtph_ps(h0)));
+    const __m256i b1 = bf16_lanes(_mm256_castps_si256(_mm256_cvtph_ps(h1)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), pack_lanes(b0, b1));
+  }
+  std::uint32_t r = hmax16(_mm256_set_m128i(a0, a1));
+  for (; i < n; ++i) {
+    r = std::max<std::uint32_t>(r, s[i] & 0x7fffu);
+    d[i] = f32_to_bf16_bits(f16_bits_to_f32(s[i]));
+  }
+  return r;
+}
+MF_AVX2 std::uint32_t f32_to_f16_fused(const float* s, std::uint16_t* d, std::int64_t n) {
+  const __m256i m = _mm256_set1_epi32(0x7fffffff);
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0;
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 v0 = _mm256_loadu_ps(s + i), v1 = _mm256_loadu_ps(s + i + 8);
+    a0 = _mm256_max_epu32(a0, _mm256_and_si256(_mm256_castps_si256(v0), m));
+    a1 = _mm256_max_epu32(a1, _mm256_and_si256(_mm256_castps_si256(v1), m));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_cvtps_ph(v0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 8),
+                     _mm256_cvtps_ph(v1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  std::uint32_t r = hmax32(_mm256_max_epu32(a0, a1));
+  for (; i < n; ++i) {
+    r = std::max(r, std::bit_cast<std::uint32_t>(s[i]) & 0x7fffffffu);
+    d[i] = f32_to_f16_bits(s[i]);
+  }
+  return r;
+}
+MF_AVX2 std::uint32_t f32_to_bf16_fused(const float* s, std::uint16_t* d, std::int64_t n) {
+  const __m256i m = _mm256_set1_epi32(0x7fffffff);
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0;
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 8));
+    a0 = _mm256_max_epu32(a0, _mm256_and_si256(v0, m));
+    a1 = _mm256_max_epu32(a1, _mm256_and_si256(v1, m));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), pack_lanes(bf16_lanes(v0), bf16_lanes(v1)));
+  }
+  std::uint32_t r = hmax32(_mm256_max_epu32(a0, a1));
+  for (; i < n; ++i) {
+    r = std::max(r, std::bit_cast<std::uint32_t>(s[i]) & 0x7fffffffu);
+    d[i] = f32_to_bf16_bits(s[i]);
+  }
+  return r;
+}
+#undef MF_AVX2
+
+// The fused pass for (st, dt) when one exists: returns true and sets *maybe_bad
+// (the max magnitude bits reached the all-ones exponent of st).
+bool convert_fused(const void* src, DType st, void* dst, DType dt, std::int64_t n, bool* maybe_bad) {
+  if (!kHaveF16c) return false;
+  std::uint32_t mx = 0, thr = 0;
+  const auto* s16 = static_cast<const std::uint16_t*>(src);
+  auto* d16 = static_cast<std::uint16_t*>(dst);
+  if (st == DType::f16 || st == DType::bf16) {
+    thr = st == DType::f16 ? 0x7c00u : 0x7f80u;
+    if (dt == st) mx = copy_check16(s16, d16, n);
+    else if (st == DType::f16 && dt == DType::f32) mx = f16_to_f32_fused(s16, static_cast<float*>(dst), n);
+    else if (st == DType::f16 && dt == DType::bf16) mx = f16_to_bf16_fused(s16, d16, n);
+    else return false;
+  } else if (st == DType::f32) {
+    thr = 0x7f800000u;
+    const auto* sf = static_cast<const float*>(src);
+    if (dt == DType::f32)
+      mx = copy_check32(static_cast<const std::uint32_t*>(src), static_cast<std::uint32_t*>(dst), n);
+    else if (dt == DType::f16) mx = f32_to_f16_fused(sf, d16, n);
+    else if (dt == DType::bf16) mx = f32_to_bf16_fused(sf, d16, n);
+    else return false;
+  } else {
+    return false;
+  }
+  *maybe_bad = mx >= thr;
+  return true;
+}
+#else
+bool convert_fused(const void*, DType, void*, DType, std::int64_t, bool*) { return false; }
+#endif
+
 void to_f32(const void* src, DType st, float* d, std::int64_t n) {
   const auto* u = static_cast<const std::uint16_t*>(src);
   switch (st) {
@@ -164,6 +359,9 @@ void from_f32(const float* s, void* dst, DType dt, std::int64_t n) {
 }  // namespace
 
 std::int64_t convert_floats(const void* src, DType st, void* dst, DType dt, std::int64_t n, bool check) {
+  // In place (src == dst) only for the same type: nothing to convert, only the check.
+  if (bool maybe_bad = false; convert_fused(src, st, dst, dt, n, &maybe_bad))
+    return check && maybe_bad ? first_nonfinite_bits(src == dst ? dst : src, st, n) : -1;
   if (st == dt) {
     if (src != dst) std::memcpy(dst, src, std::size_t(n) * dtype_size(st));
     return check ? first_nonfinite_bits(dst, dt, n) : -1;
@@ -680,7 +878,10 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& path, const Data
   }
   stg.fast_path = fast;
   if (fast) {
-    impl->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NOATIME spares every pread an atime update (allowed for the file's
+    // owner only: otherwise EPERM, and a plain open).
+    impl->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOATIME);
+    if (impl->fd < 0 && errno == EPERM) impl->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (impl->fd < 0) MF_THROW("{}: cannot open for reading: {}", path, std::strerror(errno));
   } else {
     impl->mode = Impl::Mode::hdf5;

@@ -309,3 +309,61 @@ TEST_CASE("convert_floats matches engine/dtype.hpp's conversions bit for bit (al
   CHECK(io::convert_floats(y.data(), DType::f32, yo.data(), DType::bf16, 3000, true) == 2049);
   CHECK(io::convert_floats(y.data(), DType::f32, y.data(), DType::f32, 3000, true) == 2049);
 }
+
+TEST_CASE("convert_floats: fused check finds the first non-finite value for every type pair, any position") {
+  // Lengths around the vector widths; Inf and NaN of both signs; two bad values (the first wins).
+  const std::uint16_t h_bad[] = {0x7c00, 0xfc00, 0x7e00, 0xfd01};
+  const std::uint32_t f_bad[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xff800001u};
+  for (std::int64_t n : {1, 7, 15, 16, 17, 31, 32, 33, 100, 4099}) {
+    for (std::int64_t pos : {std::int64_t(0), n / 2, n - 1}) {
+      for (int k = 0; k < 4; ++k) {
+        std::vector<std::uint16_t> h(std::size_t(n), 0x3c00);  // 1.0
+        std::vector<float> f(std::size_t(n), 1.f);
+        h[std::size_t(pos)] = h_bad[k];
+        f[std::size_t(pos)] = std::bit_cast<float>(f_bad[k]);
+        if (pos + 3 < n) {
+          h[std::size_t(pos + 3)] = 0x7c00;
+          f[std::size_t(pos + 3)] = INFINITY;
+        }
+        std::vector<std::byte> out(std::size_t(n) * 4);
+        for (DType dt : {DType::f16, DType::f32, DType::bf16}) {
+          CAPTURE(n);
+          CAPTURE(pos);
+          CAPTURE(k);
+          CHECK(io::convert_floats(h.data(), DType::f16, out.data(), dt, n, true) == pos);
+          CHECK(io::convert_floats(f.data(), DType::f32, out.data(), dt, n, true) == pos);
+          CHECK(io::convert_floats(h.data(), DType::f16, out.data(), dt, n, false) == -1);
+        }
+        CHECK(io::convert_floats(h.data(), DType::f16, h.data(), DType::f16, n, true) == pos);  // in place
+        CHECK(io::convert_floats(f.data(), DType::f32, f.data(), DType::f32, n, true) == pos);
+      }
+    }
+    // Largest finite values pass.
+    std::vector<std::uint16_t> h(std::size_t(n), 0xfbff);
+    std::vector<float> f(std::size_t(n), -3.4028235e38f);
+    std::vector<std::byte> out(std::size_t(n) * 4);
+    for (DType dt : {DType::f16, DType::f32, DType::bf16}) {
+      CHECK(io::convert_floats(h.data(), DType::f16, out.data(), dt, n, true) == -1);
+      CHECK(io::convert_floats(f.data(), DType::f32, out.data(), dt, n, true) == -1);
+    }
+  }
+}
+
+TEST_CASE("convert_floats: unchecked f32 -> bf16 and copies keep NaN/Inf bit for bit") {
+  std::vector<float> x;
+  for (std::uint32_t b : {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffbfffffu, 0x7fffffffu, 0x7f7fffffu,
+                          0x7f7f8000u, 0x3f808000u, 0x3f818000u})
+    for (int rep = 0; rep < 5; ++rep) x.push_back(std::bit_cast<float>(b ^ std::uint32_t(rep)));
+  std::vector<std::uint16_t> o(x.size());
+  io::convert_floats(x.data(), DType::f32, o.data(), DType::bf16, std::int64_t(x.size()), false);
+  std::int64_t bad = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) bad += o[i] != f32_to_bf16_bits(x[i]);
+  CHECK(bad == 0);
+  std::vector<float> y(x.size());
+  io::convert_floats(x.data(), DType::f32, y.data(), DType::f32, std::int64_t(x.size()), false);
+  CHECK(std::memcmp(x.data(), y.data(), x.size() * 4) == 0);
+  std::vector<std::uint16_t> h(77), h2(77);
+  for (std::size_t i = 0; i < h.size(); ++i) h[i] = std::uint16_t(0x7c00 + i * 13);
+  io::convert_floats(h.data(), DType::f16, h2.data(), DType::f16, 77, false);
+  CHECK(h == h2);
+}
