@@ -1,4 +1,4 @@
-// TrainConfig: every setting of `melforge train`, with one table of keys that
+// RunConfig: every setting of `melforge train`, with one table of keys that
 // drives TOML loading, `--set key=value` overrides, validation, the resolved
 // TOML written into the run directory, and the help text. A key is
 // "section.name" (the TOML table and the field), e.g. "optim.lr".
@@ -16,7 +16,7 @@
 
 namespace mf::model {
 
-struct TrainConfig {
+struct RunConfig {
   // [data]
   std::string train_path;        // data.train
   std::string val_path;          // data.val
@@ -110,21 +110,21 @@ const std::vector<ConfigKeyInfo>& config_keys();
 
 // Loads a TOML file over `cfg` (only the keys present change). Throws mf::Error
 // naming the file, the key and what is accepted.
-void load_toml_file(TrainConfig& cfg, const std::filesystem::path& path);
+void load_toml_file(RunConfig& cfg, const std::filesystem::path& path);
 // Same from TOML text (`origin` names it in messages).
-void load_toml_string(TrainConfig& cfg, std::string_view text, std::string_view origin);
+void load_toml_string(RunConfig& cfg, std::string_view text, std::string_view origin);
 
 // Applies one override "key=value". The value is parsed as TOML when it can be
 // (numbers, true/false, [1, 2]); otherwise it is taken as a string.
-void apply_override(TrainConfig& cfg, std::string_view assignment);
+void apply_override(RunConfig& cfg, std::string_view assignment);
 // Sets one key from text (the CLI's plain flags use this).
-void set_key(TrainConfig& cfg, std::string_view key, std::string_view value);
+void set_key(RunConfig& cfg, std::string_view key, std::string_view value);
 
 // Checks ranges and choices across keys; throws mf::Error naming the key.
-void validate(const TrainConfig& cfg);
+void validate(const RunConfig& cfg);
 
 // The resolved configuration as TOML (every key), and back.
-std::string to_toml(const TrainConfig& cfg);
+std::string to_toml(const RunConfig& cfg);
 
 // The closest known keys to `key` (for "did you mean"); empty when none is close.
 std::vector<std::string> suggest_keys(std::string_view key);

@@ -1,4 +1,4 @@
-// TrainConfig: TOML loading, --set overrides, validation messages, round trip.
+// RunConfig: TOML loading, --set overrides, validation messages, round trip.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -6,7 +6,7 @@
 #include <functional>
 
 #include "engine/error.hpp"
-#include "model/train_config.hpp"
+#include "model/run_config.hpp"
 
 using namespace mf::model;
 
@@ -22,7 +22,7 @@ std::string error_of(const std::function<void()>& f) {
 }  // namespace
 
 TEST_CASE("TOML sections set the keys they name, and only those") {
-  TrainConfig c;
+  RunConfig c;
   load_toml_string(c, R"(
 [data]
 train = "a.h5"
@@ -42,12 +42,12 @@ fast_dev_run = true
   CHECK(c.weight_decay == 0.0);
   CHECK(c.channels == std::vector<std::int64_t>{16, 32});
   CHECK(c.fast_dev_run);
-  CHECK(c.epochs == TrainConfig{}.epochs);
+  CHECK(c.epochs == RunConfig{}.epochs);
   validate(c);
 }
 
 TEST_CASE("unknown keys get a did-you-mean") {
-  TrainConfig c;
+  RunConfig c;
   CHECK(error_of([&] { load_toml_string(c, "[optim]\nlearning_rat = 1\n", "x.toml"); }).find("unknown") !=
         std::string::npos);
   const std::string e1 = error_of([&] { apply_override(c, "train.lr=0.1"); });
@@ -63,7 +63,7 @@ TEST_CASE("unknown keys get a did-you-mean") {
 }
 
 TEST_CASE("wrong types name the key and the expected type") {
-  TrainConfig c;
+  RunConfig c;
   const std::string e = error_of([&] { load_toml_string(c, "[train]\nepochs = \"ten\"\n", "r.toml"); });
   CHECK(e == "r.toml: train.epochs: expected integer (an integer > 0), found a string");
   const std::string e2 = error_of([&] { apply_override(c, "train.batch_size=1.5"); });
@@ -78,7 +78,7 @@ TEST_CASE("wrong types name the key and the expected type") {
 
 TEST_CASE("impossible values name the key and what is accepted") {
   auto check = [](const std::string& set, const std::string& want) {
-    TrainConfig c;
+    RunConfig c;
     c.train_path = "t.h5";
     c.val_path = "v.h5";
     apply_override(c, set);
@@ -94,12 +94,12 @@ TEST_CASE("impossible values name the key and what is accepted") {
   check("run.profile_steps=5:3", "run.profile_steps: expected empty or A:B with 0 <= A < B, found '5:3'");
   check("eval.metric=val.f1", "eval.metric: expected one of val.loss");
   check("model.dropout=1", "model.dropout: expected a number in [0, 1), found 1");
-  TrainConfig c;
+  RunConfig c;
   CHECK(error_of([&] { validate(c); }).find("data.train: a training set is required") != std::string::npos);
 }
 
 TEST_CASE("--set takes paths verbatim and parses numbers, booleans and lists") {
-  TrainConfig c;
+  RunConfig c;
   apply_override(c, "data.train=/x/y z.h5");
   apply_override(c, "train.cuda_graphs=false");
   apply_override(c, "model.channels=[8,16,32]");
@@ -114,7 +114,7 @@ TEST_CASE("--set takes paths verbatim and parses numbers, booleans and lists") {
 }
 
 TEST_CASE("the resolved TOML reloads to the same configuration") {
-  TrainConfig a;
+  RunConfig a;
   a.train_path = "tr.h5";
   a.val_path = "va.h5";
   a.lr = 1.2345e-4;
@@ -124,7 +124,7 @@ TEST_CASE("the resolved TOML reloads to the same configuration") {
   a.fast_dev_run = true;
   a.metric = "val.loss";
   const std::string text = to_toml(a);
-  TrainConfig b;
+  RunConfig b;
   load_toml_string(b, text, "resolved");
   CHECK(to_toml(b) == text);
   CHECK(b.lr == a.lr);

@@ -1,4 +1,4 @@
-#include "model/train_config.hpp"
+#include "model/run_config.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -18,11 +18,11 @@ namespace mf::model {
 
 namespace {
 
-using Member = std::variant<std::string TrainConfig::*, std::int64_t TrainConfig::*, double TrainConfig::*,
-                            bool TrainConfig::*, std::vector<std::int64_t> TrainConfig::*>;
+using Member = std::variant<std::string RunConfig::*, std::int64_t RunConfig::*, double RunConfig::*,
+                            bool RunConfig::*, std::vector<std::int64_t> RunConfig::*>;
 
 // A check returns an empty string when the value is fine, else what is accepted.
-using Check = std::function<std::string(const TrainConfig&)>;
+using Check = std::function<std::string(const RunConfig&)>;
 
 struct Field {
   std::string key;
@@ -42,33 +42,33 @@ std::string type_name(const Member& m) {
   }
 }
 
-template <class T> Check at_least(T TrainConfig::*m, T lo) {
-  return [m, lo](const TrainConfig& c) { return c.*m >= lo ? std::string{} : fmt::format(">= {}", lo); };
+template <class T> Check at_least(T RunConfig::*m, T lo) {
+  return [m, lo](const RunConfig& c) { return c.*m >= lo ? std::string{} : fmt::format(">= {}", lo); };
 }
-Check positive_int(std::int64_t TrainConfig::*m) {
-  return [m](const TrainConfig& c) { return c.*m > 0 ? std::string{} : std::string("an integer > 0"); };
+Check positive_int(std::int64_t RunConfig::*m) {
+  return [m](const RunConfig& c) { return c.*m > 0 ? std::string{} : std::string("an integer > 0"); };
 }
-Check positive_float(double TrainConfig::*m) {
-  return [m](const TrainConfig& c) {
+Check positive_float(double RunConfig::*m) {
+  return [m](const RunConfig& c) {
     return std::isfinite(c.*m) && c.*m > 0 ? std::string{} : std::string("a finite number > 0");
   };
 }
-Check float_range(double TrainConfig::*m, double lo, double hi, bool hi_open) {
-  return [=](const TrainConfig& c) {
+Check float_range(double RunConfig::*m, double lo, double hi, bool hi_open) {
+  return [=](const RunConfig& c) {
     const double v = c.*m;
     const bool ok = std::isfinite(v) && v >= lo && (hi_open ? v < hi : v <= hi);
     return ok ? std::string{} : fmt::format("a number in [{}, {}{}", lo, hi, hi_open ? ")" : "]");
   };
 }
-Check one_of(std::string TrainConfig::*m, std::vector<std::string> choices) {
-  return [m, choices](const TrainConfig& c) {
+Check one_of(std::string RunConfig::*m, std::vector<std::string> choices) {
+  return [m, choices](const RunConfig& c) {
     if (std::find(choices.begin(), choices.end(), c.*m) != choices.end()) return std::string{};
     return fmt::format("one of {}", fmt::join(choices, ", "));
   };
 }
 
 const std::vector<Field>& fields() {
-  using C = TrainConfig;
+  using C = RunConfig;
   static const std::vector<Field> f = [] {
     std::vector<Field> v;
     auto add = [&](std::string key, Member m, std::string accepted, std::string help, Check check = {}) {
@@ -257,7 +257,7 @@ std::string node_type(const toml::node& n) {
 
 // Assigns a TOML node to a field, with type conversions a user would expect
 // (an integer where a float is wanted).
-void assign(TrainConfig& cfg, const Field& f, const toml::node& n, std::string_view origin) {
+void assign(RunConfig& cfg, const Field& f, const toml::node& n, std::string_view origin) {
   auto wrong = [&]() {
     MF_THROW("{}{}: expected {} ({}), found {}", origin.empty() ? "" : fmt::format("{}: ", origin), f.key,
              type_name(f.member), f.accepted, node_type(n));
@@ -291,7 +291,7 @@ void assign(TrainConfig& cfg, const Field& f, const toml::node& n, std::string_v
       f.member);
 }
 
-void load_table(TrainConfig& cfg, const toml::table& root, std::string_view origin) {
+void load_table(RunConfig& cfg, const toml::table& root, std::string_view origin) {
   for (auto&& [section_key, section] : root) {
     const std::string sec(section_key.str());
     const toml::table* t = section.as_table();
@@ -322,9 +322,9 @@ std::int64_t parse_profile(const std::string& s, bool want_end) {
 
 }  // namespace
 
-std::int64_t TrainConfig::profile_begin() const { return parse_profile(profile_steps, false); }
-std::int64_t TrainConfig::profile_end() const { return parse_profile(profile_steps, true); }
-bool TrainConfig::metric_higher_is_better() const { return metric.find("loss") == std::string::npos; }
+std::int64_t RunConfig::profile_begin() const { return parse_profile(profile_steps, false); }
+std::int64_t RunConfig::profile_end() const { return parse_profile(profile_steps, true); }
+bool RunConfig::metric_higher_is_better() const { return metric.find("loss") == std::string::npos; }
 
 const std::vector<std::string>& metric_names() {
   static const std::vector<std::string> n = {
@@ -370,7 +370,7 @@ std::vector<std::string> suggest_keys(std::string_view key) {
   return out;
 }
 
-void load_toml_string(TrainConfig& cfg, std::string_view text, std::string_view origin) {
+void load_toml_string(RunConfig& cfg, std::string_view text, std::string_view origin) {
   toml::table root;
   try {
     root = toml::parse(text, origin);
@@ -381,7 +381,7 @@ void load_toml_string(TrainConfig& cfg, std::string_view text, std::string_view 
   load_table(cfg, root, origin);
 }
 
-void load_toml_file(TrainConfig& cfg, const std::filesystem::path& path) {
+void load_toml_file(RunConfig& cfg, const std::filesystem::path& path) {
   std::error_code ec;
   MF_CHECK(std::filesystem::is_regular_file(path, ec), "config file {} does not exist or is not a file",
            path.string());
@@ -395,7 +395,7 @@ void load_toml_file(TrainConfig& cfg, const std::filesystem::path& path) {
   load_table(cfg, root, path.string());
 }
 
-void set_key(TrainConfig& cfg, std::string_view key, std::string_view value) {
+void set_key(RunConfig& cfg, std::string_view key, std::string_view value) {
   const Field* f = find_field(key);
   if (!f) unknown_key(key, "");
   const std::string origin = fmt::format("--set {}={}", key, value);
@@ -416,7 +416,7 @@ void set_key(TrainConfig& cfg, std::string_view key, std::string_view value) {
   assign(cfg, *f, *t.get("v"), "");
 }
 
-void apply_override(TrainConfig& cfg, std::string_view assignment) {
+void apply_override(RunConfig& cfg, std::string_view assignment) {
   const auto eq = assignment.find('=');
   MF_CHECK(eq != std::string_view::npos && eq > 0, "--set expects key=value (e.g. --set optim.lr=3e-4), found '{}'",
            assignment);
@@ -427,7 +427,7 @@ void apply_override(TrainConfig& cfg, std::string_view assignment) {
   set_key(cfg, key, value);
 }
 
-void validate(const TrainConfig& cfg) {
+void validate(const RunConfig& cfg) {
   for (const Field& f : fields()) {
     if (!f.check) continue;
     const std::string accepted = f.check(cfg);
@@ -452,7 +452,7 @@ void validate(const TrainConfig& cfg) {
            "eval.patience: early stopping needs a validation set (data.val)");
 }
 
-std::string to_toml(const TrainConfig& cfg) {
+std::string to_toml(const RunConfig& cfg) {
   std::map<std::string, toml::table> sections;
   std::vector<std::string> order;
   for (const Field& f : fields()) {
