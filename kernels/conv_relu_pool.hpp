@@ -39,8 +39,8 @@ struct ConvReluPoolDims {
   int h = 1, w = 1, cin = 1, cout = 1;
   int k = 3;
   int pool = 2;
-  int ph() const { return h / pool; }
-  int pw() const { return w / pool; }
+  constexpr int ph() const { return h / pool; }
+  constexpr int pw() const { return w / pool; }
 };
 
 void conv_relu_pool_forward_cpu(const ConvReluPoolDims& d, DType dtype, const void* x, const void* w,
@@ -48,6 +48,17 @@ void conv_relu_pool_forward_cpu(const ConvReluPoolDims& d, DType dtype, const vo
 void conv_relu_pool_backward_cpu(const ConvReluPoolDims& d, DType dtype, const void* x, const void* w,
                                  const void* dy, const std::uint8_t* code, void* dx, float* dw,
                                  float* db, cudaStream_t stream);
+
+// Which CUDA implementation conv_relu_pool_*_cuda runs (the CPU twin has one).
+// automatic picks the fastest variant valid for the shape and the GPU; an
+// explicit variant that cannot run a shape (e.g. mma with Cin % 8 != 0, or on a
+// GPU older than sm_80) falls back to the next simpler one, ending at direct.
+// Process-wide; the environment variable MELFORGE_CONV_ALGO (auto, direct,
+// tiled, mma) sets the initial value.
+enum class ConvAlgo : int { automatic = 0, direct = 1, tiled = 2, mma = 3 };
+void set_conv_relu_pool_algo(ConvAlgo algo);
+ConvAlgo conv_relu_pool_algo();
+const char* conv_algo_name(ConvAlgo algo);
 
 void conv_relu_pool_forward_cuda(const ConvReluPoolDims& d, DType dtype, const void* x, const void* w,
                                  const void* b, void* y, std::uint8_t* code, cudaStream_t stream);

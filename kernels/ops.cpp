@@ -2,6 +2,9 @@
 
 #include "kernels/cast.hpp"
 #include "kernels/file_vote.hpp"
+#include "kernels/dense.hpp"
+#include "kernels/dropout.hpp"
+#include "kernels/conv_relu_pool.hpp"
 
 namespace mf::ops {
 
@@ -40,6 +43,254 @@ void file_vote(const Tensor& class_in, const Tensor& leak_in, std::int64_t files
   fn(static_cast<const float*>(class_in.raw()), static_cast<const float*>(leak_in.raw()),
      static_cast<float*>(file_probs.raw()), static_cast<std::int32_t*>(file_class.raw()),
      static_cast<float*>(file_leak_prob.raw()), static_cast<std::int32_t*>(file_leak.raw()), d, stream);
+// ---- training step ops ----
+
+namespace {
+void check_float(const Tensor& t, const char* op, const char* what) {
+  MF_CHECK(dtype_is_float(t.dtype()), "{}: {} must be f32, bf16 or f16, found {}", op, what, t.str());
+}
+}  // namespace
+
+void dense_forward(const Tensor& x, const Tensor& w, const Tensor& b, bool relu, Tensor& y,
+                   cudaStream_t stream) {
+  constexpr const char* op = "dense_forward";
+  MF_CHECK(x.ndim() == 2 && w.ndim() == 2, "{}: x must be [M, K] and w [N, K], found x {} and w {}", op,
+           x.str(), w.str());
+  check_float(x, op, "x");
+  const std::int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  check_shape(w, {N, K}, op, "w");
+  check_shape(b, {N}, op, "b");
+  check_shape(y, {M, N}, op, "y");
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&w, &b, &y}) check_dtype(*t, x.dtype(), op, "w, b and y (the dtype of x)");
+  check_same_device({&x, &w, &b, &y}, op);
+  const kernels::DenseDims d{M, int(K), int(N), relu};
+  auto fn = x.is_cuda() ? kernels::dense_forward_cuda : kernels::dense_forward_cpu;
+  fn(d, x.dtype(), x.raw(), w.raw(), b.raw(), y.raw(), stream);
+}
+
+void dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& dy, bool relu, Tensor* dx,
+                    Tensor& dw, Tensor& db, cudaStream_t stream) {
+  constexpr const char* op = "dense_backward";
+  MF_CHECK(x.ndim() == 2 && w.ndim() == 2, "{}: x must be [M, K] and w [N, K], found x {} and w {}", op,
+           x.str(), w.str());
+  check_float(x, op, "x");
+  const std::int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  check_shape(w, {N, K}, op, "w");
+  check_shape(y, {M, N}, op, "y");
+  check_shape(dy, {M, N}, op, "dy");
+  check_shape(dw, {N, K}, op, "dw");
+  check_shape(db, {N}, op, "db");
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&w, &y, &dy}) check_dtype(*t, x.dtype(), op, "w, y and dy (the dtype of x)");
+  check_dtype(dw, DType::f32, op, "dw");
+  check_dtype(db, DType::f32, op, "db");
+  check_same_device({&x, &w, &y, &dy, &dw, &db}, op);
+  if (dx) {
+    check_shape(*dx, {M, K}, op, "dx");
+    check_dtype(*dx, x.dtype(), op, "dx");
+    check_same_device({&x, dx}, op);
+  }
+  const kernels::DenseDims d{M, int(K), int(N), relu};
+  auto fn = x.is_cuda() ? kernels::dense_backward_cuda : kernels::dense_backward_cpu;
+  fn(d, x.dtype(), x.raw(), w.raw(), y.raw(), dy.raw(), dx ? dx->raw() : nullptr, dw.data<float>(),
+     db.data<float>(), stream);
+}
+
+void leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& leak, const Tensor* class_weight,
+               const float* loss_scale, const kernels::LeakLossDims& opts, Tensor& dlogits, Tensor& sums,
+               Tensor& counts, Tensor* step_loss, cudaStream_t stream) {
+  constexpr const char* op = "leak_loss";
+  MF_CHECK(logits.ndim() == 2 && logits.size(1) >= 2,
+           "{}: logits must be [B, C+1] with C >= 1 classes, found {}", op, logits.str());
+  check_float(logits, op, "logits");
+  const std::int64_t B = logits.size(0);
+  const int C = int(logits.size(1) - 1);
+  MF_CHECK(opts.classes == C, "{}: {} classes configured, logits {} hold {}", op, opts.classes, logits.str(), C);
+  MF_CHECK(opts.batch == B, "{}: batch {} configured, logits {} hold {}", op, opts.batch, logits.str(), B);
+  MF_CHECK(opts.label_smoothing >= 0.f && opts.label_smoothing <= 1.f,
+           "{}: label smoothing must be in [0, 1], found {}", op, opts.label_smoothing);
+  check_shape(labels, {B}, op, "labels");
+  check_dtype(labels, DType::i32, op, "labels");
+  check_shape(leak, {B}, op, "leak");
+  check_dtype(leak, DType::f32, op, "leak");
+  check_shape(dlogits, logits.shape(), op, "dlogits");
+  check_dtype(dlogits, logits.dtype(), op, "dlogits");
+  check_shape(sums, {kernels::kLossSums}, op, "sums");
+  check_dtype(sums, DType::f32, op, "sums");
+  check_shape(counts, {kernels::kLossCounts + std::int64_t(C) * C}, op, "counts");
+  check_dtype(counts, DType::i32, op, "counts");
+  check_same_device({&logits, &labels, &leak, &dlogits, &sums, &counts}, op);
+  if (class_weight) {
+    check_shape(*class_weight, {C}, op, "class_weight");
+    check_dtype(*class_weight, DType::f32, op, "class_weight");
+    check_same_device({&logits, class_weight}, op);
+  }
+  if (step_loss) {
+    check_shape(*step_loss, {1}, op, "step_loss");
+    check_dtype(*step_loss, DType::f32, op, "step_loss");
+    check_same_device({&logits, step_loss}, op);
+  }
+  auto fn = logits.is_cuda() ? kernels::leak_loss_cuda : kernels::leak_loss_cpu;
+  fn(opts, logits.dtype(), logits.raw(), labels.data<std::int32_t>(), leak.data<float>(),
+     class_weight ? class_weight->data<float>() : nullptr, loss_scale, dlogits.raw(), sums.data<float>(),
+     counts.data<std::int32_t>(), step_loss ? step_loss->data<float>() : nullptr, stream);
+}
+
+void head_probs(const Tensor& logits, Tensor& probs, Tensor& leak_prob, cudaStream_t stream) {
+  constexpr const char* op = "head_probs";
+  MF_CHECK(logits.ndim() == 2 && logits.size(1) >= 2, "{}: logits must be [B, C+1], found {}", op, logits.str());
+  check_float(logits, op, "logits");
+  const std::int64_t B = logits.size(0), C = logits.size(1) - 1;
+  check_shape(probs, {B, C}, op, "probs");
+  check_dtype(probs, DType::f32, op, "probs");
+  check_shape(leak_prob, {B}, op, "leak_prob");
+  check_dtype(leak_prob, DType::f32, op, "leak_prob");
+  check_same_device({&logits, &probs, &leak_prob}, op);
+  auto fn = logits.is_cuda() ? kernels::head_probs_cuda : kernels::head_probs_cpu;
+  fn(B, int(C), logits.dtype(), logits.raw(), probs.data<float>(), leak_prob.data<float>(), stream);
+}
+
+void adamw_step(const kernels::AdamWConfig& cfg, std::int64_t decay_end, Tensor& master, const Tensor& grad,
+                Tensor& m, Tensor& v, Tensor* work, Tensor& state, Tensor& scratch, cudaStream_t stream) {
+  constexpr const char* op = "adamw_step";
+  const std::int64_t n = master.numel();
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&master, &grad, &m, &v}) {
+    check_shape(*t, {n}, op, "master, grad, m and v (flat, one layout)");
+    check_dtype(*t, DType::f32, op, "master, grad, m and v");
+  }
+  MF_CHECK(0 <= decay_end && decay_end <= n, "{}: decay_end {} outside [0, {}]", op, decay_end, n);
+  check_shape(state, {std::int64_t(sizeof(kernels::AdamWState))}, op, "state");
+  check_dtype(state, DType::u8, op, "state");
+  MF_CHECK(scratch.nbytes() >= kernels::adamw_scratch_bytes(), "{}: scratch holds {} bytes, needs {}", op,
+           scratch.nbytes(), kernels::adamw_scratch_bytes());
+  check_same_device({&master, &grad, &m, &v, &state, &scratch}, op);
+  if (work) {
+    check_shape(*work, {n}, op, "work");
+    check_float(*work, op, "work");
+    check_same_device({&master, work}, op);
+  }
+  MF_CHECK(cfg.beta1 >= 0.f && cfg.beta1 < 1.f && cfg.beta2 >= 0.f && cfg.beta2 < 1.f,
+           "{}: betas must be in [0, 1), found {} and {}", op, cfg.beta1, cfg.beta2);
+  MF_CHECK(cfg.schedule == kernels::LrSchedule::constant || cfg.total_steps >= 1,
+           "{}: a decaying schedule needs total_steps >= 1, found {}", op, cfg.total_steps);
+  const kernels::AdamWDims d{n, decay_end};
+  auto fn = master.is_cuda() ? kernels::adamw_step_cuda : kernels::adamw_step_cpu;
+  fn(d, cfg, work ? work->dtype() : DType::f32, master.data<float>(), grad.data<float>(), m.data<float>(),
+     v.data<float>(), work ? work->raw() : nullptr, static_cast<kernels::AdamWState*>(state.raw()),
+     scratch.raw(), stream);
+}
+
+void accumulate(const Tensor& src, Tensor& dst, cudaStream_t stream) {
+  constexpr const char* op = "accumulate";
+  check_shape(dst, src.shape(), op, "dst");
+  check_dtype(src, DType::f32, op, "src");
+  check_dtype(dst, DType::f32, op, "dst");
+  check_same_device({&src, &dst}, op);
+  auto fn = src.is_cuda() ? kernels::accumulate_f32_cuda : kernels::accumulate_f32_cpu;
+  fn(src.numel(), src.data<float>(), dst.data<float>(), stream);
+}
+
+namespace {
+void dropout_common(const char* op, const Tensor& a, Tensor& b, float p) {
+  check_float(a, op, "input");
+  check_shape(b, a.shape(), op, "output");
+  check_dtype(b, a.dtype(), op, "output");
+  check_same_device({&a, &b}, op);
+  MF_CHECK(p >= 0.f && p < 1.f, "{}: drop probability must be in [0, 1), found {}", op, p);
+}
+}  // namespace
+
+void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t seed, std::uint32_t stream_id,
+                     const std::int32_t* counter, cudaStream_t stream) {
+  dropout_common("dropout_forward", x, y, p);
+  const kernels::DropoutDims d{x.numel(), p, seed, stream_id};
+  auto fn = x.is_cuda() ? kernels::dropout_forward_cuda : kernels::dropout_forward_cpu;
+  fn(d, x.dtype(), x.raw(), y.raw(), counter, stream);
+}
+
+void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t seed, std::uint32_t stream_id,
+                      const std::int32_t* counter, cudaStream_t stream) {
+  dropout_common("dropout_backward", dy, dx, p);
+  const kernels::DropoutDims d{dy.numel(), p, seed, stream_id};
+  auto fn = dy.is_cuda() ? kernels::dropout_backward_cuda : kernels::dropout_backward_cpu;
+  fn(d, dy.dtype(), dy.raw(), dx.raw(), counter, stream);
+}
+
+namespace {
+// Validates x, w and the pool size, and returns the dims they imply.
+kernels::ConvReluPoolDims conv_dims(const Tensor& x, const Tensor& w, int pool, const char* op) {
+  MF_CHECK(x.ndim() == 4, "{}: x must be 4-D [N, H, W, Cin] (NHWC), got {}", op, shape_str(x.shape()));
+  MF_CHECK(w.ndim() == 4, "{}: w must be 4-D [Cout, k, k, Cin], got {}", op, shape_str(w.shape()));
+  MF_CHECK(dtype_is_float(x.dtype()), "{}: x must be f32, f16 or bf16, got {}", op, dtype_name(x.dtype()));
+  check_dtype(w, x.dtype(), op, "w (same dtype as x)");
+  MF_CHECK(x.size(0) >= 1 && x.size(1) >= 1 && x.size(2) >= 1 && x.size(3) >= 1,
+           "{}: x must have N, H, W, Cin >= 1, got {}", op, shape_str(x.shape()));
+  MF_CHECK(w.size(1) == w.size(2) && w.size(1) % 2 == 1,
+           "{}: w must be [Cout, k, k, Cin] with k odd and square, got {}", op, shape_str(w.shape()));
+  MF_CHECK(w.size(1) <= 15, "{}: kernel size k must be <= 15, got {}", op, w.size(1));
+  MF_CHECK(w.size(0) >= 1, "{}: w must have Cout >= 1, got {}", op, shape_str(w.shape()));
+  MF_CHECK(w.size(3) == x.size(3), "{}: w's Cin ({}) must match x's channels ({}); w {} x {}", op,
+           w.size(3), x.size(3), shape_str(w.shape()), shape_str(x.shape()));
+  MF_CHECK(pool >= 1 && pool <= 15, "{}: pool must be in [1, 15], got {}", op, pool);
+  MF_CHECK(x.size(1) < (1 << 30) && x.size(2) < (1 << 30) && x.size(3) < (1 << 30) && w.size(0) < (1 << 30),
+           "{}: x {} / w {} dimensions too large", op, shape_str(x.shape()), shape_str(w.shape()));
+  kernels::ConvReluPoolDims d;
+  d.n = x.size(0);
+  d.h = int(x.size(1));
+  d.w = int(x.size(2));
+  d.cin = int(x.size(3));
+  d.cout = int(w.size(0));
+  d.k = int(w.size(1));
+  d.pool = pool;
+  return d;
+}
+}  // namespace
+
+void conv_relu_pool_forward(const Tensor& x, const Tensor& w, const Tensor& b, int pool, Tensor& y,
+                            Tensor* code, cudaStream_t stream) {
+  constexpr const char* op = "conv_relu_pool_forward";
+  const kernels::ConvReluPoolDims d = conv_dims(x, w, pool, op);
+  check_shape(b, {d.cout}, op, "b");
+  check_dtype(b, x.dtype(), op, "b (same dtype as x)");
+  const Shape ys{d.n, d.ph(), d.pw(), d.cout};
+  check_shape(y, ys, op, "y");
+  check_dtype(y, x.dtype(), op, "y (same dtype as x)");
+  const bool with_code = code && code->defined() && code->numel() > 0;
+  if (with_code) {
+    check_shape(*code, ys, op, "code");
+    check_dtype(*code, DType::u8, op, "code");
+    check_same_device({&x, &w, &b, &y, code}, op);
+  } else {
+    check_same_device({&x, &w, &b, &y}, op);
+  }
+  std::uint8_t* cp = with_code ? code->data<std::uint8_t>() : nullptr;
+  auto fn = x.is_cuda() ? kernels::conv_relu_pool_forward_cuda : kernels::conv_relu_pool_forward_cpu;
+  fn(d, x.dtype(), x.raw(), w.raw(), b.raw(), y.raw(), cp, stream);
+}
+
+void conv_relu_pool_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& code,
+                             int pool, Tensor* dx, Tensor& dw, Tensor& db, cudaStream_t stream) {
+  constexpr const char* op = "conv_relu_pool_backward";
+  const kernels::ConvReluPoolDims d = conv_dims(x, w, pool, op);
+  const Shape ys{d.n, d.ph(), d.pw(), d.cout};
+  check_shape(dy, ys, op, "dy");
+  check_dtype(dy, x.dtype(), op, "dy (same dtype as x)");
+  check_shape(code, ys, op, "code (from the forward)");
+  check_dtype(code, DType::u8, op, "code");
+  check_shape(dw, w.shape(), op, "dw");
+  check_dtype(dw, DType::f32, op, "dw");
+  check_shape(db, {d.cout}, op, "db");
+  check_dtype(db, DType::f32, op, "db");
+  const bool with_dx = dx && dx->defined() && dx->numel() > 0;
+  if (with_dx) {
+    check_shape(*dx, x.shape(), op, "dx");
+    check_dtype(*dx, x.dtype(), op, "dx (same dtype as x)");
+    check_same_device({&x, &w, &dy, &code, &dw, &db, dx}, op);
+  } else {
+    check_same_device({&x, &w, &dy, &code, &dw, &db}, op);
+  }
+  auto fn = x.is_cuda() ? kernels::conv_relu_pool_backward_cuda : kernels::conv_relu_pool_backward_cpu;
+  fn(d, x.dtype(), x.raw(), w.raw(), dy.raw(), code.data<std::uint8_t>(), with_dx ? dx->raw() : nullptr,
+     dw.data<float>(), db.data<float>(), stream);
 }
 
 }  // namespace mf::ops

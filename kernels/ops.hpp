@@ -6,6 +6,8 @@
 #include <cuda_runtime_api.h>
 
 #include "engine/tensor.hpp"
+#include "kernels/adamw.hpp"
+#include "kernels/loss.hpp"
 
 namespace mf::ops {
 
@@ -28,5 +30,41 @@ void conv_relu_pool_backward(const Tensor& x, const Tensor& w, const Tensor& dy,
 void file_vote(const Tensor& class_in, const Tensor& leak_in, std::int64_t files, std::int64_t longs,
                std::int64_t shorts, float threshold, bool logits, Tensor& file_probs, Tensor& file_class,
                Tensor& file_leak_prob, Tensor& file_leak, cudaStream_t stream = nullptr);
+
+// ---- training step ops (kernels/dense.hpp, loss.hpp, adamw.hpp, dropout.hpp) ----
+
+// y [M,N] = x [M,K] w[N,K]^T + b[N] (+ReLU). x, w, b, y share dtype and device.
+void dense_forward(const Tensor& x, const Tensor& w, const Tensor& b, bool relu, Tensor& y,
+                   cudaStream_t stream = nullptr);
+// dw [N,K] and db [N] f32 (overwritten); dx [M,K] may be null. With relu, dy is
+// overwritten by dy * (y > 0).
+void dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& dy, bool relu, Tensor* dx,
+                    Tensor& dw, Tensor& db, cudaStream_t stream = nullptr);
+
+// The fused two-head loss (kernels/loss.hpp). logits/dlogits [B, C+1]; labels
+// i32 [B]; leak f32 [B]; class_weight f32 [C] or null; loss_scale: a float in
+// the tensors' memory (device pointer on GPU) or null; sums f32 [kLossSums];
+// counts i32 [kLossCounts + C*C]; step_loss f32 [1] or null.
+void leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& leak, const Tensor* class_weight,
+               const float* loss_scale, const kernels::LeakLossDims& opts, Tensor& dlogits, Tensor& sums,
+               Tensor& counts, Tensor* step_loss, cudaStream_t stream = nullptr);
+// probs f32 [B, C], leak_prob f32 [B] from logits [B, C+1].
+void head_probs(const Tensor& logits, Tensor& probs, Tensor& leak_prob, cudaStream_t stream = nullptr);
+
+// The fused AdamW step over flat f32 buffers [n] (kernels/adamw.hpp). work may
+// be null (fp32: the master is the working copy); state is u8
+// [sizeof(AdamWState)]; scratch u8 [adamw_scratch_bytes()].
+void adamw_step(const kernels::AdamWConfig& cfg, std::int64_t decay_end, Tensor& master, const Tensor& grad,
+                Tensor& m, Tensor& v, Tensor* work, Tensor& state, Tensor& scratch,
+                cudaStream_t stream = nullptr);
+// dst += src (f32, same shape).
+void accumulate(const Tensor& src, Tensor& dst, cudaStream_t stream = nullptr);
+
+// Dropout with the counter-based mask (kernels/dropout.hpp); counter: an i32 in
+// the tensors' memory. backward applies the same mask to dy.
+void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t seed, std::uint32_t stream_id,
+                     const std::int32_t* counter, cudaStream_t stream = nullptr);
+void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t seed, std::uint32_t stream_id,
+                      const std::int32_t* counter, cudaStream_t stream = nullptr);
 
 }  // namespace mf::ops

@@ -1,0 +1,62 @@
+"""LeakCNN in PyTorch: the reference module melforge is compared against.
+
+Its state_dict names are melforge's parameter names (model/param_buffer.hpp).
+Layout differences (handled by model/torch_layout.hpp on melforge's side):
+  * conv weights: PyTorch OIHW [Cout, Cin, k, k]; melforge OHWI [Cout, k, k, Cin].
+  * fc.weight [D, F]: PyTorch flattens the last block's NCHW output (c, h, w);
+    melforge flattens NHWC (h, w, c), so its fc.weight columns are permuted:
+    torch[d, c*H*W + h*W + w] == melforge[d, (h*W + w)*C + c].
+  * input: PyTorch [N, 1, mels, frames]; melforge [N, mels, frames, 1] (the same
+    memory, as there is one channel).
+The two heads are separate nn.Linear here; melforge stores them adjacently and
+runs them as one [C+1, D] layer, which computes the same logits.
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, cin, cout, kernel, pool):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, kernel, padding=kernel // 2)
+        self.pool = pool
+
+    def forward(self, x):
+        x = F.relu(self.conv(x))
+        return F.max_pool2d(x, self.pool) if self.pool > 1 else x
+
+
+class LeakCNN(nn.Module):
+    def __init__(self, in_mels=64, in_frames=64, channels=(32, 64, 128), pools=(2, 2, 2), kernel=3,
+                 dense=256, dropout=0.0, classes=2):
+        super().__init__()
+        blocks, cin, h, w = [], 1, in_mels, in_frames
+        for cout, p in zip(channels, pools):
+            blocks.append(Block(cin, cout, kernel, p))
+            cin, h, w = cout, h // p, w // p
+        self.blocks = nn.ModuleList(blocks)
+        self.fc = nn.Linear(cin * h * w, dense)
+        self.dropout = nn.Dropout(dropout)
+        self.class_head = nn.Linear(dense, classes)
+        self.leak_head = nn.Linear(dense, 1)
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        h = self.dropout(F.relu(self.fc(torch.flatten(x, 1))))
+        return self.class_head(h), self.leak_head(h).squeeze(1)
+
+
+def lr_at(it, lr, schedule="constant", warmup=0, total=1, min_lr=0.0):
+    """melforge's schedule (kernels/adamw.hpp) at 0-based iteration `it`."""
+    import math
+    if it < warmup:
+        return lr * (it + 1) / warmup
+    span = max(1, total - warmup)
+    p = min(max((it - warmup) / span, 0.0), 1.0)
+    if schedule == "cosine":
+        return min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * p))
+    if schedule == "linear":
+        return lr + (min_lr - lr) * p
+    return lr

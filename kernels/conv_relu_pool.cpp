@@ -1,0 +1,373 @@
+// conv_relu_pool CPU twin: the reference in tests and the engine's CPU backend.
+//
+// Work is cut into conv output rows. Each row is computed by one register-
+// blocked micro-kernel (conv_row: 4 output pixels x 8 output channels held in
+// registers, inner loop over input channels, weights pre-transposed to
+// [k][k][Cin][Cout padded to 8] f32 so the 8-channel vectors are contiguous and
+// auto-vectorize). Inputs are converted to f32 once per row into a zero-padded
+// row buffer, so the kernel has no bounds checks.
+//
+// Forward: parallel over (image, pooled row); conv rows are pooled in f32 and
+//   each output rounded once to T.
+// Backward: the dense pre-activation gradient g (dy routed to the winning
+//   position of each pooled window, 0 elsewhere and where ReLU blocked) is
+//   rebuilt row by row from the saved codes.
+//   dx = the same conv micro-kernel applied to g with the flipped, transposed
+//        weights (a "full" correlation); parallel over (image, row).
+//   dw, db: conv rows are split into a FIXED number of chunks that depends only
+//        on the shape (never on the thread count); each chunk accumulates its
+//        own partial in row order, then the partials are summed in chunk
+//        order. Bit-identical for any number of threads.
+// Precision: T operands widened to f32, f32 accumulation, one rounding per
+// output. (x * 0 terms are not skipped, so Inf/NaN in inputs propagate as in
+// PyTorch.)
+#include "kernels/conv_relu_pool.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+#include "engine/error.hpp"
+#include "engine/parallel.hpp"
+
+namespace mf::kernels {
+
+// ---- the CUDA variant selector ---------------------------------------------
+
+namespace {
+ConvAlgo algo_from_env() {
+  const char* e = std::getenv("MELFORGE_CONV_ALGO");
+  if (!e || !*e) return ConvAlgo::automatic;
+  const std::string_view v(e);
+  if (v == "auto" || v == "0") return ConvAlgo::automatic;
+  if (v == "direct" || v == "1") return ConvAlgo::direct;
+  if (v == "tiled" || v == "2") return ConvAlgo::tiled;
+  if (v == "mma" || v == "3") return ConvAlgo::mma;
+  MF_THROW("MELFORGE_CONV_ALGO='{}': expected auto, direct, tiled or mma", v);
+}
+std::atomic<int>& algo_slot() {
+  static std::atomic<int> a{int(algo_from_env())};
+  return a;
+}
+}  // namespace
+
+void set_conv_relu_pool_algo(ConvAlgo algo) { algo_slot().store(int(algo)); }
+ConvAlgo conv_relu_pool_algo() { return ConvAlgo(algo_slot().load()); }
+const char* conv_algo_name(ConvAlgo algo) {
+  switch (algo) {
+    case ConvAlgo::automatic: return "auto";
+    case ConvAlgo::direct: return "direct";
+    case ConvAlgo::tiled: return "tiled";
+    case ConvAlgo::mma: return "mma";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr int kPB = 4;  // output pixels per micro-tile
+constexpr int kCB = 8;  // output channels per micro-tile
+
+inline std::int64_t round_up(std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; }
+
+// out[ow][co] = bias[co] + sum_{r,s,ci} rows[r][(ow + s) * cin + ci] * wt[((r*k + s)*cin + ci)*coutp + co]
+// for ow < wout_p (a multiple of kPB) and co < coutp (a multiple of kCB).
+// rows[r] holds wout_p + k - 1 pixels of cin floats.
+void conv_row(const float* const* rows, int cin, int k, const float* wt, int coutp,
+              const float* bias, int wout_p, float* out) {
+  for (int ow = 0; ow < wout_p; ow += kPB) {
+    for (int cb = 0; cb < coutp; cb += kCB) {
+      float acc[kPB][kCB];
+      for (int p = 0; p < kPB; ++p)
+        for (int j = 0; j < kCB; ++j) acc[p][j] = bias ? bias[cb + j] : 0.f;
+      for (int r = 0; r < k; ++r) {
+        for (int s = 0; s < k; ++s) {
+          const float* xp = rows[r] + std::int64_t(ow + s) * cin;
+          const float* wp = wt + std::int64_t((r * k + s) * cin) * coutp + cb;
+          for (int ci = 0; ci < cin; ++ci) {
+            const float* wv = wp + std::int64_t(ci) * coutp;
+            float xv[kPB];
+            for (int p = 0; p < kPB; ++p) xv[p] = xp[p * cin + ci];
+            for (int p = 0; p < kPB; ++p)
+              for (int j = 0; j < kCB; ++j) acc[p][j] += xv[p] * wv[j];
+          }
+        }
+      }
+      for (int p = 0; p < kPB; ++p)
+        for (int j = 0; j < kCB; ++j) out[std::int64_t(ow + p) * coutp + cb + j] = acc[p][j];
+    }
+  }
+}
+
+// dwt[((r*k + s)*cin + ci)*coutp + co] += sum_ow rows[r][(ow + s)*cin + ci] * g[ow*coutp + co]
+// and db[co] += sum_ow g[ow*coutp + co].
+void dw_row(const float* const* rows, int cin, int k, const float* g, int coutp, int wout_p,
+            float* dwt, float* db) {
+  for (int r = 0; r < k; ++r) {
+    for (int s = 0; s < k; ++s) {
+      const float* xr = rows[r] + std::int64_t(s) * cin;
+      for (int ci = 0; ci < cin; ++ci) {
+        float* dst = dwt + std::int64_t((r * k + s) * cin + ci) * coutp;
+        for (int cb = 0; cb < coutp; cb += kCB) {
+          float acc[kCB];
+          for (int j = 0; j < kCB; ++j) acc[j] = dst[cb + j];
+          for (int ow = 0; ow < wout_p; ++ow) {
+            const float xv = xr[std::int64_t(ow) * cin + ci];
+            const float* gv = g + std::int64_t(ow) * coutp + cb;
+            for (int j = 0; j < kCB; ++j) acc[j] += xv * gv[j];
+          }
+          for (int j = 0; j < kCB; ++j) dst[cb + j] = acc[j];
+        }
+      }
+    }
+  }
+  for (int ow = 0; ow < wout_p; ++ow)
+    for (int co = 0; co < coutp; ++co) db[co] += g[std::int64_t(ow) * coutp + co];
+}
+
+// Fills `dst` (width_p pixels of c floats) with image row `ih` of `src`
+// ([H][W][c] of T), shifted so dst pixel j holds column j - pad; zeros outside.
+template <class T>
+void load_row(const T* src, int h, int w, int c, int ih, int pad, int width_p, float* dst) {
+  std::fill(dst, dst + std::int64_t(width_p) * c, 0.f);
+  if (ih < 0 || ih >= h) return;
+  const T* row = src + std::int64_t(ih) * w * c;
+  for (int j = std::max(0, pad); j < width_p; ++j) {
+    const int iw = j - pad;
+    if (iw >= w) break;
+    const T* px = row + std::int64_t(iw) * c;
+    float* o = dst + std::int64_t(j) * c;
+    for (int ci = 0; ci < c; ++ci) o[ci] = to_f32(px[ci]);
+  }
+}
+
+// g for conv row `oh` of image n: width_p pixels of `cs` floats, pixel j holds
+// conv column j - shift; dy routed to the winning position, zeros elsewhere.
+template <class T>
+void grad_row(const ConvReluPoolDims& d, const T* dy_n, const std::uint8_t* code_n, int oh,
+              int shift, int width_p, int cs, float* dst) {
+  std::fill(dst, dst + std::int64_t(width_p) * cs, 0.f);
+  const int p = d.pool, ph_n = d.ph(), pw_n = d.pw();
+  if (oh < 0 || oh >= ph_n * p) return;
+  const int ph = oh / p, dyo = oh % p;
+  for (int pw = 0; pw < pw_n; ++pw) {
+    const std::int64_t base = (std::int64_t(ph) * pw_n + pw) * d.cout;
+    for (int dxo = 0; dxo < p; ++dxo) {
+      const int j = pw * p + dxo + shift;
+      if (j < 0 || j >= width_p) continue;
+      const std::uint8_t pos = std::uint8_t(dyo * p + dxo);
+      float* o = dst + std::int64_t(j) * cs;
+      for (int co = 0; co < d.cout; ++co)
+        if (code_n[base + co] == pos) o[co] = to_f32(dy_n[base + co]);
+    }
+  }
+}
+
+// wt[((r*k + s)*cin + ci)*coutp + co] = w[co][r][s][ci] (0 for co >= cout).
+template <class T>
+std::vector<float> transpose_weights(const ConvReluPoolDims& d, const T* w, int coutp) {
+  const int k = d.k;
+  std::vector<float> wt(std::size_t(k) * k * d.cin * coutp, 0.f);
+  for (int co = 0; co < d.cout; ++co)
+    for (int r = 0; r < k; ++r)
+      for (int s = 0; s < k; ++s)
+        for (int ci = 0; ci < d.cin; ++ci)
+          wt[(std::size_t((r * k + s) * d.cin + ci)) * coutp + co] =
+              to_f32(w[((std::int64_t(co) * k + r) * k + s) * d.cin + ci]);
+  return wt;
+}
+
+// For dx: wf[((r*k + s)*cout + co)*cinp + ci] = w[co][k-1-r][k-1-s][ci].
+template <class T>
+std::vector<float> flipped_weights(const ConvReluPoolDims& d, const T* w, int cinp) {
+  const int k = d.k;
+  std::vector<float> wf(std::size_t(k) * k * d.cout * cinp, 0.f);
+  for (int co = 0; co < d.cout; ++co)
+    for (int r = 0; r < k; ++r)
+      for (int s = 0; s < k; ++s)
+        for (int ci = 0; ci < d.cin; ++ci)
+          wf[(std::size_t(((k - 1 - r) * k + (k - 1 - s)) * d.cout + co)) * cinp + ci] =
+              to_f32(w[((std::int64_t(co) * k + r) * k + s) * d.cin + ci]);
+  return wf;
+}
+
+template <class T>
+void forward(const ConvReluPoolDims& d, const T* x, const T* w, const T* b, T* y, std::uint8_t* code) {
+  const int p = d.pool, k = d.k, pad = k / 2, ph_n = d.ph(), pw_n = d.pw();
+  if (d.n == 0 || ph_n == 0 || pw_n == 0) return;
+  const int coutp = int(round_up(d.cout, kCB));
+  const int wc_p = int(round_up(std::int64_t(pw_n) * p, kPB));  // conv columns computed
+  const int in_w = wc_p + k - 1;
+  const std::vector<float> wt = transpose_weights(d, w, coutp);
+  std::vector<float> bias(coutp, 0.f);
+  for (int co = 0; co < d.cout; ++co) bias[co] = to_f32(b[co]);
+
+  parallel_for(d.n * ph_n, [&](std::int64_t begin, std::int64_t end) {
+    const int nrows = p + k - 1;
+    std::vector<float> in(std::size_t(nrows) * in_w * d.cin);
+    std::vector<float> out(std::size_t(p) * wc_p * coutp);
+    std::vector<const float*> rows(k);
+    for (std::int64_t u = begin; u < end; ++u) {
+      const std::int64_t n = u / ph_n;
+      const int ph = int(u % ph_n);
+      const T* xn = x + n * d.h * d.w * d.cin;
+      for (int i = 0; i < nrows; ++i)
+        load_row(xn, d.h, d.w, d.cin, ph * p - pad + i, pad, in_w,
+                 in.data() + std::size_t(i) * in_w * d.cin);
+      for (int dr = 0; dr < p; ++dr) {
+        for (int r = 0; r < k; ++r) rows[r] = in.data() + std::size_t(dr + r) * in_w * d.cin;
+        conv_row(rows.data(), d.cin, k, wt.data(), coutp, bias.data(), wc_p,
+                 out.data() + std::size_t(dr) * wc_p * coutp);
+      }
+      const std::int64_t obase = (n * ph_n + ph) * pw_n * d.cout;
+      for (int pw = 0; pw < pw_n; ++pw) {
+        for (int co = 0; co < d.cout; ++co) {
+          float best = out[std::size_t(pw * p) * coutp + co];
+          int bpos = 0;
+          for (int dr = 0; dr < p; ++dr)
+            for (int dc = 0; dc < p; ++dc) {
+              const float v = out[(std::size_t(dr) * wc_p + pw * p + dc) * coutp + co];
+              // PyTorch's rule: strictly greater wins (ties keep the first), NaN always wins.
+              if (v > best || std::isnan(v)) {
+                best = v;
+                bpos = dr * p + dc;
+              }
+            }
+          const bool pass = best > 0.f || std::isnan(best);
+          y[obase + std::int64_t(pw) * d.cout + co] = from_f32<T>(pass ? best : 0.f);
+          if (code) code[obase + std::int64_t(pw) * d.cout + co] = pass ? std::uint8_t(bpos) : kNoGrad;
+        }
+      }
+    }
+  });
+}
+
+// The fixed number of dw/db partials: a function of the shape only.
+constexpr std::int64_t kMaxWeightChunks = 64;
+
+template <class T>
+void backward(const ConvReluPoolDims& d, const T* x, const T* w, const T* dy, const std::uint8_t* code,
+              T* dx, float* dw, float* db) {
+  const int p = d.pool, k = d.k, pad = k / 2, ph_n = d.ph(), pw_n = d.pw();
+  const int hc = ph_n * p;  // conv rows/cols that reach an output
+  const std::int64_t wsize = std::int64_t(d.cout) * k * k * d.cin;
+  const std::int64_t y_img = std::int64_t(ph_n) * pw_n * d.cout;
+
+  // ---- dx: full correlation of g with the flipped weights ----
+  if (dx) {
+    const int cinp = int(round_up(d.cin, kCB));
+    const int wx_p = int(round_up(d.w, kPB));
+    const int gw = wx_p + k - 1;
+    const std::vector<float> wf = flipped_weights(d, w, cinp);
+    parallel_for(d.n * d.h, [&](std::int64_t begin, std::int64_t end) {
+      std::vector<float> g(std::size_t(k) * gw * d.cout);
+      std::vector<float> out(std::size_t(wx_p) * cinp);
+      std::vector<const float*> rows(k);
+      for (std::int64_t u = begin; u < end; ++u) {
+        const std::int64_t n = u / d.h;
+        const int ih = int(u % d.h);
+        T* dxr = dx + (n * d.h + ih) * std::int64_t(d.w) * d.cin;
+        if (ih - pad >= hc) {  // no conv row that reaches an output touches this row
+          for (std::int64_t i = 0; i < std::int64_t(d.w) * d.cin; ++i) dxr[i] = from_f32<T>(0.f);
+          continue;
+        }
+        for (int r = 0; r < k; ++r) {
+          float* gr = g.data() + std::size_t(r) * gw * d.cout;
+          grad_row(d, dy + n * y_img, code + n * y_img, ih + r - pad, pad, gw, d.cout, gr);
+          rows[r] = gr;
+        }
+        conv_row(rows.data(), d.cout, k, wf.data(), cinp, nullptr, wx_p, out.data());
+        for (int iw = 0; iw < d.w; ++iw)
+          for (int ci = 0; ci < d.cin; ++ci)
+            dxr[std::int64_t(iw) * d.cin + ci] = from_f32<T>(out[std::size_t(iw) * cinp + ci]);
+      }
+    });
+  }
+
+  // ---- dw, db: fixed chunks of conv rows, partials summed in chunk order ----
+  const int coutp = int(round_up(d.cout, kCB));
+  const std::int64_t units = d.n * hc;
+  const std::int64_t chunks = std::min(units, kMaxWeightChunks);
+  const std::int64_t part = std::int64_t(k) * k * d.cin * coutp + coutp;  // dwt then db
+  std::vector<float> partials(std::size_t(std::max<std::int64_t>(chunks, 0) * part), 0.f);
+  if (chunks > 0) {
+    const int wc_p = int(round_up(std::int64_t(pw_n) * p, kPB));
+    const int in_w = wc_p + k - 1;
+    parallel_for(chunks, [&](std::int64_t cbeg, std::int64_t cend) {
+      std::vector<float> in(std::size_t(k) * in_w * d.cin);
+      std::vector<float> g(std::size_t(wc_p) * coutp);
+      std::vector<const float*> rows(k);
+      for (std::int64_t c = cbeg; c < cend; ++c) {
+        float* dwt = partials.data() + c * part;
+        float* dbp = dwt + part - coutp;
+        for (std::int64_t u = units * c / chunks; u < units * (c + 1) / chunks; ++u) {
+          const std::int64_t n = u / hc;
+          const int oh = int(u % hc);
+          grad_row(d, dy + n * y_img, code + n * y_img, oh, 0, wc_p, coutp, g.data());
+          const T* xn = x + n * d.h * d.w * d.cin;
+          for (int r = 0; r < k; ++r) {
+            float* ir = in.data() + std::size_t(r) * in_w * d.cin;
+            load_row(xn, d.h, d.w, d.cin, oh - pad + r, pad, in_w, ir);
+            rows[r] = ir;
+          }
+          dw_row(rows.data(), d.cin, k, g.data(), coutp, wc_p, dwt, dbp);
+        }
+      }
+    });
+  }
+  parallel_for(wsize + d.cout, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      std::int64_t src;  // offset inside one partial
+      if (i < wsize) {   // i indexes dw[co][r][s][ci]
+        const std::int64_t ci = i % d.cin, rs = (i / d.cin) % (k * k), co = i / (std::int64_t(d.cin) * k * k);
+        src = (rs * d.cin + ci) * coutp + co;
+      } else {
+        src = part - coutp + (i - wsize);
+      }
+      float acc = 0.f;
+      for (std::int64_t c = 0; c < chunks; ++c) acc += partials[std::size_t(c * part + src)];
+      if (i < wsize) dw[i] = acc; else db[i - wsize] = acc;
+    }
+  }, 256);
+}
+
+}  // namespace
+
+void conv_relu_pool_forward_cpu(const ConvReluPoolDims& d, DType dtype, const void* x, const void* w,
+                                const void* b, void* y, std::uint8_t* code, cudaStream_t) {
+  switch (dtype) {
+    case DType::f32:
+      return forward(d, static_cast<const float*>(x), static_cast<const float*>(w),
+                     static_cast<const float*>(b), static_cast<float*>(y), code);
+    case DType::f16:
+      return forward(d, static_cast<const f16*>(x), static_cast<const f16*>(w),
+                     static_cast<const f16*>(b), static_cast<f16*>(y), code);
+    case DType::bf16:
+      return forward(d, static_cast<const bf16*>(x), static_cast<const bf16*>(w),
+                     static_cast<const bf16*>(b), static_cast<bf16*>(y), code);
+    default: MF_THROW("conv_relu_pool_forward_cpu: dtype {} is not f32, f16 or bf16", dtype_name(dtype));
+  }
+}
+
+void conv_relu_pool_backward_cpu(const ConvReluPoolDims& d, DType dtype, const void* x, const void* w,
+                                 const void* dy, const std::uint8_t* code, void* dx, float* dw,
+                                 float* db, cudaStream_t) {
+  switch (dtype) {
+    case DType::f32:
+      return backward(d, static_cast<const float*>(x), static_cast<const float*>(w),
+                      static_cast<const float*>(dy), code, static_cast<float*>(dx), dw, db);
+    case DType::f16:
+      return backward(d, static_cast<const f16*>(x), static_cast<const f16*>(w),
+                      static_cast<const f16*>(dy), code, static_cast<f16*>(dx), dw, db);
+    case DType::bf16:
+      return backward(d, static_cast<const bf16*>(x), static_cast<const bf16*>(w),
+                      static_cast<const bf16*>(dy), code, static_cast<bf16*>(dx), dw, db);
+    default: MF_THROW("conv_relu_pool_backward_cpu: dtype {} is not f32, f16 or bf16", dtype_name(dtype));
+  }
+}
+
+}  // namespace mf::kernels

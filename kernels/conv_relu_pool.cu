@@ -1,0 +1,290 @@
+// conv_relu_pool CUDA kernels and the launchers that pick a variant.
+//
+// Layouts (kernels/conv_relu_pool.hpp): x NHWC [N,H,W,Cin], w OHWI
+// [Cout,k,k,Cin], y and code [N,PH,PW,Cout], dw f32 OHWI, db f32 [Cout].
+//
+// Precision policy (every variant): T operands (f32, bf16, f16) are widened to
+// f32 and multiplied-accumulated in f32; each output is rounded to T once.
+// TF32 is NOT used anywhere: the FP32 path runs on CUDA cores in full f32 (so it
+// matches the CPU twin within the fp32 tolerance, 1e-5); the bf16/f16 paths are
+// where tensor cores are used.
+//
+// Determinism: dw/db are summed without atomics. Each variant writes per-chunk
+// partial sums into a workspace (chunks = fixed ranges of conv rows, their
+// number a function of the shape only), then one reduction kernel sums the
+// partials of every weight in chunk order. Same inputs, same bits.
+//
+// Variant 1, "direct" (this file): the simplest correct kernels.
+//   forward:  one thread per pooled output element (n, ph, pw, co), co fastest so
+//             y/code stores coalesce; it computes the p*p conv values of its
+//             window straight from global memory (x reads are broadcast across
+//             the warp's co lanes; w reads hit L1/L2). Reads k*k*Cin*p*p*(|T|x +
+//             |T|w) bytes per output from cache, writes |T| + 1 bytes.
+//   dx:       one thread per dx element (n, ih, iw, ci), gathering over r, s, co
+//             from dy and code (the gradient routed to each conv position is
+//             rebuilt from the 1-byte code). Writes |T| bytes per element.
+//   dw/db:    grid (chunk, co); each thread owns some (r, s, ci) of its co (and
+//             one thread the bias) and sums over the chunk's conv positions;
+//             partials [chunk][co][k*k*Cin + 1] in a stream-ordered workspace,
+//             then reduce_partials sums them in chunk order.
+// Faster variants (tiled FP32, tensor-core mma) live in their own files and are
+// chosen by conv_relu_pool_algo() (kernels/conv_relu_pool.hpp).
+#include "kernels/conv_relu_pool.hpp"
+
+#include <cuda_runtime.h>
+
+#include "engine/error.hpp"
+#include "engine/memory.hpp"
+#include "kernels/conv_relu_pool_cuda.cuh"
+#include "kernels/cuda_types.cuh"
+
+namespace mf::kernels {
+
+// ---- shared: workspace and the fixed-order reduction -------------------------
+
+int conv_weight_chunks(const ConvReluPoolDims& d, std::int64_t floats_per_chunk) {
+  const std::int64_t units = d.n * std::int64_t(d.ph()) * d.pool;
+  if (units <= 0) return 0;
+  constexpr std::int64_t kMaxFloats = std::int64_t(16) << 20;  // 64 MiB of partials
+  std::int64_t c = kMaxFloats / (floats_per_chunk > 0 ? floats_per_chunk : 1);
+  c = c < 1 ? 1 : (c > 1024 ? 1024 : c);
+  return int(units < c ? units : c);
+}
+
+WeightPartials::WeightPartials(std::size_t floats, cudaStream_t stream) : stream_(stream) {
+  if (floats == 0) return;
+  int dev = 0;
+  MF_CUDA_CHECK(cudaGetDevice(&dev));
+  ptr_ = static_cast<float*>(device_alloc(floats * sizeof(float), dev, stream));
+}
+
+WeightPartials::~WeightPartials() {
+  if (ptr_) device_free(ptr_, stream_);
+}
+
+namespace {
+__global__ void reduce_partials_kernel(const float* __restrict__ part, int chunks, int cout, int kkc,
+                                       float* __restrict__ dw, float* __restrict__ db) {
+  const std::int64_t total = std::int64_t(cout) * (kkc + 1);
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    float acc = 0.f;
+    for (int c = 0; c < chunks; ++c) acc += part[std::int64_t(c) * total + i];
+    const int co = int(i / (kkc + 1)), j = int(i % (kkc + 1));
+    if (j < kkc) dw[std::int64_t(co) * kkc + j] = acc;
+    else db[co] = acc;
+  }
+}
+}  // namespace
+
+void launch_reduce_partials(const ConvReluPoolDims& d, const float* part, int chunks, float* dw, float* db,
+                            cudaStream_t stream) {
+  const int kkc = d.k * d.k * d.cin;
+  const std::int64_t total = std::int64_t(d.cout) * (kkc + 1);
+  constexpr unsigned block = 256;
+  reduce_partials_kernel<<<cuda::grid_for(total, block), block, 0, stream>>>(part, chunks, d.cout, kkc, dw, db);
+  MF_CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+
+template <class T>
+__global__ void direct_forward_kernel(ConvReluPoolDims d, const T* __restrict__ x, const T* __restrict__ w,
+                                      const T* __restrict__ b, T* __restrict__ y,
+                                      std::uint8_t* __restrict__ code) {
+  const int p = d.pool, k = d.k, pad = k / 2, ph_n = d.ph(), pw_n = d.pw();
+  const std::int64_t total = d.n * ph_n * pw_n * d.cout;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const int co = int(i % d.cout);
+    std::int64_t t = i / d.cout;
+    const int pw = int(t % pw_n);
+    t /= pw_n;
+    const int ph = int(t % ph_n);
+    const std::int64_t n = t / ph_n;
+    const T* xn = x + n * d.h * d.w * d.cin;
+    const T* wc = w + std::int64_t(co) * k * k * d.cin;
+    const float bias = cuda::load_f32(b[co]);
+    float best = 0.f;
+    int bpos = 0;
+    for (int dr = 0; dr < p; ++dr) {
+      for (int dc = 0; dc < p; ++dc) {
+        const int oh = ph * p + dr, ow = pw * p + dc;
+        float acc = bias;
+        for (int r = 0; r < k; ++r) {
+          const int ih = oh + r - pad;
+          if (ih < 0 || ih >= d.h) continue;
+          for (int s = 0; s < k; ++s) {
+            const int iw = ow + s - pad;
+            if (iw < 0 || iw >= d.w) continue;
+            const T* xp = xn + (std::int64_t(ih) * d.w + iw) * d.cin;
+            const T* wp = wc + (r * k + s) * d.cin;
+            for (int ci = 0; ci < d.cin; ++ci) acc += cuda::load_f32(xp[ci]) * cuda::load_f32(wp[ci]);
+          }
+        }
+        // PyTorch's rule: strictly greater wins (ties keep the first), NaN always wins.
+        if ((dr == 0 && dc == 0) || acc > best || isnan(acc)) {
+          best = acc;
+          bpos = dr * p + dc;
+        }
+      }
+    }
+    const bool pass = best > 0.f || isnan(best);
+    y[i] = cuda::store_f32<T>(pass ? best : 0.f);
+    if (code) code[i] = pass ? std::uint8_t(bpos) : kNoGrad;
+  }
+}
+
+template <class T>
+__global__ void direct_dx_kernel(ConvReluPoolDims d, const T* __restrict__ w, const T* __restrict__ dy,
+                                 const std::uint8_t* __restrict__ code, T* __restrict__ dx) {
+  const int p = d.pool, k = d.k, pad = k / 2, ph_n = d.ph(), pw_n = d.pw();
+  const int hc = ph_n * p, wc = pw_n * p;
+  const std::int64_t total = d.n * d.h * d.w * d.cin;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const int ci = int(i % d.cin);
+    std::int64_t t = i / d.cin;
+    const int iw = int(t % d.w);
+    t /= d.w;
+    const int ih = int(t % d.h);
+    const std::int64_t n = t / d.h;
+    float acc = 0.f;
+    for (int r = 0; r < k; ++r) {
+      const int oh = ih - r + pad;
+      if (oh < 0 || oh >= hc) continue;
+      for (int s = 0; s < k; ++s) {
+        const int ow = iw - s + pad;
+        if (ow < 0 || ow >= wc) continue;
+        const std::uint8_t pos = std::uint8_t((oh % p) * p + ow % p);
+        const std::int64_t o = ((n * ph_n + oh / p) * pw_n + ow / p) * d.cout;
+        for (int co = 0; co < d.cout; ++co) {
+          const float g = code[o + co] == pos ? cuda::load_f32(dy[o + co]) : 0.f;
+          acc += g * cuda::load_f32(w[((std::int64_t(co) * k + r) * k + s) * d.cin + ci]);
+        }
+      }
+    }
+    dx[i] = cuda::store_f32<T>(acc);
+  }
+}
+
+// Partials: part[(chunk * cout + co) * (kkc + 1) + j], j < kkc: dw[co][j]; j = kkc: db[co].
+template <class T>
+__global__ void direct_dw_kernel(ConvReluPoolDims d, const T* __restrict__ x, const T* __restrict__ dy,
+                                 const std::uint8_t* __restrict__ code, int chunks, float* __restrict__ part) {
+  const int p = d.pool, k = d.k, pad = k / 2, ph_n = d.ph(), pw_n = d.pw();
+  const int hc = ph_n * p, wc = pw_n * p;
+  const int kkc = k * k * d.cin;
+  const int chunk = blockIdx.x, co = blockIdx.y;
+  const std::int64_t units = d.n * hc;
+  const std::int64_t u0 = units * chunk / chunks, u1 = units * (chunk + 1) / chunks;
+  for (int j = threadIdx.x; j <= kkc; j += blockDim.x) {
+    const int ci = j % d.cin, s = (j / d.cin) % k, r = j / (d.cin * k);
+    float acc = 0.f;
+    for (std::int64_t u = u0; u < u1; ++u) {
+      const std::int64_t n = u / hc;
+      const int oh = int(u % hc);
+      const int ih = oh + r - pad;
+      if (j < kkc && (ih < 0 || ih >= d.h)) continue;
+      const std::int64_t orow = (n * ph_n + oh / p) * pw_n;
+      for (int ow = 0; ow < wc; ++ow) {
+        const std::int64_t o = (orow + ow / p) * d.cout + co;
+        if (code[o] != std::uint8_t((oh % p) * p + ow % p)) continue;
+        const float g = cuda::load_f32(dy[o]);
+        if (j == kkc) {
+          acc += g;
+        } else {
+          const int iw = ow + s - pad;
+          if (iw < 0 || iw >= d.w) continue;
+          acc += g * cuda::load_f32(x[((n * d.h + ih) * d.w + iw) * d.cin + ci]);
+        }
+      }
+    }
+    part[(std::int64_t(chunk) * d.cout + co) * (kkc + 1) + j] = acc;
+  }
+}
+
+template <class T>
+void direct_forward(const ConvReluPoolDims& d, const void* x, const void* w, const void* b, void* y,
+                    std::uint8_t* code, cudaStream_t stream) {
+  using D = cuda::device_t<T>;
+  const std::int64_t total = d.n * d.ph() * d.pw() * d.cout;
+  constexpr unsigned block = 256;
+  direct_forward_kernel<D><<<cuda::grid_for(total, block), block, 0, stream>>>(
+      d, static_cast<const D*>(x), static_cast<const D*>(w), static_cast<const D*>(b), static_cast<D*>(y),
+      code);
+  MF_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void direct_backward(const ConvReluPoolDims& d, const void* x, const void* w, const void* dy,
+                     const std::uint8_t* code, void* dx, float* dw, float* db, cudaStream_t stream) {
+  using D = cuda::device_t<T>;
+  constexpr unsigned block = 256;
+  if (dx) {
+    const std::int64_t total = d.n * d.h * d.w * d.cin;
+    direct_dx_kernel<D><<<cuda::grid_for(total, block), block, 0, stream>>>(
+        d, static_cast<const D*>(w), static_cast<const D*>(dy), code, static_cast<D*>(dx));
+    MF_CUDA_CHECK_LAUNCH();
+  }
+  const int kkc = d.k * d.k * d.cin;
+  const int chunks = conv_weight_chunks(d, std::int64_t(d.cout) * (kkc + 1));
+  WeightPartials ws(std::size_t(chunks) * d.cout * (kkc + 1), stream);
+  if (chunks > 0) {
+    direct_dw_kernel<D><<<dim3(unsigned(chunks), unsigned(d.cout)), 128, 0, stream>>>(
+        d, static_cast<const D*>(x), static_cast<const D*>(dy), code, chunks, ws.data());
+    MF_CUDA_CHECK_LAUNCH();
+  }
+  launch_reduce_partials(d, ws.data(), chunks, dw, db, stream);
+}
+
+template <class T>
+void forward_t(const ConvReluPoolDims& d, const void* x, const void* w, const void* b, void* y,
+               std::uint8_t* code, cudaStream_t stream) {
+  const ConvAlgo algo = conv_relu_pool_algo();
+  if ((algo == ConvAlgo::automatic || algo == ConvAlgo::mma) && mma_forward<T>(d, x, w, b, y, code, stream))
+    return;
+  if ((algo == ConvAlgo::automatic || algo == ConvAlgo::mma || algo == ConvAlgo::tiled) &&
+      tiled_forward<T>(d, x, w, b, y, code, stream))
+    return;
+  direct_forward<T>(d, x, w, b, y, code, stream);
+}
+
+template <class T>
+void backward_t(const ConvReluPoolDims& d, const void* x, const void* w, const void* dy,
+                const std::uint8_t* code, void* dx, float* dw, float* db, cudaStream_t stream) {
+  const ConvAlgo algo = conv_relu_pool_algo();
+  if ((algo == ConvAlgo::automatic || algo == ConvAlgo::mma) &&
+      mma_backward<T>(d, x, w, dy, code, dx, dw, db, stream))
+    return;
+  if ((algo == ConvAlgo::automatic || algo == ConvAlgo::mma || algo == ConvAlgo::tiled) &&
+      tiled_backward<T>(d, x, w, dy, code, dx, dw, db, stream))
+    return;
+  direct_backward<T>(d, x, w, dy, code, dx, dw, db, stream);
+}
+
+}  // namespace
+
+void conv_relu_pool_forward_cuda(const ConvReluPoolDims& d, DType dtype, const void* x, const void* w,
+                                 const void* b, void* y, std::uint8_t* code, cudaStream_t stream) {
+  if (d.n == 0 || d.ph() == 0 || d.pw() == 0) return;
+  switch (dtype) {
+    case DType::f32: return forward_t<float>(d, x, w, b, y, code, stream);
+    case DType::f16: return forward_t<f16>(d, x, w, b, y, code, stream);
+    case DType::bf16: return forward_t<bf16>(d, x, w, b, y, code, stream);
+    default: return;  // ops.cpp validated the dtype
+  }
+}
+
+void conv_relu_pool_backward_cuda(const ConvReluPoolDims& d, DType dtype, const void* x, const void* w,
+                                  const void* dy, const std::uint8_t* code, void* dx, float* dw,
+                                  float* db, cudaStream_t stream) {
+  switch (dtype) {
+    case DType::f32: return backward_t<float>(d, x, w, dy, code, dx, dw, db, stream);
+    case DType::f16: return backward_t<f16>(d, x, w, dy, code, dx, dw, db, stream);
+    case DType::bf16: return backward_t<bf16>(d, x, w, dy, code, dx, dw, db, stream);
+    default: return;
+  }
+}
+
+}  // namespace mf::kernels

@@ -1,0 +1,57 @@
+// Pieces shared by the CUDA variants of conv_relu_pool (included by .cu files
+// only): the dw/db workspace and its fixed-order reduction, and the entry points
+// of the faster variants. Each variant's launcher returns false when it cannot
+// run the shape (or the GPU), and the caller falls back to a simpler one.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/conv_relu_pool.hpp"
+
+namespace mf::kernels {
+
+// The number of dw/db partial chunks: a function of the shape only (never of
+// the GPU or of timing), so the summation order and the bits are fixed.
+// Conv rows (n, oh) are split into this many contiguous ranges; the workspace
+// holds chunks * floats_per_chunk floats (kept under ~64 MiB).
+int conv_weight_chunks(const ConvReluPoolDims& d, std::int64_t floats_per_chunk);
+
+// Stream-ordered f32 workspace from the device pool (engine/memory.hpp).
+class WeightPartials {
+ public:
+  WeightPartials(std::size_t floats, cudaStream_t stream);
+  ~WeightPartials();
+  WeightPartials(const WeightPartials&) = delete;
+  WeightPartials& operator=(const WeightPartials&) = delete;
+  float* data() const { return ptr_; }
+
+ private:
+  float* ptr_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+// part[(chunk * cout + co) * (k*k*cin + 1) + j] -> dw[co * k*k*cin + j] (j < k*k*cin)
+// and db[co] (j = k*k*cin), summed over chunk = 0, 1, ... in that order.
+// chunks == 0 writes zeros.
+void launch_reduce_partials(const ConvReluPoolDims& d, const float* part, int chunks, float* dw, float* db,
+                            cudaStream_t stream);
+
+// Variant 2: tiled shared-memory FP32-accumulating kernels (any T). Variant 3:
+// tensor-core implicit GEMM (bf16/f16, sm_80+). T is float, mf::f16 or mf::bf16.
+template <class T>
+bool tiled_forward(const ConvReluPoolDims& d, const void* x, const void* w, const void* b, void* y,
+                   std::uint8_t* code, cudaStream_t stream);
+template <class T>
+bool tiled_backward(const ConvReluPoolDims& d, const void* x, const void* w, const void* dy,
+                    const std::uint8_t* code, void* dx, float* dw, float* db, cudaStream_t stream);
+template <class T>
+bool mma_forward(const ConvReluPoolDims& d, const void* x, const void* w, const void* b, void* y,
+                 std::uint8_t* code, cudaStream_t stream);
+template <class T>
+bool mma_backward(const ConvReluPoolDims& d, const void* x, const void* w, const void* dy,
+                  const std::uint8_t* code, void* dx, float* dw, float* db, cudaStream_t stream);
+
+}  // namespace mf::kernels

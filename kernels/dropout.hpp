@@ -1,0 +1,52 @@
+// dropout: y = x * keep / (1 - p), keep = (u >= p) with u in [0, 1) from a
+// counter-based hash of (seed, counter, stream, element index): the same mask
+// on the CPU and the GPU, reproducible from the seed, recomputed by the
+// backward (nothing stored). `counter` points to an i32 that advances every
+// optimizer step (AdamWState::iteration, in device memory on the GPU), so a
+// captured CUDA graph draws a fresh mask each replay; `stream` separates the
+// micro-batches of one step.
+// Layout: any contiguous [n]; T is f32, bf16 or f16.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "engine/dtype.hpp"
+
+#ifdef __CUDACC__
+#define MF_DROPOUT_HD __host__ __device__
+#else
+#define MF_DROPOUT_HD
+#endif
+
+namespace mf::kernels {
+
+struct DropoutDims {
+  std::int64_t n = 0;
+  float p = 0.f;
+  std::uint64_t seed = 0;
+  std::uint32_t stream = 0;
+};
+
+// splitmix64-style finaliser over the combined key; top 24 bits -> [0, 1).
+MF_DROPOUT_HD inline float dropout_uniform(std::uint64_t seed, std::uint32_t counter, std::uint32_t stream,
+                                           std::uint64_t index) {
+  std::uint64_t z = seed + 0x9e3779b97f4a7c15ull * (1 + index);
+  z ^= (std::uint64_t(counter) << 32 | stream) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return float(std::uint32_t(z >> 40)) * (1.f / 16777216.f);
+}
+
+void dropout_forward_cpu(const DropoutDims& d, DType dtype, const void* x, void* y,
+                         const std::int32_t* counter, cudaStream_t stream);
+void dropout_backward_cpu(const DropoutDims& d, DType dtype, const void* dy, void* dx,
+                          const std::int32_t* counter, cudaStream_t stream);
+void dropout_forward_cuda(const DropoutDims& d, DType dtype, const void* x, void* y,
+                          const std::int32_t* counter, cudaStream_t stream);
+void dropout_backward_cuda(const DropoutDims& d, DType dtype, const void* dy, void* dx,
+                           const std::int32_t* counter, cudaStream_t stream);
+
+}  // namespace mf::kernels

@@ -1,0 +1,63 @@
+// leak_loss: the fused training loss of LeakCNN's two heads, its logits'
+// gradient and the step's metrics, in one pass.
+//
+// logits [B, C+1] T: columns 0..C-1 are the class head, column C the leak head
+// (the two heads are one dense layer in melforge, see model/param_buffer.hpp).
+//   class loss  = CrossEntropy(logits[:, :C], label; weight=class_weight,
+//                 label_smoothing=eps), PyTorch's semantics incl. the weighted
+//                 mean: sum_i [(1-eps) w_yi (-log p_i,yi) + eps/C sum_c w_c (-log p_i,c)]
+//                 / sum_i w_yi   (w = 1 when class_weight is null)
+//   leak loss   = BCEWithLogits(logits[:, C], leak), mean over B
+//   loss        = class_weight_sum * class loss + leak_weight * leak loss
+// dlogits [B, C+1] T (overwritten) = d(loss)/d(logits) * (*loss_scale) * grad_scale
+//   (grad_scale is 1/k for k accumulated micro-batches; loss_scale is the
+//   device-held AMP loss scale, 1 when not scaling).
+// Metrics, accumulated (+=) on the device, no host synchronization:
+//   sums  f32 [kLossSums]: class loss, leak loss, total loss, micro-batches
+//   counts i32 [kLossCounts + C*C]: samples, class correct, leak correct, then
+//          the confusion matrix [true C][predicted C] (argmax, first max wins;
+//          leak predicted positive when its logit > 0, true when leak > 0.5)
+// labels i32 [B]: a label outside [0, C) is ignored by the class loss (as
+// PyTorch's ignore_index: no loss, zero class gradient, left out of the weighted
+// mean's denominator and of the class counts); leak f32 [B] targets in [0, 1].
+// Deterministic: one block (GPU) / one thread order (CPU), fixed-order f32 sums,
+// no float atomics; the f32 sums add the micro-batch's means in step order.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "engine/dtype.hpp"
+
+namespace mf::kernels {
+
+inline constexpr int kLossSums = 4;    // class, leak, total, micro-batches
+inline constexpr int kLossCounts = 3;  // samples, class correct, leak correct
+
+struct LeakLossDims {
+  std::int64_t batch = 1;
+  int classes = 2;
+  float label_smoothing = 0.f;
+  float class_loss_weight = 1.f;
+  float leak_loss_weight = 1.f;
+  float grad_scale = 1.f;
+};
+
+// class_weight f32 [C] or null; loss_scale f32 [1] (device pointer on GPU) or
+// null (= 1); step_loss f32 [1] or null: this micro-batch's total loss (written).
+void leak_loss_cpu(const LeakLossDims& d, DType dtype, const void* logits, const std::int32_t* labels,
+                   const float* leak, const float* class_weight, const float* loss_scale, void* dlogits,
+                   float* sums, std::int32_t* counts, float* step_loss, cudaStream_t stream);
+void leak_loss_cuda(const LeakLossDims& d, DType dtype, const void* logits, const std::int32_t* labels,
+                    const float* leak, const float* class_weight, const float* loss_scale, void* dlogits,
+                    float* sums, std::int32_t* counts, float* step_loss, cudaStream_t stream);
+
+// head_probs: evaluation outputs. probs f32 [B, C] = softmax(logits[:, :C]),
+// leak_prob f32 [B] = sigmoid(logits[:, C]).
+void head_probs_cpu(std::int64_t batch, int classes, DType dtype, const void* logits, float* probs,
+                    float* leak_prob, cudaStream_t stream);
+void head_probs_cuda(std::int64_t batch, int classes, DType dtype, const void* logits, float* probs,
+                     float* leak_prob, cudaStream_t stream);
+
+}  // namespace mf::kernels

@@ -1,0 +1,76 @@
+#include "model/leakcnn_config.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "engine/error.hpp"
+
+namespace mf::model {
+
+int LeakCNNConfig::out_h(int block) const {
+  int h = in_mels;
+  for (int i = 0; i <= block; ++i) h /= pools[std::size_t(i)];
+  return h;
+}
+
+int LeakCNNConfig::out_w(int block) const {
+  int w = in_frames;
+  for (int i = 0; i <= block; ++i) w /= pools[std::size_t(i)];
+  return w;
+}
+
+std::int64_t LeakCNNConfig::flat_features() const {
+  const int L = blocks();
+  return std::int64_t(channels.back()) * out_h(L - 1) * out_w(L - 1);
+}
+
+void LeakCNNConfig::validate() const {
+  MF_CHECK(!channels.empty(), "model: at least one conv block is needed (channels is empty)");
+  MF_CHECK(pools.size() == channels.size(), "model: {} pool sizes for {} blocks (pools must have one per block)",
+           pools.size(), channels.size());
+  MF_CHECK(kernel >= 1 && kernel % 2 == 1, "model: kernel must be odd and >= 1, found {}", kernel);
+  MF_CHECK(in_mels >= 1 && in_frames >= 1, "model: input must be at least 1 x 1, found {} x {}", in_mels, in_frames);
+  for (std::size_t i = 0; i < channels.size(); ++i) {
+    MF_CHECK(channels[i] >= 1, "model: channels[{}] must be >= 1, found {}", i, channels[i]);
+    MF_CHECK(pools[i] >= 1 && pools[i] <= 15, "model: pools[{}] must be in [1, 15], found {}", i, pools[i]);
+    MF_CHECK(out_h(int(i)) >= 1 && out_w(int(i)) >= 1,
+             "model: input {} x {} is too small for the pools {} (block {} has no output)", in_mels, in_frames,
+             fmt::join(pools, "/"), i);
+  }
+  MF_CHECK(dense >= 1, "model: dense width must be >= 1, found {}", dense);
+  MF_CHECK(classes >= 1 && classes <= 256, "model: classes must be in [1, 256], found {}", classes);
+  MF_CHECK(dropout >= 0.f && dropout < 1.f, "model: dropout must be in [0, 1), found {}", dropout);
+}
+
+std::string LeakCNNConfig::str() const {
+  return fmt::format("LeakCNN(input 1x{}x{}, channels {}, pools {}, kernel {}, dense {}, dropout {}, classes {})",
+                     in_mels, in_frames, fmt::join(channels, "/"), fmt::join(pools, "/"), kernel, dense, dropout,
+                     classes);
+}
+
+Precision parse_precision(std::string_view s) {
+  if (s == "fp32" || s == "f32" || s == "float32") return Precision::fp32;
+  if (s == "bf16" || s == "bfloat16") return Precision::bf16;
+  if (s == "fp16" || s == "f16" || s == "float16" || s == "half") return Precision::fp16;
+  MF_THROW("unknown precision '{}': expected fp32, bf16 or fp16", s);
+}
+
+std::string_view precision_name(Precision p) {
+  switch (p) {
+    case Precision::fp32: return "fp32";
+    case Precision::bf16: return "bf16";
+    case Precision::fp16: return "fp16";
+  }
+  return "?";
+}
+
+DType activation_dtype(Precision p) {
+  switch (p) {
+    case Precision::fp32: return DType::f32;
+    case Precision::bf16: return DType::bf16;
+    case Precision::fp16: return DType::f16;
+  }
+  return DType::f32;
+}
+
+}  // namespace mf::model

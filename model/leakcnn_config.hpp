@@ -1,0 +1,49 @@
+// LeakCNN's configuration and the precision policy of a training run.
+//
+// LeakCNN: input 1 x mels x frames (NHWC [N, mels, frames, 1] in melforge);
+// blocks i = 0..L-1 of conv k x k (padding k/2) + bias + ReLU + max pool p_i
+// (fused: kernels/conv_relu_pool.hpp), channels 1 -> c_0 -> ... -> c_{L-1};
+// flatten; fc (dense, + ReLU); dropout (optional); class head (C logits) and
+// leak head (1 logit). Default LeakCNN-64: 64 x 64, channels 32/64/128, pools
+// 2/2/2, k = 3, dense 256, 2 classes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/dtype.hpp"
+
+namespace mf::model {
+
+struct LeakCNNConfig {
+  int in_mels = 64;
+  int in_frames = 64;
+  std::vector<int> channels{32, 64, 128};
+  std::vector<int> pools{2, 2, 2};  // one per block; 1 = no pool
+  int kernel = 3;
+  int dense = 256;
+  float dropout = 0.f;
+  int classes = 2;
+
+  int blocks() const { return int(channels.size()); }
+  int in_channels(int block) const { return block == 0 ? 1 : channels[std::size_t(block - 1)]; }
+  // Spatial size after block i (floor division by each pool, as PyTorch).
+  int out_h(int block) const;
+  int out_w(int block) const;
+  // fc's input features: C_last * H_last * W_last.
+  std::int64_t flat_features() const;
+  // Throws mf::Error naming the key when something does not fit.
+  void validate() const;
+  std::string str() const;
+};
+
+enum class Precision : std::uint8_t { fp32, bf16, fp16 };
+// "fp32"/"f32", "bf16", "fp16"/"f16"; throws mf::Error listing the choices.
+Precision parse_precision(std::string_view s);
+std::string_view precision_name(Precision p);
+// The activation and working-weight dtype of a precision.
+DType activation_dtype(Precision p);
+
+}  // namespace mf::model

@@ -1,0 +1,120 @@
+#include "model/param_buffer.hpp"
+
+#include <cmath>
+
+#include "engine/error.hpp"
+#include "kernels/ops.hpp"
+#include "model/torch_layout.hpp"
+
+namespace mf::model {
+
+namespace {
+std::int64_t pad8(std::int64_t x) { return (x + 7) / 8 * 8; }
+
+// splitmix64: a counter-based generator, identical everywhere.
+std::uint64_t mix(std::uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+ParamBuffer::ParamBuffer(const LeakCNNConfig& cfg, DType work_dtype, Device device, cudaStream_t stream)
+    : cfg_(cfg), work_dtype_(work_dtype), device_(device) {
+  cfg_.validate();
+  MF_CHECK(dtype_is_float(work_dtype), "ParamBuffer: working dtype must be f32, bf16 or f16, found {}",
+           dtype_name(work_dtype));
+  const int L = cfg_.blocks(), k = cfg_.kernel, D = cfg_.dense, C = cfg_.classes;
+  const std::int64_t F = cfg_.flat_features();
+  std::int64_t off = 0;
+  auto add = [&](std::string name, ParamKind kind, Shape shape, Shape tshape, std::int64_t fan_in, bool pad) {
+    if (pad) off = pad8(off);
+    ParamInfo p{std::move(name), kind, shape, std::move(tshape), off, shape_numel(shape), fan_in,
+                kind != ParamKind::bias};
+    off += p.numel;
+    params_.push_back(std::move(p));
+  };
+  for (int i = 0; i < L; ++i) {
+    const int ci = cfg_.in_channels(i), co = cfg_.channels[std::size_t(i)];
+    add(fmt::format("blocks.{}.conv.weight", i), ParamKind::conv_weight, {co, k, k, ci}, {co, ci, k, k},
+        std::int64_t(ci) * k * k, true);
+  }
+  add("fc.weight", ParamKind::fc_weight, {D, F}, {D, F}, F, true);
+  add("class_head.weight", ParamKind::linear_weight, {C, D}, {C, D}, D, true);
+  add("leak_head.weight", ParamKind::linear_weight, {1, D}, {1, D}, D, false);
+  decay_end_ = off;
+  for (int i = 0; i < L; ++i) {
+    const int ci = cfg_.in_channels(i), co = cfg_.channels[std::size_t(i)];
+    add(fmt::format("blocks.{}.conv.bias", i), ParamKind::bias, {co}, {co}, std::int64_t(ci) * k * k, true);
+  }
+  add("fc.bias", ParamKind::bias, {D}, {D}, F, true);
+  add("class_head.bias", ParamKind::bias, {C}, {C}, D, true);
+  add("leak_head.bias", ParamKind::bias, {1}, {1}, D, false);
+  size_ = pad8(off);
+
+  master_ = Tensor::zeros({size_}, DType::f32, device, Layout::plain, stream);
+  grad_ = Tensor::zeros({size_}, DType::f32, device, Layout::plain, stream);
+  m_ = Tensor::zeros({size_}, DType::f32, device, Layout::plain, stream);
+  v_ = Tensor::zeros({size_}, DType::f32, device, Layout::plain, stream);
+  work_ = work_dtype == DType::f32 ? master_ : Tensor::zeros({size_}, work_dtype, device, Layout::plain, stream);
+}
+
+const ParamInfo& ParamBuffer::info(const std::string& name) const {
+  for (const auto& p : params_)
+    if (p.name == name) return p;
+  MF_THROW("ParamBuffer: no parameter named '{}'", name);
+}
+
+std::int64_t ParamBuffer::count() const {
+  std::int64_t n = 0;
+  for (const auto& p : params_) n += p.numel;
+  return n;
+}
+
+Tensor ParamBuffer::view(const Tensor& flat, const std::string& name) const {
+  MF_CHECK(flat.ndim() == 1 && flat.size(0) == size_, "ParamBuffer::view: {} is not a flat buffer of {} elements",
+           flat.str(), size_);
+  const ParamInfo& p = info(name);
+  return flat.slice(p.offset, p.offset + p.numel).reshape(p.shape);
+}
+
+Tensor ParamBuffer::head_weight(const Tensor& flat) const {
+  const ParamInfo& p = info("class_head.weight");
+  return flat.slice(p.offset, p.offset + std::int64_t(cfg_.classes + 1) * cfg_.dense)
+      .reshape({cfg_.classes + 1, cfg_.dense});
+}
+
+Tensor ParamBuffer::head_bias(const Tensor& flat) const {
+  const ParamInfo& p = info("class_head.bias");
+  return flat.slice(p.offset, p.offset + cfg_.classes + 1);
+}
+
+void ParamBuffer::init(std::uint64_t seed, cudaStream_t stream) {
+  std::vector<float> host(std::size_t(size_), 0.f);
+  for (std::size_t pi = 0; pi < params_.size(); ++pi) {
+    const ParamInfo& p = params_[pi];
+    const double bound = 1.0 / std::sqrt(double(p.fan_in));
+    std::vector<float> torch_order(std::size_t(p.numel));
+    const std::uint64_t base = mix(seed ^ mix(0x5eed0000ull + pi));
+    for (std::int64_t i = 0; i < p.numel; ++i) {
+      const double u = double(mix(base + std::uint64_t(i)) >> 11) * (1.0 / 9007199254740992.0);
+      torch_order[std::size_t(i)] = float(-bound + 2.0 * bound * u);
+    }
+    const std::vector<float> ours = from_torch_layout(cfg_, p, torch_order);
+    std::copy(ours.begin(), ours.end(), host.begin() + p.offset);
+  }
+  Tensor h = Tensor::from_floats(host, {size_});
+  master_.copy_from(h, stream);
+  grad_.fill_bytes(0, stream);
+  m_.fill_bytes(0, stream);
+  v_.fill_bytes(0, stream);
+  refresh_work(stream);
+  if (device_.is_cuda()) MF_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void ParamBuffer::refresh_work(cudaStream_t stream) {
+  if (work_dtype_ != DType::f32) ops::cast(master_, work_, stream);
+}
+
+}  // namespace mf::model

@@ -1,0 +1,93 @@
+// ParamBuffer: every LeakCNN parameter in one contiguous f32 master buffer, with
+// the gradients, the AdamW moments and the working copy (bf16/f16, or the
+// master itself in fp32) in buffers of the same layout; named views use the
+// names of the equivalent PyTorch module (bench/leakcnn_torch.py).
+//
+// Layout of the flat buffers: all weights first, then all biases, so weight
+// decay applies to [0, decay_end) and not to biases (kernels/adamw.hpp):
+//   blocks.i.conv.weight  [Cout, k, k, Cin]  OHWI (PyTorch: OIHW [Cout, Cin, k, k])
+//   fc.weight             [D, F]  F in melforge's flatten order (h, w, c): the
+//                         activations are NHWC. PyTorch flattens NCHW (c, h, w),
+//                         so its fc.weight is ours with the columns permuted:
+//                         torch[d][c*H*W + h*W + w] = ours[d][(h*W + w)*C + c].
+//   class_head.weight     [C, D]  (PyTorch layout)
+//   leak_head.weight      [1, D]  directly after class_head.weight: together the
+//                         two heads are one [C+1, D] dense layer (head_weight())
+//   blocks.i.conv.bias [Cout], fc.bias [D], class_head.bias [C], leak_head.bias [1]
+//                         (the two head biases adjacent: head_bias() is [C+1])
+// Offsets are padded to multiples of 8 elements (16-byte aligned bf16 views)
+// except inside the head pairs; padding stays zero in every buffer.
+// Conversions to and from PyTorch's layouts: model/torch_layout.hpp.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.hpp"
+#include "model/leakcnn_config.hpp"
+
+namespace mf::model {
+
+enum class ParamKind : std::uint8_t { conv_weight, fc_weight, linear_weight, bias };
+
+struct ParamInfo {
+  std::string name;        // PyTorch state_dict name
+  ParamKind kind;
+  Shape shape;             // melforge layout
+  Shape torch_shape;       // PyTorch layout
+  std::int64_t offset = 0; // elements into the flat buffers
+  std::int64_t numel = 0;
+  std::int64_t fan_in = 1; // PyTorch's fan-in (init bound 1/sqrt(fan_in))
+  bool decay = false;
+};
+
+class ParamBuffer {
+ public:
+  ParamBuffer(const LeakCNNConfig& cfg, DType work_dtype, Device device, cudaStream_t stream = nullptr);
+
+  const LeakCNNConfig& config() const { return cfg_; }
+  const std::vector<ParamInfo>& params() const { return params_; }
+  const ParamInfo& info(const std::string& name) const;
+  std::int64_t size() const { return size_; }          // flat elements (padding included)
+  std::int64_t decay_end() const { return decay_end_; }
+  std::int64_t count() const;                           // parameters (padding excluded)
+  DType work_dtype() const { return work_dtype_; }
+  Device device() const { return device_; }
+
+  // The flat buffers [size()]. work() is master() in fp32.
+  Tensor& master() { return master_; }
+  Tensor& grad() { return grad_; }
+  Tensor& m() { return m_; }
+  Tensor& v() { return v_; }
+  Tensor& work() { return work_; }
+  const Tensor& master() const { return master_; }
+  const Tensor& work() const { return work_; }
+
+  // A named view (shape in melforge's layout) of any flat buffer of this layout.
+  Tensor view(const Tensor& flat, const std::string& name) const;
+  // The two heads as one dense layer: [C+1, D] and [C+1].
+  Tensor head_weight(const Tensor& flat) const;
+  Tensor head_bias(const Tensor& flat) const;
+
+  // PyTorch's default init (Conv2d / Linear: kaiming_uniform(a=sqrt(5)) weights
+  // and uniform(+-1/sqrt(fan_in)) biases, both U(-1/sqrt(fan_in), 1/sqrt(fan_in)))
+  // drawn from `seed` with melforge's own counter-based generator, in PyTorch's
+  // element order (then converted to melforge's layout). Sets master, zeroes
+  // grad, m and v, refreshes the working copy. Synchronous.
+  void init(std::uint64_t seed, cudaStream_t stream = nullptr);
+  // work = master cast to the working dtype (no-op in fp32).
+  void refresh_work(cudaStream_t stream = nullptr);
+
+ private:
+  LeakCNNConfig cfg_;
+  DType work_dtype_;
+  Device device_;
+  std::vector<ParamInfo> params_;
+  std::int64_t size_ = 0, decay_end_ = 0;
+  Tensor master_, grad_, m_, v_, work_;
+};
+
+}  // namespace mf::model

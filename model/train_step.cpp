@@ -1,0 +1,262 @@
+#include "model/train_step.hpp"
+
+#include <cstring>
+
+#include "engine/error.hpp"
+#include "engine/nvtx.hpp"
+#include "kernels/ops.hpp"
+
+namespace mf::model {
+
+namespace {
+Tensor make(const Shape& s, DType t, Device d, cudaStream_t st, Layout l = Layout::plain) {
+  return Tensor::zeros(s, t, d, l, st);
+}
+}  // namespace
+
+TrainStep::TrainStep(const TrainConfig& cfg, Device device, cudaStream_t stream)
+    : cfg_(cfg), device_(device), dtype_(activation_dtype(cfg.precision)) {
+  cfg_.model.validate();
+  MF_CHECK(cfg_.micro_batch >= 1, "train: micro-batch size must be >= 1, found {}", cfg_.micro_batch);
+  MF_CHECK(cfg_.accum_steps >= 1, "train: accumulation steps must be >= 1, found {}", cfg_.accum_steps);
+  MF_CHECK(cfg_.class_weights.empty() || int(cfg_.class_weights.size()) == cfg_.model.classes,
+           "train: {} class weights given for {} classes", cfg_.class_weights.size(), cfg_.model.classes);
+  MF_CHECK(cfg_.label_smoothing >= 0.f && cfg_.label_smoothing <= 1.f,
+           "train: label smoothing must be in [0, 1], found {}", cfg_.label_smoothing);
+  cfg_.optim.dynamic_loss_scale = cfg_.precision == Precision::fp16;
+  set_current(device);
+
+  const LeakCNNConfig& mc = cfg_.model;
+  const std::int64_t B = cfg_.micro_batch, K = cfg_.accum_steps;
+  params_ = std::make_unique<ParamBuffer>(mc, dtype_, device, stream);
+  params_->init(cfg_.seed, stream);
+  if (K > 1) grad_scratch_ = make({params_->size()}, DType::f32, device, stream);
+
+  in_x_ = make({K * B, mc.in_mels, mc.in_frames, 1}, dtype_, device, stream, Layout::nhwc);
+  in_labels_ = make({K * B}, DType::i32, device, stream);
+  in_leak_ = make({K * B}, DType::f32, device, stream);
+  for (int i = 0; i < mc.blocks(); ++i) {
+    const Shape s{B, mc.out_h(i), mc.out_w(i), mc.channels[std::size_t(i)]};
+    act_.push_back(make(s, dtype_, device, stream, Layout::nhwc));
+    code_.push_back(make(s, DType::u8, device, stream, Layout::nhwc));
+    dact_.push_back(make(s, dtype_, device, stream, Layout::nhwc));
+  }
+  const int D = mc.dense, C = mc.classes;
+  h_ = make({B, D}, dtype_, device, stream);
+  dh_ = make({B, D}, dtype_, device, stream);
+  if (mc.dropout > 0.f) {
+    hd_ = make({B, D}, dtype_, device, stream);
+    dhd_ = make({B, D}, dtype_, device, stream);
+  }
+  logits_ = make({B, C + 1}, dtype_, device, stream);
+  dlogits_ = make({B, C + 1}, dtype_, device, stream);
+  if (!cfg_.class_weights.empty())
+    class_weight_ = Tensor::from_floats(cfg_.class_weights, {C}).to(device, stream);
+  sums_ = make({kernels::kLossSums}, DType::f32, device, stream);
+  counts_ = make({kernels::kLossCounts + std::int64_t(C) * C}, DType::i32, device, stream);
+  step_loss_ = make({1}, DType::f32, device, stream);
+  opt_state_ = make({std::int64_t(sizeof(kernels::AdamWState))}, DType::u8, device, stream);
+  opt_scratch_ = make({std::int64_t(kernels::adamw_scratch_bytes())}, DType::u8, device, stream);
+  kernels::AdamWState s0;
+  s0.loss_scale = cfg_.precision == Precision::fp16 ? cfg_.initial_loss_scale : 1.f;
+  set_optimizer_state(s0, stream);
+}
+
+TrainStep::~TrainStep() {
+  if (graph_exec_) MF_CUDA_CHECK_PRINT(cudaGraphExecDestroy(graph_exec_));
+  if (graph_) MF_CUDA_CHECK_PRINT(cudaGraphDestroy(graph_));
+}
+
+kernels::AdamWState TrainStep::optimizer_state(cudaStream_t stream) const {
+  kernels::AdamWState s;
+  Tensor h = device_.is_cuda() ? opt_state_.to(Device::cpu(), stream) : opt_state_;
+  std::memcpy(&s, h.raw(), sizeof(s));
+  return s;
+}
+
+void TrainStep::set_optimizer_state(const kernels::AdamWState& s, cudaStream_t stream) {
+  Tensor h = Tensor::empty({std::int64_t(sizeof(s))}, DType::u8);
+  std::memcpy(h.raw(), &s, sizeof(s));
+  opt_state_.copy_from(h, stream);
+  if (device_.is_cuda()) MF_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void TrainStep::load_state(const Tensor& master, const Tensor& m, const Tensor& v, const kernels::AdamWState& s,
+                           cudaStream_t stream) {
+  params_->master().copy_from(master, stream);
+  params_->m().copy_from(m, stream);
+  params_->v().copy_from(v, stream);
+  params_->refresh_work(stream);
+  set_optimizer_state(s, stream);
+}
+
+void TrainStep::micro_batch(int j, cudaStream_t stream) {
+  const LeakCNNConfig& mc = cfg_.model;
+  ParamBuffer& pb = *params_;
+  const std::int64_t B = cfg_.micro_batch;
+  const int L = mc.blocks();
+  Tensor& work = pb.work();
+  Tensor& g = j == 0 ? pb.grad() : grad_scratch_;
+  auto* st = static_cast<kernels::AdamWState*>(opt_state_.raw());
+  const Tensor x = in_x_.slice(j * B, (j + 1) * B);
+  const Tensor labels = in_labels_.slice(j * B, (j + 1) * B);
+  const Tensor leak = in_leak_.slice(j * B, (j + 1) * B);
+
+  // Forward.
+  for (int i = 0; i < L; ++i) {
+    const std::string blk = fmt::format("blocks.{}.conv.", i);
+    ops::conv_relu_pool_forward(i == 0 ? x : act_[std::size_t(i - 1)], pb.view(work, blk + "weight"),
+                                pb.view(work, blk + "bias"), mc.pools[std::size_t(i)], act_[std::size_t(i)],
+                                &code_[std::size_t(i)], stream);
+  }
+  const Tensor flat = act_.back().reshape({B, mc.flat_features()});
+  ops::dense_forward(flat, pb.view(work, "fc.weight"), pb.view(work, "fc.bias"), true, h_, stream);
+  const bool drop = mc.dropout > 0.f;
+  const std::int32_t* counter = &st->iteration;
+  if (drop) ops::dropout_forward(h_, hd_, mc.dropout, cfg_.seed, std::uint32_t(j), counter, stream);
+  const Tensor& hin = drop ? hd_ : h_;
+  Tensor hw = pb.head_weight(work), hb = pb.head_bias(work);
+  ops::dense_forward(hin, hw, hb, false, logits_, stream);
+
+  // Loss.
+  kernels::LeakLossDims ld;
+  ld.batch = B;
+  ld.classes = mc.classes;
+  ld.label_smoothing = cfg_.label_smoothing;
+  ld.class_loss_weight = cfg_.class_loss_weight;
+  ld.leak_loss_weight = cfg_.leak_loss_weight;
+  ld.grad_scale = 1.f / float(cfg_.accum_steps);
+  ops::leak_loss(logits_, labels, leak, class_weight_.defined() && class_weight_.numel() ? &class_weight_ : nullptr,
+                 &st->loss_scale, ld, dlogits_, sums_, counts_, &step_loss_, stream);
+
+  // Backward.
+  Tensor ghw = pb.head_weight(g), ghb = pb.head_bias(g);
+  ops::dense_backward(hin, hw, logits_, dlogits_, false, &dh_, ghw, ghb, stream);
+  Tensor* dfc = &dh_;
+  if (drop) {
+    ops::dropout_backward(dh_, dhd_, mc.dropout, cfg_.seed, std::uint32_t(j), counter, stream);
+    dfc = &dhd_;
+  }
+  Tensor dflat = dact_.back().reshape({B, mc.flat_features()});
+  Tensor gfw = pb.view(g, "fc.weight"), gfb = pb.view(g, "fc.bias");
+  ops::dense_backward(flat, pb.view(work, "fc.weight"), h_, *dfc, true, &dflat, gfw, gfb, stream);
+  for (int i = L - 1; i >= 0; --i) {
+    const std::string blk = fmt::format("blocks.{}.conv.", i);
+    Tensor gw = pb.view(g, blk + "weight"), gb = pb.view(g, blk + "bias");
+    ops::conv_relu_pool_backward(i == 0 ? x : act_[std::size_t(i - 1)], pb.view(work, blk + "weight"),
+                                 dact_[std::size_t(i)], code_[std::size_t(i)], mc.pools[std::size_t(i)],
+                                 i == 0 ? nullptr : &dact_[std::size_t(i - 1)], gw, gb, stream);
+  }
+  if (j > 0) ops::accumulate(grad_scratch_, pb.grad(), stream);
+}
+
+void TrainStep::run_step(cudaStream_t stream) {
+  for (int j = 0; j < cfg_.accum_steps; ++j) micro_batch(j, stream);
+  ParamBuffer& pb = *params_;
+  Tensor* work = dtype_ == DType::f32 ? nullptr : &pb.work();
+  ops::adamw_step(cfg_.optim, pb.decay_end(), pb.master(), pb.grad(), pb.m(), pb.v(), work, opt_state_,
+                  opt_scratch_, stream);
+}
+
+void TrainStep::step(const Tensor& x, const Tensor& labels, const Tensor& leak, cudaStream_t stream) {
+  check_shape(x, in_x_.shape(), "TrainStep::step", "x");
+  check_shape(labels, in_labels_.shape(), "TrainStep::step", "labels");
+  check_shape(leak, in_leak_.shape(), "TrainStep::step", "leak");
+  check_same_device({&x, &labels, &leak, &in_x_}, "TrainStep::step");
+  if (x.dtype() == dtype_) in_x_.copy_from(x, stream);
+  else ops::cast(x, in_x_, stream);
+  in_labels_.copy_from(labels, stream);
+  in_leak_.copy_from(leak, stream);
+  step(stream);
+}
+
+void TrainStep::step(cudaStream_t stream) {
+  const bool use_graph = device_.is_cuda() && cfg_.cuda_graph && stream != nullptr;
+  if (!use_graph || eager_steps_ == 0) {
+    // The first GPU step runs eagerly: it creates the cuBLASLt plans and
+    // workspace, which must not happen inside a capture.
+    run_step(stream);
+    ++eager_steps_;
+    return;
+  }
+  if (!graph_exec_) {
+    MF_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    try {
+      run_step(stream);
+    } catch (...) {
+      cudaGraph_t g = nullptr;
+      cudaStreamEndCapture(stream, &g);
+      if (g) cudaGraphDestroy(g);
+      throw;
+    }
+    MF_CUDA_CHECK(cudaStreamEndCapture(stream, &graph_));
+    MF_CUDA_CHECK(cudaGraphInstantiate(&graph_exec_, graph_, 0));
+  }
+  MF_CUDA_CHECK(cudaGraphLaunch(graph_exec_, stream));
+}
+
+EvalOutput TrainStep::forward_eval(const Tensor& xin, cudaStream_t stream) {
+  const LeakCNNConfig& mc = cfg_.model;
+  MF_CHECK(xin.ndim() == 4 && xin.size(1) == mc.in_mels && xin.size(2) == mc.in_frames && xin.size(3) == 1,
+           "forward_eval: x must be [B, {}, {}, 1] (nhwc), found {}", mc.in_mels, mc.in_frames, xin.str());
+  const std::int64_t B = xin.size(0);
+  ParamBuffer& pb = *params_;
+  Tensor& work = pb.work();
+  Tensor x = xin;
+  if (xin.dtype() != dtype_) {
+    x = Tensor::empty(xin.shape(), dtype_, device_, Layout::nhwc, stream);
+    ops::cast(xin, x, stream);
+  }
+  Tensor a = x;
+  for (int i = 0; i < mc.blocks(); ++i) {
+    const std::string blk = fmt::format("blocks.{}.conv.", i);
+    Tensor y = Tensor::empty({B, mc.out_h(i), mc.out_w(i), mc.channels[std::size_t(i)]}, dtype_, device_,
+                             Layout::nhwc, stream);
+    ops::conv_relu_pool_forward(a, pb.view(work, blk + "weight"), pb.view(work, blk + "bias"),
+                                mc.pools[std::size_t(i)], y, nullptr, stream);
+    a = y;
+  }
+  Tensor h = Tensor::empty({B, mc.dense}, dtype_, device_, Layout::plain, stream);
+  ops::dense_forward(a.reshape({B, mc.flat_features()}), pb.view(work, "fc.weight"), pb.view(work, "fc.bias"),
+                     true, h, stream);
+  Tensor logits = Tensor::empty({B, mc.classes + 1}, dtype_, device_, Layout::plain, stream);
+  ops::dense_forward(h, pb.head_weight(work), pb.head_bias(work), false, logits, stream);
+  EvalOutput out{Tensor::empty({B, mc.classes}, DType::f32, device_, Layout::plain, stream),
+                 Tensor::empty({B}, DType::f32, device_, Layout::plain, stream)};
+  ops::head_probs(logits, out.probs, out.leak_prob, stream);
+  return out;
+}
+
+StepMetrics TrainStep::read_metrics(cudaStream_t stream, bool reset) {
+  // Device-to-host copies on `stream` (synchronizing it once the copies are queued).
+  Tensor sh = device_.is_cuda() ? sums_.to(Device::cpu(), stream) : sums_;
+  const float* s = sh.data<float>();
+  StepMetrics m;
+  m.micro_batches = std::int64_t(s[3]);
+  const double n = m.micro_batches > 0 ? double(m.micro_batches) : 1.0;
+  m.class_loss = s[0] / n;
+  m.leak_loss = s[1] / n;
+  m.loss = s[2] / n;
+  Tensor ch = device_.is_cuda() ? counts_.to(Device::cpu(), stream) : counts_;
+  const auto* ci = ch.data<std::int32_t>();
+  m.samples = ci[0];
+  m.class_correct = ci[1];
+  m.leak_correct = ci[2];
+  const int C = cfg_.model.classes;
+  m.confusion.assign(ci + kernels::kLossCounts, ci + kernels::kLossCounts + C * C);
+  const kernels::AdamWState st = optimizer_state(stream);
+  m.loss_scale = st.loss_scale;
+  m.grad_norm = st.grad_norm;
+  m.lr = st.lr;
+  m.iteration = st.iteration;
+  m.step = st.step;
+  m.skipped_steps = st.skipped_steps;
+  m.last_found_inf = st.found_inf != 0;
+  if (reset) {
+    sums_.fill_bytes(0, stream);
+    counts_.fill_bytes(0, stream);
+  }
+  return m;
+}
+
+}  // namespace mf::model

@@ -1,0 +1,127 @@
+// TrainStep: LeakCNN's training step on one device (the CPU backend or one
+// GPU) with fixed shapes: forward, fused loss, backward and the fused AdamW
+// update, over k accumulated micro-batches, with no host synchronization; on a
+// GPU the whole step is captured once as a CUDA graph and replayed.
+//
+// The trainer's view:
+//   TrainConfig cfg;  cfg.model = ...; cfg.precision = Precision::bf16;
+//   cfg.micro_batch = 1024; cfg.accum_steps = 1; cfg.optim.lr = 1e-3; ...
+//   TrainStep ts(cfg, Device::cuda(0), stream);     // allocates everything, inits params from cfg.seed
+//   ts.step(x, labels, leak, stream);               // x [k*B, mels, frames, 1] nhwc (any float
+//                                                   // dtype; cast in), labels i32 [k*B], leak f32 [k*B]
+//   // or write the batch straight into ts.input_x()/input_labels()/input_leak() and ts.step(stream)
+//   StepMetrics m = ts.read_metrics(stream);        // one sync per log interval; resets the sums
+//   EvalOutput e = ts.forward_eval(xv, stream);     // class probabilities [B, C], leak probability [B]
+//   checkpoints: ts.params().master()/m()/v() (flat f32, named views via params().view) +
+//                ts.optimizer_state() (AdamWState: step, iteration, loss scale, ...) + cfg.seed
+//                (the dropout RNG is a hash of seed and iteration: no other RNG state);
+//                restore with ts.load_state(master, m, v, state).
+// Determinism: the same config, seed and batches give bit-identical weights
+// (CPU backend: for any thread count; GPU: on the same GPU and library versions).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/tensor.hpp"
+#include "kernels/adamw.hpp"
+#include "model/leakcnn_config.hpp"
+#include "model/param_buffer.hpp"
+
+namespace mf::model {
+
+struct TrainConfig {
+  LeakCNNConfig model;
+  Precision precision = Precision::fp32;
+  std::int64_t micro_batch = 64;  // B, samples per micro-batch
+  int accum_steps = 1;            // k micro-batches per optimizer step
+  kernels::AdamWConfig optim;     // dynamic_loss_scale is forced on for fp16, off otherwise
+  float initial_loss_scale = 65536.f;  // fp16 only (2^16)
+  float label_smoothing = 0.f;
+  std::vector<float> class_weights;    // empty: unweighted
+  float class_loss_weight = 1.f;
+  float leak_loss_weight = 1.f;
+  bool cuda_graph = true;         // capture the step once and replay it (GPU only)
+  std::uint64_t seed = 0;         // parameter init and dropout
+};
+
+struct StepMetrics {
+  std::int64_t micro_batches = 0;  // since the last reset
+  double class_loss = 0, leak_loss = 0, loss = 0;  // means over those micro-batches
+  std::int64_t samples = 0, class_correct = 0, leak_correct = 0;
+  std::vector<std::int64_t> confusion;  // [true C][predicted C]
+  // Optimizer state now (not reset): last step's values.
+  float loss_scale = 1.f, grad_norm = 0.f, lr = 0.f;
+  std::int64_t iteration = 0, step = 0, skipped_steps = 0;
+  bool last_found_inf = false;
+};
+
+struct EvalOutput {
+  Tensor probs;      // f32 [B, C]
+  Tensor leak_prob;  // f32 [B]
+};
+
+class TrainStep {
+ public:
+  TrainStep(const TrainConfig& cfg, Device device, cudaStream_t stream = nullptr);
+  ~TrainStep();
+  TrainStep(const TrainStep&) = delete;
+  TrainStep& operator=(const TrainStep&) = delete;
+
+  const TrainConfig& config() const { return cfg_; }
+  Device device() const { return device_; }
+  DType dtype() const { return dtype_; }
+  std::int64_t batch() const { return cfg_.micro_batch * cfg_.accum_steps; }  // samples per step
+
+  // One optimizer step on k*B samples. Copies (casting x when its dtype differs)
+  // into the step's own input buffers, then runs/replays the step.
+  void step(const Tensor& x, const Tensor& labels, const Tensor& leak, cudaStream_t stream);
+  // One optimizer step on what input_x()/input_labels()/input_leak() hold.
+  void step(cudaStream_t stream);
+  Tensor& input_x() { return in_x_; }            // [k*B, mels, frames, 1] nhwc, dtype()
+  Tensor& input_labels() { return in_labels_; }  // i32 [k*B]
+  Tensor& input_leak() { return in_leak_; }      // f32 [k*B]
+
+  // Inference on any batch size with the current working weights (no dropout).
+  EvalOutput forward_eval(const Tensor& x, cudaStream_t stream);
+
+  // Reads the device-held metrics (one synchronization) and, with reset, zeroes
+  // the sums and counts for the next interval (the optimizer state is kept).
+  StepMetrics read_metrics(cudaStream_t stream, bool reset = true);
+
+  ParamBuffer& params() { return *params_; }
+  const ParamBuffer& params() const { return *params_; }
+  // The device-held optimizer state (synchronous read / write).
+  kernels::AdamWState optimizer_state(cudaStream_t stream = nullptr) const;
+  void set_optimizer_state(const kernels::AdamWState& s, cudaStream_t stream = nullptr);
+  // Restores a checkpoint: flat f32 master, m, v (the layout's size, any
+  // device) and the optimizer state; refreshes the working copy. Synchronous.
+  void load_state(const Tensor& master, const Tensor& m, const Tensor& v, const kernels::AdamWState& s,
+                  cudaStream_t stream = nullptr);
+
+  bool graph_captured() const { return graph_exec_ != nullptr; }
+
+ private:
+  void run_step(cudaStream_t stream);  // the captured body
+  void micro_batch(int j, cudaStream_t stream);
+
+  TrainConfig cfg_;
+  Device device_;
+  DType dtype_;
+  std::unique_ptr<ParamBuffer> params_;
+  Tensor grad_scratch_;  // micro-batches after the first (k > 1)
+  Tensor in_x_, in_labels_, in_leak_;
+  std::vector<Tensor> act_, code_, dact_;  // per block: output, pool codes, output gradient
+  Tensor h_, hd_, logits_, dlogits_, dh_, dhd_;
+  Tensor class_weight_;
+  Tensor sums_, counts_, step_loss_;
+  Tensor opt_state_, opt_scratch_;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t graph_exec_ = nullptr;
+  int eager_steps_ = 0;
+};
+
+}  // namespace mf::model

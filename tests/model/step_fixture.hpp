@@ -1,0 +1,66 @@
+// Shared helpers of the training-step tests: small configs and synthetic batches.
+#pragma once
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "engine/tensor.hpp"
+#include "model/train_step.hpp"
+
+namespace mf::testing {
+
+struct Batch {
+  std::vector<float> x;        // [B, mels, frames] (one channel)
+  std::vector<float> labels;   // class ids as floats
+  std::vector<float> leak;     // 0/1
+};
+
+// Class c lights a horizontal band of mel rows (c * band .. c * band + band-1)
+// with a random amplitude, over noise; leak = (class != 0). Learnable fast.
+inline Batch band_batch(std::int64_t B, int mels, int frames, int classes, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> noise(0.f, 0.3f);
+  std::uniform_real_distribution<float> amp(0.8f, 1.5f);
+  std::uniform_int_distribution<int> cls(0, classes - 1);
+  Batch b;
+  b.x.resize(std::size_t(B * mels * frames));
+  const int band = mels / classes;
+  for (std::int64_t i = 0; i < B; ++i) {
+    const int c = cls(rng);
+    const float a = amp(rng);
+    b.labels.push_back(float(c));
+    b.leak.push_back(c != 0 ? 1.f : 0.f);
+    for (int h = 0; h < mels; ++h)
+      for (int w = 0; w < frames; ++w) {
+        const bool on = h >= c * band && h < (c + 1) * band && (w % 4) < 2;
+        b.x[std::size_t((i * mels + h) * frames + w)] = noise(rng) + (on ? a : 0.f);
+      }
+  }
+  return b;
+}
+
+struct BatchTensors {
+  Tensor x, labels, leak;
+};
+
+inline BatchTensors to_tensors(const Batch& b, std::int64_t B, int mels, int frames, Device dev = Device::cpu()) {
+  BatchTensors t;
+  t.x = Tensor::from_floats(b.x, {B, mels, frames, 1}, DType::f32, Layout::nhwc).to(dev);
+  t.labels = Tensor::from_floats(b.labels, {B}, DType::i32).to(dev);
+  t.leak = Tensor::from_floats(b.leak, {B}, DType::f32).to(dev);
+  return t;
+}
+
+inline model::LeakCNNConfig small_model(int classes = 3) {
+  model::LeakCNNConfig m;
+  m.in_mels = 16;
+  m.in_frames = 12;
+  m.channels = {4, 8};
+  m.pools = {2, 2};
+  m.dense = 16;
+  m.classes = classes;
+  return m;
+}
+
+}  // namespace mf::testing
