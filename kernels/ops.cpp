@@ -43,6 +43,8 @@ void file_vote(const Tensor& class_in, const Tensor& leak_in, std::int64_t files
   fn(static_cast<const float*>(class_in.raw()), static_cast<const float*>(leak_in.raw()),
      static_cast<float*>(file_probs.raw()), static_cast<std::int32_t*>(file_class.raw()),
      static_cast<float*>(file_leak_prob.raw()), static_cast<std::int32_t*>(file_leak.raw()), d, stream);
+}
+
 // ---- training step ops ----
 
 namespace {
