@@ -7,5 +7,6 @@ namespace mf::cli {
 
 void register_info(CLI::App& app);
 void register_smoke(CLI::App& app);
+void register_data(CLI::App& app);
 
 }  // namespace mf::cli

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "melforge 0.1.0");
   mf::cli::register_info(app);
   mf::cli::register_smoke(app);
+  mf::cli::register_data(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

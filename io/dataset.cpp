@@ -1,0 +1,813 @@
+#include "io/dataset.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "io/h5_error.hpp"
+
+namespace mf::io {
+
+std::string_view segment_layout_name(SegmentLayout l) {
+  return l == SegmentLayout::flat ? "flat [N, n_mels, frames]" : "file-structured [F, L, S, n_mels, frames]";
+}
+std::string_view storage_layout_name(StorageLayout l) {
+  switch (l) {
+    case StorageLayout::contiguous: return "contiguous";
+    case StorageLayout::chunked: return "chunked";
+    case StorageLayout::compact: return "compact";
+    case StorageLayout::other: return "other";
+  }
+  return "?";
+}
+
+std::string DatasetInfo::where(std::int64_t s) const {
+  if (layout == SegmentLayout::flat) return fmt::format("segment {}", s);
+  const std::int64_t f = s / segments_per_file, r = s % segments_per_file;
+  return fmt::format("segment {} (file {}, long {}, short {})", s, f, r / short_per_long, r % short_per_long);
+}
+
+// ---- float conversion ------------------------------------------------------
+
+namespace {
+template <class S> float load(const S* p, std::int64_t i) {
+  if constexpr (std::is_same_v<S, float>) return p[i];
+  else return float(p[i]);
+}
+template <class S, class D>
+std::int64_t convert_loop(const S* s, D* d, std::int64_t n, bool check) {
+  std::int64_t first = -1;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = load(s, i);
+    if constexpr (std::is_same_v<D, float>) d[i] = v;
+    else d[i] = D(v);
+    if (check && first < 0 && !std::isfinite(v)) first = i;
+  }
+  return first;
+}
+template <class S>
+std::int64_t convert_from(const S* s, void* dst, DType dt, std::int64_t n, bool check) {
+  switch (dt) {
+    case DType::f32: return convert_loop(s, static_cast<float*>(dst), n, check);
+    case DType::f16: return convert_loop(s, static_cast<f16*>(dst), n, check);
+    case DType::bf16: return convert_loop(s, static_cast<bf16*>(dst), n, check);
+    default: MF_THROW("convert_floats: destination must be f32, f16 or bf16, not {}", dtype_name(dt));
+  }
+}
+// Same type: a copy and, when asked, a scan of the exponent bits.
+std::int64_t first_nonfinite_bits(const void* p, DType t, std::int64_t n) {
+  if (t == DType::f32) {
+    const auto* u = static_cast<const std::uint32_t*>(p);
+    for (std::int64_t i = 0; i < n; ++i)
+      if ((u[i] & 0x7f800000u) == 0x7f800000u) return i;
+  } else {
+    const std::uint16_t mask = t == DType::f16 ? 0x7c00u : 0x7f80u;
+    const auto* u = static_cast<const std::uint16_t*>(p);
+    for (std::int64_t i = 0; i < n; ++i)
+      if ((u[i] & mask) == mask) return i;
+  }
+  return -1;
+}
+float load_any(const void* p, DType t, std::int64_t i) {
+  switch (t) {
+    case DType::f32: return static_cast<const float*>(p)[i];
+    case DType::f16: return float(static_cast<const f16*>(p)[i]);
+    case DType::bf16: return float(static_cast<const bf16*>(p)[i]);
+    default: return 0.f;
+  }
+}
+}  // namespace
+
+std::int64_t convert_floats(const void* src, DType st, void* dst, DType dt, std::int64_t n, bool check) {
+  if (st == dt) {
+    if (src != dst) std::memcpy(dst, src, std::size_t(n) * dtype_size(st));
+    return check ? first_nonfinite_bits(dst, dt, n) : -1;
+  }
+  switch (st) {
+    case DType::f32: return convert_from(static_cast<const float*>(src), dst, dt, n, check);
+    case DType::f16: return convert_from(static_cast<const f16*>(src), dst, dt, n, check);
+    case DType::bf16: return convert_from(static_cast<const bf16*>(src), dst, dt, n, check);
+    default: MF_THROW("convert_floats: source must be f32, f16 or bf16, not {}", dtype_name(st));
+  }
+}
+
+// ---- HDF5 helpers ------------------------------------------------------------
+
+namespace {
+
+// Owns one HDF5 identifier.
+class H5Id {
+ public:
+  H5Id() = default;
+  H5Id(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  ~H5Id() { reset(); }
+  H5Id(const H5Id&) = delete;
+  H5Id& operator=(const H5Id&) = delete;
+  H5Id(H5Id&& o) noexcept : id_(std::exchange(o.id_, -1)), close_(o.close_) {}
+  H5Id& operator=(H5Id&& o) noexcept {
+    if (this != &o) { reset(); id_ = std::exchange(o.id_, -1); close_ = o.close_; }
+    return *this;
+  }
+  void reset() {
+    if (id_ >= 0 && close_) close_(id_);
+    id_ = -1;
+  }
+  hid_t get() const { return id_; }
+  operator hid_t() const { return id_; }
+
+ private:
+  hid_t id_ = -1;
+  herr_t (*close_)(hid_t) = nullptr;
+};
+
+std::string type_desc(hid_t t) {
+  const H5T_class_t c = H5Tget_class(t);
+  const std::size_t bits = H5Tget_size(t) * 8;
+  switch (c) {
+    case H5T_INTEGER: return fmt::format("{}-bit {}integer", bits, H5Tget_sign(t) == H5T_SGN_NONE ? "unsigned " : "");
+    case H5T_FLOAT: return fmt::format("{}-bit float", bits);
+    case H5T_STRING: return "string";
+    case H5T_COMPOUND: return "compound";
+    case H5T_ENUM: return fmt::format("{}-bit enum (bool?)", bits);
+    case H5T_ARRAY: return "array";
+    default: return fmt::format("HDF5 type class {}", int(c));
+  }
+}
+
+std::vector<std::int64_t> dims_of(hid_t dset) {
+  H5Id space(H5Dget_space(dset), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space);
+  std::vector<hsize_t> d(std::size_t(std::max(rank, 0)));
+  if (rank > 0) H5Sget_simple_extent_dims(space, d.data(), nullptr);
+  return {d.begin(), d.end()};
+}
+
+herr_t collect_names(hid_t, const char* name, const H5L_info_t*, void* out) {
+  static_cast<std::vector<std::string>*>(out)->push_back(name);
+  return 0;
+}
+
+std::string root_members(hid_t file) {
+  std::vector<std::string> names;
+  H5Literate(file, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, collect_names, &names);
+  H5Eclear2(H5E_DEFAULT);
+  if (names.empty()) return "the file holds no objects at its root";
+  return fmt::format("the root holds: {}", fmt::join(names, ", "));
+}
+
+// True when every component of `name` exists as a link.
+bool path_exists(hid_t file, const std::string& name) {
+  std::string acc;
+  std::size_t pos = 0;
+  while (pos <= name.size()) {
+    const std::size_t next = name.find('/', pos);
+    const std::string part = name.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
+    if (!part.empty()) {
+      acc += "/" + part;
+      if (H5Lexists(file, acc.c_str(), H5P_DEFAULT) <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return false;
+      }
+    }
+    if (next == std::string::npos) break;
+    pos = next + 1;
+  }
+  return !acc.empty();
+}
+
+std::string dset_name(const std::string& n) { return n.starts_with('/') ? n : "/" + n; }
+
+// An attribute on the dataset or, failing that, on the root group.
+H5Id find_attr(hid_t dset, hid_t file, const char* name) {
+  for (hid_t obj : {dset, file}) {
+    if (H5Aexists(obj, name) > 0) return H5Id(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
+    H5Eclear2(H5E_DEFAULT);
+  }
+  return {};
+}
+
+std::vector<std::string> read_string_attr(hid_t attr, const std::string& ctx) {
+  H5Id type(H5Aget_type(attr), H5Tclose);
+  H5Id space(H5Aget_space(attr), H5Sclose);
+  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  std::vector<std::string> out;
+  if (n <= 0) return out;
+  if (H5Tget_class(type) != H5T_STRING)
+    MF_THROW("{}: attribute class_names must hold strings, found {}", ctx, type_desc(type));
+  if (H5Tis_variable_str(type) > 0) {
+    H5Id mt(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(mt, H5T_VARIABLE);
+    H5Tset_cset(mt, H5Tget_cset(type));
+    std::vector<char*> p(std::size_t(n), nullptr);
+    MF_H5_CHECK(H5Aread(attr, mt, p.data()), "{}: reading attribute class_names", ctx);
+    for (char* s : p) out.emplace_back(s ? s : "");
+    H5Dvlen_reclaim(mt, space, H5P_DEFAULT, p.data());
+  } else {
+    const std::size_t sz = H5Tget_size(type);
+    std::vector<char> buf(sz * std::size_t(n) + 1, '\0');
+    MF_H5_CHECK(H5Aread(attr, type, buf.data()), "{}: reading attribute class_names", ctx);
+    for (hssize_t i = 0; i < n; ++i) {
+      const char* s = buf.data() + std::size_t(i) * sz;
+      out.emplace_back(s, strnlen(s, sz));
+    }
+  }
+  return out;
+}
+
+double read_number_attr(hid_t attr, const std::string& ctx, const char* name) {
+  H5Id type(H5Aget_type(attr), H5Tclose);
+  const H5T_class_t c = H5Tget_class(type);
+  H5Id space(H5Aget_space(attr), H5Sclose);
+  if ((c != H5T_INTEGER && c != H5T_FLOAT) || H5Sget_simple_extent_npoints(space) != 1)
+    MF_THROW("{}: attribute {} must be one number, found {} with {} elements", ctx, name, type_desc(type),
+             H5Sget_simple_extent_npoints(space));
+  double v = 0;
+  MF_H5_CHECK(H5Aread(attr, H5T_NATIVE_DOUBLE, &v), "{}: reading attribute {}", ctx, name);
+  return v;
+}
+
+// Reads an integer (or bool enum) dataset of rank 1 as int64.
+std::vector<std::int64_t> read_int_vector(hid_t file, const std::string& name, std::int64_t expected,
+                                          const std::string& expected_desc, const std::string& path,
+                                          bool allow_bool) {
+  H5Id d(MF_H5_CHECK(H5Dopen2(file, name.c_str(), H5P_DEFAULT), "{}: opening {}", path, name), H5Dclose);
+  H5Id type(H5Dget_type(d), H5Tclose);
+  const H5T_class_t c = H5Tget_class(type);
+  const bool is_enum = c == H5T_ENUM;
+  if (c != H5T_INTEGER && !(allow_bool && is_enum))
+    MF_THROW("{}: dataset {} must hold integers{}, found {}", path, name, allow_bool ? " or bools" : "",
+             type_desc(type));
+  const auto dims = dims_of(d);
+  if (dims.size() != 1 || dims[0] != expected)
+    MF_THROW("{}: dataset {} has shape {}, expected [{}] ({}): the count does not match {}", path, name,
+             shape_str(dims), expected, expected_desc, "the segments");
+  std::vector<std::int64_t> v(static_cast<std::size_t>(expected));
+  if (is_enum) {
+    H5Id super(H5Tget_super(type), H5Tclose);
+    const std::size_t sz = H5Tget_size(super);
+    if (sz != 1) MF_THROW("{}: dataset {} is an enum of {} bytes; only 1-byte bools are supported", path, name, sz);
+    H5Id mt(H5Tget_native_type(type, H5T_DIR_ASCEND), H5Tclose);
+    std::vector<std::int8_t> b(static_cast<std::size_t>(expected));
+    MF_H5_CHECK(H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, b.data()), "{}: reading {}", path, name);
+    for (std::size_t i = 0; i < b.size(); ++i) v[i] = b[i];
+  } else {
+    MF_H5_CHECK(H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), "{}: reading {}",
+                path, name);
+  }
+  return v;
+}
+
+struct ChunkRec {
+  std::uint64_t addr = 0;
+  std::uint32_t size = 0;
+  std::uint32_t filter_mask = 0;
+};
+
+void pread_full(int fd, void* buf, std::size_t n, std::uint64_t off, const std::string& path) {
+  auto* p = static_cast<char*>(buf);
+  std::size_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, p + done, n - done, off_t(off + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      MF_THROW("{}: reading {} bytes at offset {} failed: {}", path, n, off, std::strerror(errno));
+    }
+    if (r == 0)
+      MF_THROW("{}: file truncated: reading {} bytes at offset {} hit the end of the file after {} bytes", path,
+               n, off, done);
+    done += std::size_t(r);
+  }
+}
+
+struct Scratch {
+  std::vector<std::byte> a, b, c;
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+void grow(std::vector<std::byte>& v, std::size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+}  // namespace
+
+// ---- the dataset -------------------------------------------------------------
+
+struct Dataset::Impl {
+  enum class Mode { contiguous, chunked, hdf5 } mode = Mode::contiguous;
+  std::string path, seg_name;
+  int fd = -1;
+  DType dtype = DType::f32;
+  std::size_t esz = 4;
+  std::uint64_t base = 0;  // contiguous
+  // chunked
+  std::vector<std::int64_t> dims, chunk, grid;
+  std::vector<ChunkRec> chunks;  // row-major over grid
+  std::vector<int> filters;      // pipeline order (H5Z_FILTER_*)
+  std::size_t chunk_bytes = 0;
+  // H5Dread fallback (kept open only then)
+  H5Id file, dset;
+
+  ~Impl() {
+    if (fd >= 0) ::close(fd);
+  }
+  void read_contiguous(const DatasetInfo& info, std::span<const std::int64_t> rows, DType dt, void* dst,
+                       bool check) const;
+  void read_chunked(const DatasetInfo& info, std::span<const std::int64_t> rows, DType dt, void* dst,
+                    bool check) const;
+  void read_hdf5(const DatasetInfo& info, std::span<const std::int64_t> rows, DType dt, void* dst,
+                 bool check) const;
+  [[noreturn]] void throw_nonfinite(const DatasetInfo& info, std::int64_t seg, std::int64_t elem,
+                                    float v) const {
+    MF_THROW("{}: {} holds a non-finite value ({}) at {}, mel {}, frame {}: expected finite log-mel values", path,
+             seg_name, v, info.where(seg), elem / info.frames, elem % info.frames);
+  }
+};
+
+Dataset::Dataset(std::unique_ptr<Impl> impl, DatasetInfo info) : impl_(std::move(impl)), info_(std::move(info)) {}
+Dataset::~Dataset() = default;
+
+std::shared_ptr<const Dataset> Dataset::open(const std::string& path, const DatasetNames& names) {
+  silence_hdf5_errors();
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) MF_THROW("{}: cannot open: {}", path, std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) MF_THROW("{}: not a regular file (expected an HDF5 file)", path);
+  const std::uint64_t file_size = std::uint64_t(st.st_size);
+
+  const htri_t is_h5 = H5Fis_hdf5(path.c_str());
+  if (is_h5 == 0)
+    MF_THROW("{}: not an HDF5 file: expected the HDF5 signature (a file written by h5py or libhdf5), found none "
+             "in {} bytes", path, file_size);
+  if (is_h5 < 0) MF_THROW("{}: cannot read as HDF5: {}", path, hdf5_error_stack());
+
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  const hid_t fid = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (fid < 0) {
+    const std::string stack = hdf5_error_stack();
+    MF_THROW("{}: cannot open as HDF5 ({}): {}", path,
+             stack.find("truncated") != std::string::npos ? "the file is truncated" : "damaged file?", stack);
+  }
+  H5Id file(fid, H5Fclose);
+
+  DatasetInfo info;
+  info.path = path;
+  info.names = names;
+  const std::string seg = dset_name(names.segments), lab = dset_name(names.labels);
+  impl->seg_name = seg;
+  if (!path_exists(file, seg))
+    MF_THROW("{}: dataset {} is missing (expected float16/float32 segments [N, n_mels, frames] or "
+             "[F, L, S, n_mels, frames]); {}", path, seg, root_members(file));
+  H5Id dset(MF_H5_CHECK(H5Dopen2(file, seg.c_str(), H5P_DEFAULT), "{}: opening {}", path, seg), H5Dclose);
+
+  // Element type.
+  {
+    H5Id type(H5Dget_type(dset), H5Tclose);
+    if (H5Tget_class(type) != H5T_FLOAT)
+      MF_THROW("{}: dataset {} must hold float16 or float32 values, found {}", path, seg, type_desc(type));
+    const std::size_t sz = H5Tget_size(type);
+    if (sz != 2 && sz != 4)
+      MF_THROW("{}: dataset {} has an unsupported float width: expected 16 or 32 bits, found {} bits", path, seg,
+               sz * 8);
+    if (H5Tget_order(type) != H5T_ORDER_LE)
+      MF_THROW("{}: dataset {} is big-endian: expected little-endian IEEE floats", path, seg);
+    std::size_t spos, epos, esize, mpos, msize;
+    H5Tget_fields(type, &spos, &epos, &esize, &mpos, &msize);
+    const bool ieee = sz == 2 ? (spos == 15 && epos == 10 && esize == 5 && mpos == 0 && msize == 10)
+                              : (spos == 31 && epos == 23 && esize == 8 && mpos == 0 && msize == 23);
+    if (!ieee)
+      MF_THROW("{}: dataset {} is a {}-bit float with {} exponent and {} mantissa bits: expected IEEE {}", path,
+               seg, sz * 8, esize, msize, sz == 2 ? "half (5/10)" : "single (8/23)");
+    info.dtype = sz == 2 ? DType::f16 : DType::f32;
+    impl->dtype = info.dtype;
+    impl->esz = sz;
+  }
+
+  // Shape.
+  info.shape = dims_of(dset);
+  const auto& sh = info.shape;
+  if (sh.size() != 3 && sh.size() != 5)
+    MF_THROW("{}: dataset {} has the wrong rank: expected 3 ([N, n_mels, frames]) or 5 ([F, L, S, n_mels, "
+             "frames]), found rank {} {}", path, seg, sh.size(), shape_str(sh));
+  if (shape_numel(sh) == 0) MF_THROW("{}: dataset {} is empty: shape {}", path, seg, shape_str(sh));
+  if (sh.size() == 3) {
+    info.layout = SegmentLayout::flat;
+    info.num_segments = sh[0];
+    info.num_files = sh[0];
+  } else {
+    info.layout = SegmentLayout::file_structured;
+    info.num_files = sh[0];
+    info.long_per_file = sh[1];
+    info.short_per_long = sh[2];
+    info.segments_per_file = sh[1] * sh[2];
+    info.num_segments = sh[0] * sh[1] * sh[2];
+  }
+  info.n_mels = sh[sh.size() - 2];
+  info.frames = sh[sh.size() - 1];
+  const std::int64_t N = info.num_segments, F = info.num_files;
+
+  // Attributes.
+  if (H5Id a = find_attr(dset, file, "class_names"); a.get() >= 0)
+    info.class_names = read_string_attr(a, fmt::format("{}: {}", path, seg));
+  if (H5Id a = find_attr(dset, file, "sample_rate"); a.get() >= 0)
+    info.sample_rate = read_number_attr(a, path, "sample_rate");
+  if (H5Id a = find_attr(dset, file, "hop_length"); a.get() >= 0)
+    info.hop_length = std::int64_t(read_number_attr(a, path, "hop_length"));
+  if (H5Id a = find_attr(dset, file, "n_mels"); a.get() >= 0) {
+    const double nm = read_number_attr(a, path, "n_mels");
+    if (nm != double(info.n_mels))
+      MF_THROW("{}: attribute n_mels = {} disagrees with {} {}: expected n_mels = {} (the mel axis)", path, nm, seg,
+               shape_str(sh), info.n_mels);
+  }
+
+  // Labels.
+  if (!path_exists(file, lab))
+    MF_THROW("{}: dataset {} is missing (expected integer labels [{}]); {}", path, lab, F, root_members(file));
+  const std::string per = info.layout == SegmentLayout::flat ? "one per segment of " + seg
+                                                             : "one per file, the first axis of " + seg;
+  const auto raw_labels = read_int_vector(file, lab, F, fmt::format("{} {}", per, shape_str(sh)), path, false);
+  std::int64_t max_label = 0;
+  for (std::size_t i = 0; i < raw_labels.size(); ++i) {
+    if (raw_labels[i] < 0)
+      MF_THROW("{}: dataset {} holds a negative label {} at index {}: expected class indices 0..C-1", path, lab,
+               raw_labels[i], i);
+    max_label = std::max(max_label, raw_labels[i]);
+  }
+  std::string c_from;
+  if (names.num_classes > 0) {
+    info.num_classes = names.num_classes;
+    c_from = "as configured";
+  } else if (!info.class_names.empty()) {
+    info.num_classes = int(info.class_names.size());
+    c_from = "from the class_names attribute";
+  } else {
+    info.num_classes = int(max_label + 1);
+    c_from = "from the largest label";
+  }
+  for (std::size_t i = 0; i < raw_labels.size(); ++i)
+    if (raw_labels[i] >= info.num_classes)
+      MF_THROW("{}: dataset {} holds label {} at index {}, out of range: expected 0..{} ({} classes {})", path, lab,
+               raw_labels[i], i, info.num_classes - 1, info.num_classes, c_from);
+  if (!info.class_names.empty() && int(info.class_names.size()) != info.num_classes)
+    MF_THROW("{}: attribute class_names has {} names but {} classes were configured", path,
+             info.class_names.size(), info.num_classes);
+  if (info.class_names.empty())
+    for (int c = 0; c < info.num_classes; ++c) info.class_names.push_back(fmt::format("class_{}", c));
+
+  info.normal_class = names.normal_class;
+  if (info.normal_class < 0) {
+    info.normal_class = 0;
+    for (int c = 0; c < info.num_classes; ++c) {
+      std::string s = info.class_names[std::size_t(c)];
+      std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+      if (s == "normal") info.normal_class = c;
+    }
+  }
+  if (info.normal_class >= info.num_classes)
+    MF_THROW("{}: normal class {} is out of range: expected 0..{}", path, info.normal_class, info.num_classes - 1);
+
+  // Leak flags.
+  info.file_labels.resize(std::size_t(F));
+  info.file_leak.resize(std::size_t(F));
+  for (std::int64_t f = 0; f < F; ++f) {
+    info.file_labels[std::size_t(f)] = std::int32_t(raw_labels[std::size_t(f)]);
+    info.file_leak[std::size_t(f)] = raw_labels[std::size_t(f)] != info.normal_class;
+  }
+  if (!names.leak.empty() && path_exists(file, dset_name(names.leak))) {
+    const std::string lk = dset_name(names.leak);
+    const auto raw_leak = read_int_vector(file, lk, F, fmt::format("shaped like {}", lab), path, true);
+    for (std::size_t i = 0; i < raw_leak.size(); ++i) {
+      if (raw_leak[i] != 0 && raw_leak[i] != 1)
+        MF_THROW("{}: dataset {} holds {} at index {}: expected 0 or 1", path, lk, raw_leak[i], i);
+      info.file_leak[i] = std::uint8_t(raw_leak[i]);
+    }
+    info.leak_in_file = true;
+  }
+  info.labels.resize(std::size_t(N));
+  info.leak.resize(std::size_t(N));
+  for (std::int64_t s = 0; s < N; ++s) {
+    info.labels[std::size_t(s)] = info.file_labels[std::size_t(info.file_of(s))];
+    info.leak[std::size_t(s)] = info.file_leak[std::size_t(info.file_of(s))];
+  }
+
+  // Storage: resolve the data addresses once.
+  H5Id dcpl(H5Dget_create_plist(dset), H5Pclose);
+  const H5D_layout_t lay = H5Pget_layout(dcpl);
+  auto& stg = info.storage;
+  stg.storage_bytes = H5Dget_storage_size(dset);
+  const std::uint64_t logical = std::uint64_t(N) * info.segment_bytes();
+  bool fast = true;
+  if (H5Pget_external_count(dcpl) > 0) fast = false;
+  if (lay == H5D_CONTIGUOUS) {
+    stg.layout = StorageLayout::contiguous;
+    const haddr_t addr = H5Dget_offset(dset);
+    H5Eclear2(H5E_DEFAULT);
+    if (fast) {
+      if (addr == HADDR_UNDEF)
+        MF_THROW("{}: dataset {} has no data in the file (its storage was never written)", path, seg);
+      if (addr + logical > file_size)
+        MF_THROW("{}: file truncated: dataset {} occupies bytes [{}, {}) but the file has {} bytes", path, seg, addr,
+                 addr + logical, file_size);
+      impl->base = addr;
+      impl->mode = Impl::Mode::contiguous;
+    }
+  } else if (lay == H5D_CHUNKED) {
+    stg.layout = StorageLayout::chunked;
+    const int rank = int(sh.size());
+    std::vector<hsize_t> cd(static_cast<std::size_t>(rank));
+    MF_H5_CHECK(H5Pget_chunk(dcpl, rank, cd.data()), "{}: reading the chunk shape of {}", path, seg);
+    stg.chunk.assign(cd.begin(), cd.end());
+    const int nf = H5Pget_nfilters(dcpl);
+    for (int i = 0; i < nf; ++i) {
+      unsigned flags = 0, fcfg = 0;
+      std::size_t nelem = 8;
+      unsigned cdv[8];
+      char name[128] = {0};
+      const H5Z_filter_t id = H5Pget_filter2(dcpl, unsigned(i), &flags, &nelem, cdv, sizeof(name), name, &fcfg);
+      const std::string fname = name[0] ? std::string(name) : fmt::format("filter {}", int(id));
+      stg.filters.push_back(fname);
+      impl->filters.push_back(int(id));
+      if (id != H5Z_FILTER_DEFLATE && id != H5Z_FILTER_SHUFFLE) fast = false;
+      if (H5Zfilter_avail(id) <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        MF_THROW("{}: dataset {} is compressed with '{}' (HDF5 filter id {}), which this HDF5 library cannot "
+                 "decode: expected no filter, gzip (deflate) or shuffle", path, seg, fname, int(id));
+      }
+    }
+    impl->dims = sh;
+    impl->chunk = stg.chunk;
+    impl->grid.resize(std::size_t(rank));
+    std::int64_t nchunks = 1;
+    for (int k = 0; k < rank; ++k) {
+      impl->grid[std::size_t(k)] = (sh[std::size_t(k)] + stg.chunk[std::size_t(k)] - 1) / stg.chunk[std::size_t(k)];
+      nchunks *= impl->grid[std::size_t(k)];
+    }
+    impl->chunk_bytes = std::size_t(shape_numel(stg.chunk)) * impl->esz;
+    if (fast) {
+      impl->chunks.resize(std::size_t(nchunks));
+      std::vector<hsize_t> off(static_cast<std::size_t>(rank));
+      for (std::int64_t c = 0; c < nchunks; ++c) {
+        std::int64_t r = c;
+        for (int k = rank - 1; k >= 0; --k) {
+          off[std::size_t(k)] = hsize_t((r % impl->grid[std::size_t(k)]) * stg.chunk[std::size_t(k)]);
+          r /= impl->grid[std::size_t(k)];
+        }
+        unsigned mask = 0;
+        haddr_t addr = HADDR_UNDEF;
+        hsize_t size = 0;
+        if (H5Dget_chunk_info_by_coord(dset, off.data(), &mask, &addr, &size) < 0 || addr == HADDR_UNDEF ||
+            size == 0) {
+          H5Eclear2(H5E_DEFAULT);
+          MF_THROW("{}: dataset {} has a chunk at {} that was never written (partly written file?)", path, seg,
+                   shape_str(Shape(off.begin(), off.end())));
+        }
+        if (addr + size > file_size)
+          MF_THROW("{}: file truncated: the chunk of {} at {} occupies bytes [{}, {}) but the file has {} bytes",
+                   path, seg, shape_str(Shape(off.begin(), off.end())), addr, addr + size, file_size);
+        impl->chunks[std::size_t(c)] = {addr, std::uint32_t(size), mask};
+      }
+      stg.num_chunks = nchunks;
+      impl->mode = Impl::Mode::chunked;
+    } else {
+      hsize_t n = 0;
+      H5Id space(H5Dget_space(dset), H5Sclose);
+      if (H5Dget_num_chunks(dset, space, &n) < 0) H5Eclear2(H5E_DEFAULT);
+      stg.num_chunks = std::int64_t(n);
+    }
+  } else {
+    stg.layout = lay == H5D_COMPACT ? StorageLayout::compact : StorageLayout::other;
+    fast = false;
+  }
+  stg.fast_path = fast;
+  if (fast) {
+    impl->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (impl->fd < 0) MF_THROW("{}: cannot open for reading: {}", path, std::strerror(errno));
+  } else {
+    impl->mode = Impl::Mode::hdf5;
+    impl->dset = std::move(dset);
+    impl->file = std::move(file);
+  }
+  return std::shared_ptr<const Dataset>(new Dataset(std::move(impl), std::move(info)));
+}
+
+void Dataset::read(std::span<const std::int64_t> rows, DType dt, void* dst, bool check) const {
+  MF_CHECK(dt == DType::f32 || dt == DType::f16 || dt == DType::bf16,
+           "Dataset::read: destination dtype must be f32, f16 or bf16, found {}", dtype_name(dt));
+  for (std::int64_t r : rows)
+    MF_CHECK(r >= 0 && r < info_.num_segments, "{}: segment {} out of range: expected 0..{}", info_.path, r,
+             info_.num_segments - 1);
+  switch (impl_->mode) {
+    case Impl::Mode::contiguous: return impl_->read_contiguous(info_, rows, dt, dst, check);
+    case Impl::Mode::chunked: return impl_->read_chunked(info_, rows, dt, dst, check);
+    case Impl::Mode::hdf5: return impl_->read_hdf5(info_, rows, dt, dst, check);
+  }
+}
+
+void Dataset::Impl::read_contiguous(const DatasetInfo& info, std::span<const std::int64_t> rows, DType dt,
+                                    void* dst, bool check) const {
+  const std::size_t sb = info.segment_bytes(), ob = std::size_t(info.segment_elems()) * dtype_size(dt);
+  const std::int64_t elems = info.segment_elems();
+  const std::size_t max_run = std::max<std::size_t>(1, (std::size_t(8) << 20) / sb);
+  auto* out = static_cast<std::byte*>(dst);
+  std::size_t i = 0;
+  while (i < rows.size()) {
+    std::size_t j = i + 1;
+    while (j < rows.size() && j - i < max_run && rows[j] == rows[j - 1] + 1) ++j;
+    const std::size_t n = j - i;
+    const std::uint64_t off = base + std::uint64_t(rows[i]) * sb;
+    std::byte* o = out + i * ob;
+    const void* src = o;
+    if (dt == dtype) {
+      pread_full(fd, o, n * sb, off, path);
+    } else {
+      auto& s = scratch();
+      grow(s.a, n * sb);
+      pread_full(fd, s.a.data(), n * sb, off, path);
+      src = s.a.data();
+    }
+    const std::int64_t bad = convert_floats(src, dtype, o, dt, std::int64_t(n) * elems, check);
+    if (bad >= 0) throw_nonfinite(info, rows[i + std::size_t(bad / elems)], bad % elems, load_any(src, dtype, bad));
+    i = j;
+  }
+}
+
+namespace {
+void inflate_chunk(const std::byte* src, std::size_t n, std::vector<std::byte>& out, std::size_t expect,
+                   const std::string& ctx) {
+  grow(out, expect);
+  uLongf len = uLongf(expect);
+  const int rc = ::uncompress(reinterpret_cast<Bytef*>(out.data()), &len, reinterpret_cast<const Bytef*>(src), uLong(n));
+  if (rc != Z_OK || len != expect)
+    MF_THROW("{}: gzip (deflate) data is corrupt: zlib says '{}' after {} of {} bytes", ctx,
+             rc == Z_OK ? "short output" : zError(rc), std::size_t(len), expect);
+}
+void unshuffle(const std::byte* src, std::size_t n, std::size_t esz, std::vector<std::byte>& out) {
+  grow(out, n);
+  const std::size_t m = n / esz;
+  for (std::size_t j = 0; j < esz; ++j)
+    for (std::size_t i = 0; i < m; ++i) out[i * esz + j] = src[j * m + i];
+  std::memcpy(out.data() + m * esz, src + m * esz, n - m * esz);  // leftover bytes stay as they are
+}
+}  // namespace
+
+void Dataset::Impl::read_chunked(const DatasetInfo& info, std::span<const std::int64_t> rows, DType dt, void* dst,
+                                 bool check) const {
+  const int rank = int(dims.size());
+  const int lead = rank - 2;
+  const std::int64_t M = info.n_mels, T = info.frames, cm = chunk[std::size_t(rank - 2)],
+                     ct = chunk[std::size_t(rank - 1)];
+  const std::int64_t gm = grid[std::size_t(rank - 2)], gt = grid[std::size_t(rank - 1)];
+  const std::size_t ob = std::size_t(M * T) * dtype_size(dt);
+  // (chunk, row) pairs, grouped by chunk so each chunk is read and decoded once per call.
+  struct Need {
+    std::int64_t chunk;
+    std::int64_t row;
+  };
+  std::vector<Need> need;
+  need.reserve(rows.size() * std::size_t(gm * gt));
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    std::int64_t s = rows[r], lin = 0;
+    std::int64_t coord[3] = {0, 0, 0};
+    for (int k = lead - 1; k >= 0; --k) {
+      coord[k] = s % dims[std::size_t(k)];
+      s /= dims[std::size_t(k)];
+    }
+    for (int k = 0; k < lead; ++k) lin = lin * grid[std::size_t(k)] + coord[k] / chunk[std::size_t(k)];
+    for (std::int64_t a = 0; a < gm; ++a)
+      for (std::int64_t b = 0; b < gt; ++b) need.push_back({(lin * gm + a) * gt + b, std::int64_t(r)});
+  }
+  std::sort(need.begin(), need.end(), [](const Need& x, const Need& y) {
+    return x.chunk != y.chunk ? x.chunk < y.chunk : x.row < y.row;
+  });
+  auto& s = scratch();
+  auto* out = static_cast<std::byte*>(dst);
+  std::size_t i = 0;
+  while (i < need.size()) {
+    const std::int64_t c = need[i].chunk;
+    const ChunkRec& rec = chunks[std::size_t(c)];
+    grow(s.a, rec.size);
+    pread_full(fd, s.a.data(), rec.size, rec.addr, path);
+    const std::byte* data = s.a.data();
+    std::size_t len = rec.size;
+    for (int f = int(filters.size()) - 1; f >= 0; --f) {
+      if (rec.filter_mask & (1u << f)) continue;  // this filter was skipped for this chunk
+      std::vector<std::byte>& o = (data == s.b.data()) ? s.c : s.b;
+      if (filters[std::size_t(f)] == H5Z_FILTER_DEFLATE) {
+        inflate_chunk(data, len, o, chunk_bytes,
+                      fmt::format("{}: {} chunk {} at offset {}", path, seg_name, c, rec.addr));
+        len = chunk_bytes;
+      } else {
+        unshuffle(data, len, esz, o);
+      }
+      data = o.data();
+    }
+    if (len != chunk_bytes)
+      MF_THROW("{}: {} chunk {} at offset {} holds {} bytes after decoding, expected {}", path, seg_name, c,
+               rec.addr, len, chunk_bytes);
+    // Chunk origin.
+    std::int64_t origin[5] = {0, 0, 0, 0, 0};
+    {
+      std::int64_t r = c;
+      for (int k = rank - 1; k >= 0; --k) {
+        origin[k] = (r % grid[std::size_t(k)]) * chunk[std::size_t(k)];
+        r /= grid[std::size_t(k)];
+      }
+    }
+    const std::int64_t m0 = origin[rank - 2], t0 = origin[rank - 1];
+    const std::int64_t m1 = std::min(M, m0 + cm), t1 = std::min(T, t0 + ct);
+    for (; i < need.size() && need[i].chunk == c; ++i) {
+      const std::int64_t row = need[i].row, seg = rows[std::size_t(row)];
+      std::int64_t sidx = seg, loc = 0;
+      std::int64_t coord[3] = {0, 0, 0};
+      for (int k = lead - 1; k >= 0; --k) {
+        coord[k] = sidx % dims[std::size_t(k)];
+        sidx /= dims[std::size_t(k)];
+      }
+      for (int k = 0; k < lead; ++k) loc = loc * chunk[std::size_t(k)] + (coord[k] - origin[k]);
+      for (std::int64_t m = m0; m < m1; ++m) {
+        const std::int64_t src_e = (loc * cm + (m - m0)) * ct;
+        const std::byte* src = data + std::size_t(src_e) * esz;
+        std::byte* o = out + std::size_t(row) * ob + std::size_t(m * T + t0) * dtype_size(dt);
+        const std::int64_t bad = convert_floats(src, dtype, o, dt, t1 - t0, check);
+        if (bad >= 0) throw_nonfinite(info, seg, m * T + t0 + bad, load_any(src, dtype, bad));
+      }
+    }
+  }
+}
+
+void Dataset::Impl::read_hdf5(const DatasetInfo& info, std::span<const std::int64_t> rows, DType dt, void* dst,
+                              bool check) const {
+  // HDF5 serializes these calls with its global lock (the Debian build is thread-safe).
+  const int rank = int(dims_of(dset).size());
+  const std::int64_t elems = info.segment_elems();
+  const std::size_t ob = std::size_t(elems) * dtype_size(dt);
+  auto& s = scratch();
+  grow(s.a, std::size_t(elems) * sizeof(float));
+  auto* f = reinterpret_cast<float*>(s.a.data());
+  H5Id fspace(H5Dget_space(dset), H5Sclose);
+  const hsize_t mdim = hsize_t(elems);
+  H5Id mspace(H5Screate_simple(1, &mdim, nullptr), H5Sclose);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    std::vector<hsize_t> start(std::size_t(rank), 0), count(std::size_t(rank), 1);
+    std::int64_t sidx = rows[r];
+    for (int k = rank - 3; k >= 0; --k) {
+      start[std::size_t(k)] = hsize_t(sidx % info.shape[std::size_t(k)]);
+      sidx /= info.shape[std::size_t(k)];
+    }
+    count[std::size_t(rank - 2)] = hsize_t(info.n_mels);
+    count[std::size_t(rank - 1)] = hsize_t(info.frames);
+    MF_H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
+                "{}: selecting {} of {}", path, info.where(rows[r]), seg_name);
+    MF_H5_CHECK(H5Dread(dset, H5T_NATIVE_FLOAT, mspace, fspace, H5P_DEFAULT, f), "{}: reading {} of {}", path,
+                info.where(rows[r]), seg_name);
+    const std::int64_t bad = convert_floats(f, DType::f32, static_cast<std::byte*>(dst) + r * ob, dt, elems, check);
+    if (bad >= 0) throw_nonfinite(info, rows[r], bad, f[bad]);
+  }
+}
+
+void Dataset::read_all(DType dt, void* dst, bool check, int threads) const {
+  const std::int64_t N = info_.num_segments;
+  const std::int64_t block = std::max<std::int64_t>(1, (std::int64_t(4) << 20) / std::int64_t(info_.segment_bytes()));
+  const std::int64_t nblocks = (N + block - 1) / block;
+  const std::size_t ob = std::size_t(info_.segment_elems()) * dtype_size(dt);
+  std::atomic<std::int64_t> next{0};
+  std::exception_ptr err;
+  std::mutex mu;
+  auto work = [&] {
+    std::vector<std::int64_t> rows;
+    for (;;) {
+      const std::int64_t b = next.fetch_add(1);
+      if (b >= nblocks) return;
+      const std::int64_t r0 = b * block, r1 = std::min(N, r0 + block);
+      rows.resize(std::size_t(r1 - r0));
+      for (std::int64_t r = r0; r < r1; ++r) rows[std::size_t(r - r0)] = r;
+      try {
+        read(rows, dt, static_cast<std::byte*>(dst) + std::size_t(r0) * ob, check);
+      } catch (...) {
+        std::lock_guard lk(mu);
+        if (!err) err = std::current_exception();
+        next.store(nblocks);
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < std::max(1, threads); ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (err) std::rethrow_exception(err);
+}
+
+}  // namespace mf::io

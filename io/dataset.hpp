@@ -1,0 +1,141 @@
+// HDF5 mel-spectrogram datasets: the schema, its validation at open, and a
+// thread-safe row reader (docs/dataset.md has the format for users).
+//
+// Schema (dataset names configurable through DatasetNames):
+//   /segments  float16 or float32 (IEEE, little-endian), either
+//              flat            [N, n_mels, frames]
+//              file-structured [F, L, S, n_mels, frames]  (N = F*L*S; segment
+//              i belongs to file i / (L*S): segments are numbered row-major)
+//   /labels    any integer type, [N] (flat) or [F] (file-structured: each
+//              segment inherits its file's label), values 0..C-1
+//   /leak      optional, integer or bool 0/1, shaped like /labels; when absent
+//              leak = (label != normal class)
+//   attributes (on /segments or on the root group, optional): class_names
+//              (strings, defines C), sample_rate, hop_length, n_mels (must
+//              match the shape when present)
+//
+// Validation at open (Dataset::open) throws mf::Error naming the file, the
+// dataset, what was expected and what was found, for: a missing file, a file
+// that is not HDF5, a truncated or damaged file, a missing dataset, wrong
+// rank, non-float or unsupported-width segments, an empty dataset, label/leak
+// counts that do not match, non-integer labels, labels out of range, leak
+// values other than 0/1, an n_mels attribute that disagrees with the shape,
+// chunks that were never written, and data extents beyond the end of the file.
+//
+// Non-finite values (NaN, Inf) are detected when segment data is read
+// (Dataset::read with check_finite): every batch the streaming reader builds,
+// and the whole dataset when it is loaded once (resident mode, `data inspect`).
+// The message names the segment, its file / long / short coordinates, the mel
+// bin and the frame. Open does not scan the data (it would read a file that
+// may be far larger than memory twice).
+//
+// Storage: addresses are resolved once at open (H5Dget_offset for contiguous
+// data, H5Dget_chunk_info_by_coord for every chunk). Reads then bypass HDF5:
+// positioned reads (pread) from any number of threads, outside HDF5's global
+// lock. Chunks filtered with shuffle and/or deflate (what h5py writes with
+// compression="gzip", shuffle=True) are decompressed in the calling thread
+// with zlib. Any other layout or filter (compact storage, lzf, szip,
+// fletcher32, ...) falls back to H5Dread of one segment at a time under
+// HDF5's global lock: correct, slower, reported by StorageInfo::fast_path.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/dtype.hpp"
+#include "engine/tensor.hpp"
+
+namespace mf::io {
+
+// Names of the datasets inside a file, and how to interpret the labels.
+struct DatasetNames {
+  std::string segments = "segments";
+  std::string labels = "labels";
+  std::string leak = "leak";  // optional; "" = never read, always derive
+  // The class whose label means "no leak" when /leak is absent. -1: the class
+  // named "normal" (case-insensitive) in class_names when there is one, else 0.
+  int normal_class = -1;
+  // Number of classes. 0: len(class_names) when present, else max label + 1.
+  int num_classes = 0;
+};
+
+enum class SegmentLayout : std::uint8_t { flat, file_structured };
+enum class StorageLayout : std::uint8_t { contiguous, chunked, compact, other };
+std::string_view segment_layout_name(SegmentLayout l);
+std::string_view storage_layout_name(StorageLayout l);
+
+struct StorageInfo {
+  StorageLayout layout = StorageLayout::contiguous;
+  std::vector<std::int64_t> chunk;       // chunk dims (chunked only)
+  std::vector<std::string> filters;      // filter names, pipeline order
+  std::int64_t num_chunks = 0;           // allocated chunks (chunked only)
+  std::uint64_t storage_bytes = 0;       // bytes the data takes in the file
+  bool fast_path = true;                 // pread (+ zlib) rather than H5Dread under HDF5's lock
+};
+
+struct DatasetInfo {
+  std::string path;
+  DatasetNames names;
+  SegmentLayout layout = SegmentLayout::flat;
+  Shape shape;                 // /segments as stored
+  std::int64_t num_segments = 0, n_mels = 0, frames = 0;
+  // File structure. Flat data: every segment is its own file (F = N, L = S = 1).
+  std::int64_t num_files = 0, long_per_file = 1, short_per_long = 1, segments_per_file = 1;
+  DType dtype = DType::f32;    // f16 or f32, as stored
+  int num_classes = 0;
+  std::vector<std::string> class_names;  // size num_classes ("class_K" when the file has none)
+  int normal_class = 0;
+  bool leak_in_file = false;             // /leak was read (else derived)
+  std::vector<std::int32_t> labels;      // per segment, [N]
+  std::vector<std::uint8_t> leak;        // per segment, [N], 0/1
+  std::vector<std::int32_t> file_labels; // per file, [F]
+  std::vector<std::uint8_t> file_leak;   // per file, [F]
+  double sample_rate = 0;                // 0 when the attribute is absent
+  std::int64_t hop_length = 0;           // 0 when absent
+  StorageInfo storage;
+
+  std::int64_t file_of(std::int64_t segment) const { return segment / segments_per_file; }
+  std::int64_t segment_elems() const { return n_mels * frames; }
+  std::size_t segment_bytes() const { return std::size_t(segment_elems()) * dtype_size(dtype); }
+  // "segment 1234 (file 38, long 2, short 5)" or "segment 1234" for flat data.
+  std::string where(std::int64_t segment) const;
+};
+
+class Dataset {
+ public:
+  // Opens and validates `path`; throws mf::Error (see the top of this file).
+  static std::shared_ptr<const Dataset> open(const std::string& path, const DatasetNames& names = {});
+  ~Dataset();
+  Dataset(const Dataset&) = delete;
+  Dataset& operator=(const Dataset&) = delete;
+
+  const DatasetInfo& info() const { return info_; }
+
+  // Reads segments rows[0..n) into dst as [n, n_mels, frames] row-major,
+  // converted to dst_type (f32, f16 or bf16; round to nearest even). Any
+  // order; sorted rows coalesce into fewer reads. Thread-safe: any number of
+  // threads may read at once. With check_finite, the first NaN/Inf throws with
+  // its position (dst is then partly written).
+  void read(std::span<const std::int64_t> rows, DType dst_type, void* dst, bool check_finite) const;
+
+  // Reads everything (in blocks, `threads` at once) into a host buffer of
+  // N * n_mels * frames elements of dst_type.
+  void read_all(DType dst_type, void* dst, bool check_finite, int threads) const;
+
+  struct Impl;
+
+ private:
+  explicit Dataset(std::unique_ptr<Impl> impl, DatasetInfo info);
+  std::unique_ptr<Impl> impl_;
+  DatasetInfo info_;
+};
+
+// Host conversion between float storage types; returns the index of the first
+// non-finite source value, or -1 (only looked for when check is true).
+std::int64_t convert_floats(const void* src, DType src_type, void* dst, DType dst_type, std::int64_t n,
+                            bool check);
+
+}  // namespace mf::io

@@ -1,0 +1,133 @@
+#include "io/h5_writer.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "io/h5_error.hpp"
+
+namespace mf::io {
+
+WriteStorage parse_write_storage(std::string_view s) {
+  if (s == "contiguous") return WriteStorage::contiguous;
+  if (s == "chunked") return WriteStorage::chunked;
+  if (s == "gzip") return WriteStorage::gzip;
+  MF_THROW("storage '{}': expected contiguous, chunked or gzip", s);
+}
+
+namespace {
+hid_t half_type() {
+  const hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+  H5Tset_fields(t, 15, 10, 5, 0, 10);
+  H5Tset_size(t, 2);
+  H5Tset_ebias(t, 15);
+  return t;
+}
+
+void write_attr_number(hid_t obj, const char* name, hid_t ftype, hid_t mtype, const void* v, const std::string& path) {
+  const hid_t sp = H5Screate(H5S_SCALAR);
+  const hid_t a = MF_H5_CHECK(H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT), "{}: attribute {}", path, name);
+  MF_H5_CHECK(H5Awrite(a, mtype, v), "{}: writing attribute {}", path, name);
+  H5Aclose(a);
+  H5Sclose(sp);
+}
+
+void write_vector(hid_t file, const char* name, hid_t ftype, hid_t mtype, const void* data, hsize_t n,
+                  const std::string& path) {
+  const hid_t sp = H5Screate_simple(1, &n, nullptr);
+  const hid_t d = MF_H5_CHECK(H5Dcreate2(file, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                              "{}: creating {}", path, name);
+  MF_H5_CHECK(H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "{}: writing {}", path, name);
+  H5Dclose(d);
+  H5Sclose(sp);
+}
+}  // namespace
+
+H5Writer::H5Writer(const std::string& path, const WriteSpec& spec) : path_(path), spec_(spec) {
+  silence_hdf5_errors();
+  const auto& sh = spec.shape;
+  MF_CHECK(sh.size() == 3 || sh.size() == 5, "H5Writer: shape {} must have rank 3 or 5", shape_str(sh));
+  MF_CHECK(spec.dtype == DType::f16 || spec.dtype == DType::f32, "H5Writer: dtype must be f16 or f32");
+  seg_per_row_ = sh.size() == 5 ? sh[1] * sh[2] : 1;
+  file_ = MF_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "{}: creating the file", path);
+  ftype_ = spec.dtype == DType::f16 ? half_type() : H5Tcopy(H5T_IEEE_F32LE);
+  std::vector<hsize_t> dims(sh.begin(), sh.end());
+  const hid_t sp = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
+  const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  if (spec.storage != WriteStorage::contiguous) {
+    Shape ch = spec.chunk;
+    if (ch.empty()) ch = sh.size() == 5 ? Shape{1, 1, sh[2], sh[3], sh[4]} : Shape{std::min<std::int64_t>(16, sh[0]), sh[1], sh[2]};
+    MF_CHECK(ch.size() == sh.size(), "H5Writer: chunk {} must have the rank of {}", shape_str(ch), shape_str(sh));
+    std::vector<hsize_t> cd(ch.begin(), ch.end());
+    MF_H5_CHECK(H5Pset_chunk(dcpl, int(cd.size()), cd.data()), "{}: chunk shape {}", path, shape_str(ch));
+    if (spec.storage == WriteStorage::gzip) {
+      H5Pset_shuffle(dcpl);
+      H5Pset_deflate(dcpl, unsigned(spec.gzip_level));
+    }
+  }
+  dset_ = MF_H5_CHECK(H5Dcreate2(file_, "segments", ftype_, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT), "{}: creating /segments",
+                      path);
+  H5Pclose(dcpl);
+  H5Sclose(sp);
+
+  const hsize_t nl = spec.labels.size();
+  write_vector(file_, "labels", H5T_STD_I64LE, H5T_NATIVE_INT64, spec.labels.data(), nl, path);
+  if (!spec.leak.empty()) write_vector(file_, "leak", H5T_STD_U8LE, H5T_NATIVE_UINT8, spec.leak.data(), spec.leak.size(), path);
+  if (!spec.class_names.empty()) {
+    const hid_t st = H5Tcopy(H5T_C_S1);
+    H5Tset_size(st, H5T_VARIABLE);
+    H5Tset_cset(st, H5T_CSET_UTF8);
+    const hsize_t n = spec.class_names.size();
+    const hid_t asp = H5Screate_simple(1, &n, nullptr);
+    const hid_t a = MF_H5_CHECK(H5Acreate2(file_, "class_names", st, asp, H5P_DEFAULT, H5P_DEFAULT),
+                                "{}: attribute class_names", path);
+    std::vector<const char*> p;
+    for (const auto& s : spec.class_names) p.push_back(s.c_str());
+    MF_H5_CHECK(H5Awrite(a, st, p.data()), "{}: writing class_names", path);
+    H5Aclose(a);
+    H5Sclose(asp);
+    H5Tclose(st);
+  }
+  if (spec.sample_rate > 0) write_attr_number(file_, "sample_rate", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &spec.sample_rate, path);
+  if (spec.hop_length > 0) write_attr_number(file_, "hop_length", H5T_STD_I64LE, H5T_NATIVE_INT64, &spec.hop_length, path);
+  const std::int64_t nm = sh[sh.size() - 2];
+  write_attr_number(file_, "n_mels", H5T_STD_I64LE, H5T_NATIVE_INT64, &nm, path);
+}
+
+H5Writer::~H5Writer() {
+  try {
+    close();
+  } catch (...) {
+  }
+}
+
+void H5Writer::write_segments(std::int64_t first, std::int64_t n, const float* values) {
+  const auto& sh = spec_.shape;
+  MF_CHECK(first % seg_per_row_ == 0 && n % seg_per_row_ == 0,
+           "H5Writer: file-structured data is written in whole files ({} segments each)", seg_per_row_);
+  const std::int64_t elems = sh[sh.size() - 2] * sh[sh.size() - 1];
+  std::vector<hsize_t> start(sh.size(), 0), count(sh.begin(), sh.end());
+  start[0] = hsize_t(first / seg_per_row_);
+  count[0] = hsize_t(n / seg_per_row_);
+  MF_CHECK(std::int64_t(start[0] + count[0]) <= sh[0], "H5Writer: segments [{}, {}) beyond the dataset", first, first + n);
+  const hid_t fs = H5Dget_space(dset_);
+  H5Sselect_hyperslab(fs, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+  const hid_t ms = H5Screate_simple(int(count.size()), count.data(), nullptr);
+  if (spec_.dtype == DType::f16) {
+    std::vector<f16> h(static_cast<std::size_t>(n * elems));
+    for (std::size_t i = 0; i < h.size(); ++i) h[i] = f16(values[i]);
+    MF_H5_CHECK(H5Dwrite(dset_, ftype_, ms, fs, H5P_DEFAULT, h.data()), "{}: writing /segments", path_);
+  } else {
+    MF_H5_CHECK(H5Dwrite(dset_, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, values), "{}: writing /segments", path_);
+  }
+  H5Sclose(ms);
+  H5Sclose(fs);
+}
+
+void H5Writer::close() {
+  if (dset_ >= 0) H5Dclose(dset_);
+  if (ftype_ >= 0) H5Tclose(ftype_);
+  dset_ = ftype_ = -1;
+  if (file_ >= 0) MF_H5_CHECK(H5Fclose(std::exchange(file_, -1)), "{}: closing", path_);
+}
+
+}  // namespace mf::io

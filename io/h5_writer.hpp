@@ -1,0 +1,51 @@
+// Writes datasets in melforge's schema (io/dataset.hpp) with the HDF5 C API:
+// what `melforge data synth`, the reader benchmark and the tests use. The
+// files look like h5py's: float16 as IEEE half, labels int64, leak uint8,
+// class_names as variable-length UTF-8 strings.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/dtype.hpp"
+#include "engine/tensor.hpp"
+
+namespace mf::io {
+
+enum class WriteStorage : std::uint8_t { contiguous, chunked, gzip };  // gzip = chunked + shuffle + deflate
+WriteStorage parse_write_storage(std::string_view s);                   // "contiguous" | "chunked" | "gzip"
+
+struct WriteSpec {
+  Shape shape;                    // [N, n_mels, frames] or [F, L, S, n_mels, frames]
+  DType dtype = DType::f16;       // f16 or f32
+  WriteStorage storage = WriteStorage::contiguous;
+  Shape chunk;                    // empty: one long segment ([1, 1, S, M, T]) or 16 segments ([16, M, T])
+  int gzip_level = 4;
+  std::vector<std::int64_t> labels;      // [F] or [N]
+  std::vector<std::uint8_t> leak;        // empty: no /leak dataset
+  std::vector<std::string> class_names;  // empty: no attribute
+  double sample_rate = 0;                // 0: no attribute
+  std::int64_t hop_length = 0;           // 0: no attribute
+};
+
+class H5Writer {
+ public:
+  H5Writer(const std::string& path, const WriteSpec& spec);
+  ~H5Writer();
+  H5Writer(const H5Writer&) = delete;
+  H5Writer& operator=(const H5Writer&) = delete;
+
+  // Writes segments [first, first + n) (row-major, n_mels * frames floats each).
+  // File-structured data: first and n must be whole files.
+  void write_segments(std::int64_t first, std::int64_t n, const float* values);
+  void close();
+
+ private:
+  std::string path_;
+  WriteSpec spec_;
+  long long file_ = -1, dset_ = -1, ftype_ = -1;
+  std::int64_t seg_per_row_ = 1;
+};
+
+}  // namespace mf::io

@@ -1,0 +1,134 @@
+// `melforge data synth` and `melforge data inspect` as a user runs them: exit
+// codes and messages, on good and bad files (never a core dump).
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <sys/wait.h>
+
+#include "io/dataset.hpp"
+#include "io/h5_writer.hpp"
+#include "tests/io/io_testing.hpp"
+
+namespace {
+struct Result {
+  int code;
+  std::string out;
+};
+Result run(const std::string& args) {
+  const char* bin = std::getenv("MELFORGE_BIN");
+  REQUIRE(bin != nullptr);
+  const std::string cmd = std::string(bin) + " " + args + " 2>&1";
+  Result r{0, {}};
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), int(buf.size()), p)) r.out += buf.data();
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+bool has(const Result& r, const std::string& s) { return r.out.find(s) != std::string::npos; }
+}  // namespace
+
+TEST_CASE("data synth writes train/val/test split by file, reproducibly; inspect reads them") {
+  mf::testing::TempDir dir("cli_synth");
+  const Result r = run("data synth --out " + (dir / "a") + " --files 12 --classes 3 --mels 16 --frames 20 --long 2 "
+                       "--short 3 --seed 9");
+  CAPTURE(r.out);
+  REQUIRE(r.code == 0);
+  CHECK(has(r, "train"));
+  for (const char* s : {"train.h5", "val.h5", "test.h5"}) CHECK(std::filesystem::exists(dir / ("a/" + std::string(s))));
+  // Same seed, same bytes; another seed, other bytes.
+  REQUIRE(run("data synth --out " + (dir / "b") + " --files 12 --classes 3 --mels 16 --frames 20 --long 2 --short 3 "
+              "--seed 9").code == 0);
+  REQUIRE(run("data synth --out " + (dir / "c") + " --files 12 --classes 3 --mels 16 --frames 20 --long 2 --short 3 "
+              "--seed 10 --dtype f32 --storage gzip").code == 0);
+  auto a = mf::io::Dataset::open(dir / "a/train.h5"), b = mf::io::Dataset::open(dir / "b/train.h5"),
+       c = mf::io::Dataset::open(dir / "c/train.h5");
+  CHECK(a->info().layout == mf::io::SegmentLayout::file_structured);
+  CHECK(a->info().shape == mf::Shape{6, 2, 3, 16, 20});
+  CHECK(a->info().num_classes == 3);
+  CHECK(c->info().dtype == mf::DType::f32);
+  CHECK(c->info().storage.filters.size() == 2);
+  std::vector<float> va(std::size_t(36 * 320)), vb(va.size()), vc(va.size());
+  a->read_all(mf::DType::f32, va.data(), true, 2);
+  b->read_all(mf::DType::f32, vb.data(), true, 2);
+  c->read_all(mf::DType::f32, vc.data(), true, 2);
+  CHECK(va == vb);
+  CHECK(va != vc);
+  // Files of every class in every split.
+  for (const char* s : {"train.h5", "val.h5", "test.h5"}) {
+    auto d = mf::io::Dataset::open(dir / ("a/" + std::string(s)));
+    std::vector<int> count(3, 0);
+    for (auto l : d->info().file_labels) ++count[std::size_t(l)];
+    for (int n : count) CHECK(n >= 1);
+  }
+  const Result i = run("data inspect " + (dir / "c/train.h5"));
+  CAPTURE(i.out);
+  CHECK(i.code == 0);
+  for (const char* s : {"file-structured", "f32 [6, 2, 3, 16, 20]", "chunked", "shuffle", "deflate", "histogram",
+                        "normal", "leak_mid", "values", "finite"})
+    CHECK(has(i, s));
+}
+
+TEST_CASE("data synth rejects bad arguments with a message") {
+  mf::testing::TempDir dir("cli_synth_bad");
+  Result r = run("data synth --out " + (dir / "x") + " --files 2");
+  CHECK(r.code == 1);
+  CHECK(has(r, "--files must be >= 3"));
+  r = run("data synth --out " + (dir / "x") + " --dtype f64");
+  CHECK(r.code == 1);
+  r = run("data synth --out " + (dir / "x") + " --storage lz4");
+  CHECK(r.code == 1);
+  CHECK(has(r, "expected contiguous, chunked or gzip"));
+}
+
+TEST_CASE("data inspect: bad files exit 1 with the file, the dataset, expected and found") {
+  mf::testing::TempDir dir("cli_inspect_bad");
+  {
+    std::ofstream(dir / "text.h5") << "this is not HDF5\n";
+  }
+  Result r = run("data inspect " + (dir / "text.h5"));
+  CHECK(r.code == 1);
+  CHECK(has(r, "not an HDF5 file"));
+  CHECK(has(r, dir / "text.h5"));
+
+  REQUIRE(run("data synth --out " + (dir / "s") + " --files 6 --classes 4 --mels 8 --frames 8 --long 1 --short 2").code == 0);
+  const std::string good = dir / "s/train.h5";
+  r = run("data inspect " + good + " --segments nope");
+  CHECK(r.code == 1);
+  CHECK(has(r, "dataset /nope is missing"));
+  CHECK(has(r, "segments"));
+
+  std::filesystem::copy_file(good, dir / "trunc.h5");
+  std::filesystem::resize_file(dir / "trunc.h5", std::filesystem::file_size(good) / 2);
+  r = run("data inspect " + (dir / "trunc.h5"));
+  CHECK(r.code == 1);
+  CHECK(has(r, "truncated"));
+
+  mf::io::WriteSpec ws;
+  ws.shape = {4, 8, 8};
+  ws.dtype = mf::DType::f32;
+  ws.labels = {0, 1, 0, 1};
+  std::vector<float> v(256, 0.5f);
+  v[2 * 64 + 9] = INFINITY;
+  {
+    mf::io::H5Writer w(dir / "inf.h5", ws);
+    w.write_segments(0, 4, v.data());
+  }
+  r = run("data inspect " + (dir / "inf.h5"));
+  CHECK(r.code == 1);
+  CHECK(has(r, "non-finite value (inf) at segment 2, mel 1, frame 1"));
+  r = run("data inspect " + (dir / "inf.h5") + " --no-scan");
+  CHECK(r.code == 0);
+
+  r = run("data inspect " + (dir / "missing.h5"));
+  CHECK(r.code == 1);
+  CHECK(has(r, "No such file"));
+}
