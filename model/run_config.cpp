@@ -81,8 +81,9 @@ const std::vector<Field>& fields() {
     add("data.segments", &C::segments_name, "an HDF5 dataset name", "name of the segments dataset");
     add("data.labels", &C::labels_name, "an HDF5 dataset name", "name of the labels dataset");
     add("data.leak", &C::leak_name, "an HDF5 dataset name", "name of the optional 0/1 leak dataset");
-    add("data.normal_class", &C::normal_class, ">= 0", "class index meaning 'no leak' when /leak is absent",
-        at_least(&C::normal_class, std::int64_t(0)));
+    add("data.normal_class", &C::normal_class, ">= -1",
+        "class meaning 'no leak' when /leak is absent (-1: the class named normal, else 0)",
+        at_least(&C::normal_class, std::int64_t(-1)));
     // [model]
     add("model.arch", &C::arch, "leakcnn", "model family", one_of(&C::arch, {"leakcnn"}));
     add("model.channels", &C::channels, "a non-empty list of integers > 0", "output channels of each conv block",
@@ -127,13 +128,14 @@ const std::vector<Field>& fields() {
     });
     add("train.seed", &C::seed, ">= 0", "seed of initialization, shuffling and dropout",
         at_least(&C::seed, std::int64_t(0)));
-    add("train.limit_batches", &C::limit_batches, ">= 0", "train on at most N batches per epoch (0: all)",
+    add("train.limit_batches", &C::limit_batches, ">= 0",
+        "at most N optimizer steps (of train.grad_accum batches) per epoch (0: all)",
         at_least(&C::limit_batches, std::int64_t(0)));
     add("train.overfit_batches", &C::overfit_batches, ">= 0",
-        "train and validate on the same first N batches, unshuffled (0: off)",
+        "train and validate on the same first N steps' batches, unshuffled (0: off)",
         at_least(&C::overfit_batches, std::int64_t(0)));
     add("train.fast_dev_run", &C::fast_dev_run, "true or false",
-        "one batch of training and of validation, one epoch: checks the whole path quickly");
+        "one step of training and one batch of validation, one epoch, no checkpoints: checks the whole path quickly");
     add("train.cuda_graphs", &C::cuda_graphs, "true or false", "capture the step in a CUDA graph");
     add("train.drop_last", &C::drop_last, "true or false", "drop the last partial batch (else pad it)");
     // [optim]
@@ -164,8 +166,8 @@ const std::vector<Field>& fields() {
     // [reader]
     add("reader.threads", &C::reader_threads, "an integer > 0", "HDF5 reader threads",
         positive_int(&C::reader_threads));
-    add("reader.ring", &C::reader_ring, "an integer in [2, 16]", "pinned batch slots", [](const C& c) {
-      return c.reader_ring >= 2 && c.reader_ring <= 16 ? std::string{} : std::string("an integer in [2, 16]");
+    add("reader.ring", &C::reader_ring, "an integer in [2, 8]", "pinned batch slots", [](const C& c) {
+      return c.reader_ring >= 2 && c.reader_ring <= 8 ? std::string{} : std::string("an integer in [2, 8]");
     });
     add("reader.gpu_cache", &C::gpu_cache, "one of auto, on, off",
         "keep the dataset on the GPU (auto: when it fits in reader.gpu_cache_fraction of free memory)",

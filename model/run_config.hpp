@@ -24,7 +24,7 @@ struct RunConfig {
   std::string segments_name = "segments";
   std::string labels_name = "labels";
   std::string leak_name = "leak";
-  std::int64_t normal_class = 0;  // leak = (label != normal_class) when /leak is absent
+  std::int64_t normal_class = -1;  // leak = (label != normal_class) when /leak is absent; -1: the class named "normal", else 0
 
   // [model]
   std::string arch = "leakcnn";
@@ -42,8 +42,8 @@ struct RunConfig {
   std::string precision = "auto";  // auto | fp32 | bf16 | fp16
   std::string device = "auto";     // auto | cpu | cuda | cuda:N
   std::int64_t seed = 0;
-  std::int64_t limit_batches = 0;   // 0: the whole epoch
-  std::int64_t overfit_batches = 0; // >0: train (and validate) on the same first N batches
+  std::int64_t limit_batches = 0;   // optimizer steps per epoch at most (0: the whole epoch)
+  std::int64_t overfit_batches = 0; // >0: train (and validate) on the same first N steps' batches, unshuffled
   bool fast_dev_run = false;        // 1 batch of train and val, 1 epoch, no checkpoints kept
   bool cuda_graphs = true;
   bool drop_last = true;

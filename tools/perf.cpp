@@ -80,16 +80,21 @@ Bottleneck classify_bottleneck(const PhaseTimes& t, const BottleneckContext& c) 
   b.compute_share = std::clamp(t.compute_ms() / wall, 0.0, 1.0);
   b.overhead_share = std::max(0.0, 1.0 - b.input_share - b.compute_share);
   const double ms_per_step = t.steps ? t.wall_ms / double(t.steps) : 0.0;
+  const std::string compute =
+      t.step_ms > 0 ? fmt::format("{:.1f} ms in the step, forward ~{:.1f}", t.step_ms, t.forward_ms)
+                    : fmt::format("forward {:.1f} + backward {:.1f} + optimizer {:.1f} ms", t.forward_ms,
+                                  t.backward_ms, t.optimizer_ms);
   b.summary = fmt::format(
-      "{:.0f}% of step time waiting for data, {:.0f}% computing (forward {:.1f} + backward {:.1f} + optimizer {:.1f} "
-      "ms), {:.0f}% launch/sync/host overhead; {:.2f} ms/step",
-      100 * b.input_share, 100 * b.compute_share, t.forward_ms, t.backward_ms, t.optimizer_ms,
-      100 * b.overhead_share, ms_per_step);
+      "{:.0f}% of step time waiting for data, {:.0f}% computing ({}), {:.0f}% launch/sync/host overhead; "
+      "{:.2f} ms/step",
+      100 * b.input_share, 100 * b.compute_share, compute, 100 * b.overhead_share, ms_per_step);
   if (c.peak_tflops > 0 && c.achieved_tflops > 0)
     b.summary += fmt::format(", {:.1f} TFLOP/s = {:.0f}% of peak", c.achieved_tflops,
                              100 * c.achieved_tflops / c.peak_tflops);
 
-  if (b.input_share >= 0.25 && b.input_share >= b.overhead_share) {
+  // The device busy nearly all the time wins over everything else: waiting
+  // host threads then cost nothing.
+  if (b.compute_share < 0.85 && b.input_share >= 0.25 && b.input_share >= b.overhead_share) {
     b.kind = "input-bound";
     if (c.on_gpu && !c.resident && c.fits_on_gpu)
       b.suggestion = "the dataset fits on the GPU: use --gpu-cache (reader.gpu_cache=on)";

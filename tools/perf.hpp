@@ -41,9 +41,13 @@ struct PhaseTimes {
   double data_wait_ms = 0;  // host blocked waiting for the next batch
   double h2d_ms = 0;        // host-to-device copies (on the copy stream: overlapped when all is well)
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;
+  // The whole step (forward + loss + backward + optimizer) when it is timed as
+  // one (a CUDA graph cannot be split); forward/backward/optimizer are then
+  // estimates or zero.
+  double step_ms = 0;
   double eval_ms = 0;       // evaluation (reported, not part of the step)
   std::int64_t steps = 0, samples = 0;
-  double compute_ms() const { return forward_ms + backward_ms + optimizer_ms; }
+  double compute_ms() const { return step_ms > 0 ? step_ms : forward_ms + backward_ms + optimizer_ms; }
 };
 
 struct BottleneckContext {
