@@ -21,7 +21,7 @@ std::string progress_line(const ProgressState& s) {
   if (std::isfinite(s.loss)) o += fmt::format(" loss {:.4f}", s.loss);
   if (std::isfinite(s.accuracy)) o += fmt::format(" acc {:.3f}", s.accuracy);
   if (s.lr > 0) o += fmt::format(" lr {:.2e}", s.lr);
-  o += fmt::format(" | {:.0f} samples/s", s.samples_per_s);
+  if (s.samples_per_s > 0) o += fmt::format(" | {:.0f} samples/s", s.samples_per_s);
   if (s.eta_s >= 0) o += fmt::format(" | ETA {}", format_duration(s.eta_s));
   if (s.gpu)
     o += fmt::format(" | GPU {:.0f}% {:.1f}/{:.1f} GiB", s.gpu_util_pct, s.gpu_mem_gib, s.gpu_mem_total_gib);

@@ -557,6 +557,7 @@ int run_train(RunConfig cfg) {
     return ps;
   };
 
+  ProgressState last_ps;
   std::int64_t start_step = st.step_in_epoch;
   for (; st.epoch < cfg.epochs && !g_stop_signal && !early_stopped; ++st.epoch, start_step = 0) {
     MF_NVTX_RANGE("epoch");
@@ -621,6 +622,7 @@ int run_train(RunConfig cfg) {
         ps.gpu_mem_gib = double(sys.gpu_mem_used) / 1073741824.0;
         ps.gpu_mem_total_gib = double(sys.gpu_mem_total) / 1073741824.0;
         prog.log(ps);
+        last_ps = ps;
         json line = {{"type", "train"},
                      {"epoch", st.epoch + 1},
                      {"step", st.step},
@@ -642,8 +644,18 @@ int run_train(RunConfig cfg) {
           line["gpu_mem_gib"] = ps.gpu_mem_gib;
         }
         mlog.write(line);
-      } else {
-        prog.tick(sample_state(s + 1, 0));
+      } else if (prog.mode() == Progress::Mode::tty) {
+        // Between log intervals the live line advances the step and keeps the
+        // last interval's numbers (reading new ones would need a sync).
+        ProgressState ps = sample_state(s + 1, last_ps.samples_per_s);
+        ps.loss = last_ps.loss;
+        ps.accuracy = last_ps.accuracy;
+        ps.lr = last_ps.lr;
+        ps.gpu = last_ps.gpu;
+        ps.gpu_util_pct = last_ps.gpu_util_pct;
+        ps.gpu_mem_gib = last_ps.gpu_mem_gib;
+        ps.gpu_mem_total_gib = last_ps.gpu_mem_total_gib;
+        prog.tick(ps);
       }
       if (stop_after >= 0 && st.step >= stop_after) g_stop_signal = SIGINT;
       if (g_stop_signal) {
