@@ -194,6 +194,7 @@ nlohmann::json to_json(const EvalResult& r, const std::vector<std::string>& clas
   if (r.has_files) {
     j["file"] = to_json(r.file, class_names);
     j["files_per_s"] = num(r.files_per_s);
+    j["vote_files_per_s"] = num(r.vote_files_per_s);
   }
   return j;
 }

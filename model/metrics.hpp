@@ -89,7 +89,8 @@ struct EvalResult {
   ClassMetrics segment;
   bool has_files = false;
   ClassMetrics file;
-  double files_per_s = 0;
+  double files_per_s = 0;       // files / the whole evaluation's time (read, forward, vote)
+  double vote_files_per_s = 0;  // files / the vote alone (one launch plus the copy back)
   double segments_per_s = 0;
 };
 

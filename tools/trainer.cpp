@@ -180,10 +180,12 @@ EvalRun evaluate(model::TrainStep& ts, io::BatchReader& reader, const EvalOption
     std::vector<std::int32_t> fk(info.file_leak.begin(), info.file_leak.begin() + F);
     r.result.file = model::file_metrics(*r.vote, fl, fk, o.threshold);
     r.result.has_files = true;
-    r.result.files_per_s = r.vote->seconds > 0 ? double(F) / r.vote->seconds : 0;
+    r.result.vote_files_per_s = r.vote->seconds > 0 ? double(F) / r.vote->seconds : 0;
     r.files = F;
   }
-  r.result.segments_per_s = double(n) / std::max(seconds_since(t0), 1e-9);
+  const double secs = std::max(seconds_since(t0), 1e-9);
+  r.result.segments_per_s = double(n) / secs;
+  if (r.result.has_files) r.result.files_per_s = double(r.files) / secs;
   return r;
 }
 
@@ -346,6 +348,9 @@ void init_weights_from(model::TrainStep& ts, const fs::path& path) {
     model::import_torch(pb, pb.master(), arrays);
   }
   pb.refresh_work();
+  // refresh_work ran on the legacy default stream; the step runs on a
+  // non-blocking stream that does not wait for it.
+  if (pb.device().is_cuda()) MF_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 LoadedModel load_model(const fs::path& checkpoint, const std::string& device, const std::string& precision,

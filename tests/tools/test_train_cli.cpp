@@ -172,7 +172,7 @@ TEST_CASE("train end to end on the CPU: high file-level accuracy, run directory,
   INFO(r.out);
   REQUIRE(r.code == 0);
   CHECK(has(r, "final validation: segment accuracy"));
-  CHECK(has(r, "compute-bound"));
+  CHECK(has(r, "-bound: "));  // the epoch's bottleneck verdict (which one depends on this machine's load)
   const json rep = read_json(run_dir + "/report.json");
   CHECK(rep["val"]["file"]["accuracy"].get<double>() >= 0.9);
   CHECK(rep["val"]["segment"]["accuracy"].get<double>() >= 0.8);
@@ -193,7 +193,9 @@ TEST_CASE("train end to end on the CPU: high file-level accuracy, run directory,
     epoch += t == "epoch";
     eval += t == "eval";
     if (t == "epoch") {
-      CHECK(j["bottleneck"]["kind"] == "compute-bound");
+      const std::string kind = j["bottleneck"]["kind"];
+      CHECK((kind == "compute-bound" || kind == "input-bound" || kind == "launch/sync-bound"));
+      CHECK(!j["bottleneck"]["suggestion"].get<std::string>().empty());
       CHECK(j["phases"]["step_ms"].get<double>() > 0);
     }
   }
