@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   app.add_option("--out-dir", mf::bench::common().out_dir, "Where JSON results go")->capture_default_str();
   app.add_flag("--no-write", mf::bench::common().no_write, "Print only; write no JSON");
   mf::bench::register_ceilings(app);
+  mf::bench::register_step(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

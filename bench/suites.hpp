@@ -12,5 +12,6 @@ struct Common {
 Common& common();
 
 void register_ceilings(CLI::App& app);
+void register_step(CLI::App& app);  // `step` and `adamw` (bench_step.cpp)
 
 }  // namespace mf::bench

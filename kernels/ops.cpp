@@ -110,6 +110,9 @@ void leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& leak, c
   MF_CHECK(opts.batch == B, "{}: batch {} configured, logits {} hold {}", op, opts.batch, logits.str(), B);
   MF_CHECK(opts.label_smoothing >= 0.f && opts.label_smoothing <= 1.f,
            "{}: label smoothing must be in [0, 1], found {}", op, opts.label_smoothing);
+  MF_CHECK(!logits.is_cuda() || C <= 100,
+           "{}: the CUDA kernel keeps the C x C confusion matrix in shared memory and takes at most 100 classes, "
+           "found {}", op, C);
   check_shape(labels, {B}, op, "labels");
   check_dtype(labels, DType::i32, op, "labels");
   check_shape(leak, {B}, op, "leak");

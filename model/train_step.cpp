@@ -9,6 +9,21 @@
 namespace mf::model {
 
 namespace {
+// Starts/stops a named phase on the timer when there is one.
+struct Phase {
+  Phase(EventTimer* t, std::string name, cudaStream_t s) : t_(t), name_(std::move(name)), s_(s) {
+    if (t_) t_->start(name_, s_);
+  }
+  ~Phase() {
+    if (t_) t_->stop(name_, s_);
+  }
+  Phase(const Phase&) = delete;
+  Phase& operator=(const Phase&) = delete;
+  EventTimer* t_;
+  std::string name_;
+  cudaStream_t s_;
+};
+
 Tensor make(const Shape& s, DType t, Device d, cudaStream_t st, Layout l = Layout::plain) {
   return Tensor::zeros(s, t, d, l, st);
 }
@@ -105,18 +120,25 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   // Forward.
   for (int i = 0; i < L; ++i) {
     const std::string blk = fmt::format("blocks.{}.conv.", i);
+    Phase ph(timer_, fmt::format("fwd.block{}", i), stream);
     ops::conv_relu_pool_forward(i == 0 ? x : act_[std::size_t(i - 1)], pb.view(work, blk + "weight"),
                                 pb.view(work, blk + "bias"), mc.pools[std::size_t(i)], act_[std::size_t(i)],
                                 &code_[std::size_t(i)], stream);
   }
   const Tensor flat = act_.back().reshape({B, mc.flat_features()});
-  ops::dense_forward(flat, pb.view(work, "fc.weight"), pb.view(work, "fc.bias"), true, h_, stream);
+  {
+    Phase ph(timer_, "fwd.fc", stream);
+    ops::dense_forward(flat, pb.view(work, "fc.weight"), pb.view(work, "fc.bias"), true, h_, stream);
+  }
   const bool drop = mc.dropout > 0.f;
   const std::int32_t* counter = &st->iteration;
   if (drop) ops::dropout_forward(h_, hd_, mc.dropout, cfg_.seed, std::uint32_t(j), counter, stream);
   const Tensor& hin = drop ? hd_ : h_;
   Tensor hw = pb.head_weight(work), hb = pb.head_bias(work);
-  ops::dense_forward(hin, hw, hb, false, logits_, stream);
+  {
+    Phase ph(timer_, "fwd.heads", stream);
+    ops::dense_forward(hin, hw, hb, false, logits_, stream);
+  }
 
   // Loss.
   kernels::LeakLossDims ld;
@@ -126,12 +148,18 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   ld.class_loss_weight = cfg_.class_loss_weight;
   ld.leak_loss_weight = cfg_.leak_loss_weight;
   ld.grad_scale = 1.f / float(cfg_.accum_steps);
-  ops::leak_loss(logits_, labels, leak, class_weight_.defined() && class_weight_.numel() ? &class_weight_ : nullptr,
+  {
+    Phase ph(timer_, "loss", stream);
+    ops::leak_loss(logits_, labels, leak, class_weight_.defined() && class_weight_.numel() ? &class_weight_ : nullptr,
                  &st->loss_scale, ld, dlogits_, sums_, counts_, &step_loss_, stream);
+  }
 
   // Backward.
   Tensor ghw = pb.head_weight(g), ghb = pb.head_bias(g);
-  ops::dense_backward(hin, hw, logits_, dlogits_, false, &dh_, ghw, ghb, stream);
+  {
+    Phase ph(timer_, "bwd.heads", stream);
+    ops::dense_backward(hin, hw, logits_, dlogits_, false, &dh_, ghw, ghb, stream);
+  }
   Tensor* dfc = &dh_;
   if (drop) {
     ops::dropout_backward(dh_, dhd_, mc.dropout, cfg_.seed, std::uint32_t(j), counter, stream);
@@ -139,21 +167,29 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   }
   Tensor dflat = dact_.back().reshape({B, mc.flat_features()});
   Tensor gfw = pb.view(g, "fc.weight"), gfb = pb.view(g, "fc.bias");
-  ops::dense_backward(flat, pb.view(work, "fc.weight"), h_, *dfc, true, &dflat, gfw, gfb, stream);
+  {
+    Phase ph(timer_, "bwd.fc", stream);
+    ops::dense_backward(flat, pb.view(work, "fc.weight"), h_, *dfc, true, &dflat, gfw, gfb, stream);
+  }
   for (int i = L - 1; i >= 0; --i) {
     const std::string blk = fmt::format("blocks.{}.conv.", i);
     Tensor gw = pb.view(g, blk + "weight"), gb = pb.view(g, blk + "bias");
+    Phase ph(timer_, fmt::format("bwd.block{}", i), stream);
     ops::conv_relu_pool_backward(i == 0 ? x : act_[std::size_t(i - 1)], pb.view(work, blk + "weight"),
                                  dact_[std::size_t(i)], code_[std::size_t(i)], mc.pools[std::size_t(i)],
                                  i == 0 ? nullptr : &dact_[std::size_t(i - 1)], gw, gb, stream);
   }
-  if (j > 0) ops::accumulate(grad_scratch_, pb.grad(), stream);
+  if (j > 0) {
+    Phase ph(timer_, "accumulate", stream);
+    ops::accumulate(grad_scratch_, pb.grad(), stream);
+  }
 }
 
 void TrainStep::run_step(cudaStream_t stream) {
   for (int j = 0; j < cfg_.accum_steps; ++j) micro_batch(j, stream);
   ParamBuffer& pb = *params_;
   Tensor* work = dtype_ == DType::f32 ? nullptr : &pb.work();
+  Phase ph(timer_, "optimizer", stream);
   ops::adamw_step(cfg_.optim, pb.decay_end(), pb.master(), pb.grad(), pb.m(), pb.v(), work, opt_state_,
                   opt_scratch_, stream);
 }
@@ -180,6 +216,8 @@ void TrainStep::step(cudaStream_t stream) {
     return;
   }
   if (!graph_exec_) {
+    EventTimer* const timer = timer_;  // no timing events inside the graph
+    timer_ = nullptr;
     MF_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     try {
       run_step(stream);
@@ -187,8 +225,10 @@ void TrainStep::step(cudaStream_t stream) {
       cudaGraph_t g = nullptr;
       cudaStreamEndCapture(stream, &g);
       if (g) cudaGraphDestroy(g);
+      timer_ = timer;
       throw;
     }
+    timer_ = timer;
     MF_CUDA_CHECK(cudaStreamEndCapture(stream, &graph_));
     MF_CUDA_CHECK(cudaGraphInstantiate(&graph_exec_, graph_, 0));
   }

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "engine/tensor.hpp"
+#include "engine/timer.hpp"
 #include "kernels/adamw.hpp"
 #include "model/leakcnn_config.hpp"
 #include "model/param_buffer.hpp"
@@ -103,6 +104,11 @@ class TrainStep {
                   cudaStream_t stream = nullptr);
 
   bool graph_captured() const { return graph_exec_ != nullptr; }
+  // Per-phase timing (benchmarks, profiling): with a timer set, eager steps
+  // record "fwd.block<i>", "fwd.fc", "fwd.heads", "loss", "bwd.heads",
+  // "bwd.fc", "bwd.block<i>", "accumulate", "optimizer" (null: none). Graph
+  // replays are not split into phases.
+  void set_phase_timer(EventTimer* t) { timer_ = t; }
 
  private:
   void run_step(cudaStream_t stream);  // the captured body
@@ -122,6 +128,7 @@ class TrainStep {
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graph_exec_ = nullptr;
   int eager_steps_ = 0;
+  EventTimer* timer_ = nullptr;
 };
 
 }  // namespace mf::model
