@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   app.add_flag("--no-write", mf::bench::common().no_write, "Print only; write no JSON");
   mf::bench::register_ceilings(app);
   mf::bench::register_step(app);
+  mf::bench::register_reader(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -13,5 +13,6 @@ Common& common();
 
 void register_ceilings(CLI::App& app);
 void register_step(CLI::App& app);  // `step` and `adamw` (bench_step.cpp)
+void register_reader(CLI::App& app);
 
 }  // namespace mf::bench

@@ -5,6 +5,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -39,52 +43,122 @@ std::string DatasetInfo::where(std::int64_t s) const {
 }
 
 // ---- float conversion ------------------------------------------------------
+// Blocks of 1024 elements: the source is checked for non-finite values with a
+// branch-free OR over exponent bits (vectorizes), converted to f32 and then to
+// the destination type. On x86 with F16C the half <-> single conversions use
+// it (IEEE round to nearest even, like the scalar code in engine/dtype.hpp).
 
 namespace {
-template <class S> float load(const S* p, std::int64_t i) {
-  if constexpr (std::is_same_v<S, float>) return p[i];
-  else return float(p[i]);
-}
-template <class S, class D>
-std::int64_t convert_loop(const S* s, D* d, std::int64_t n, bool check) {
-  std::int64_t first = -1;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float v = load(s, i);
-    if constexpr (std::is_same_v<D, float>) d[i] = v;
-    else d[i] = D(v);
-    if (check && first < 0 && !std::isfinite(v)) first = i;
-  }
-  return first;
-}
-template <class S>
-std::int64_t convert_from(const S* s, void* dst, DType dt, std::int64_t n, bool check) {
-  switch (dt) {
-    case DType::f32: return convert_loop(s, static_cast<float*>(dst), n, check);
-    case DType::f16: return convert_loop(s, static_cast<f16*>(dst), n, check);
-    case DType::bf16: return convert_loop(s, static_cast<bf16*>(dst), n, check);
-    default: MF_THROW("convert_floats: destination must be f32, f16 or bf16, not {}", dtype_name(dt));
-  }
-}
-// Same type: a copy and, when asked, a scan of the exponent bits.
-std::int64_t first_nonfinite_bits(const void* p, DType t, std::int64_t n) {
-  if (t == DType::f32) {
-    const auto* u = static_cast<const std::uint32_t*>(p);
-    for (std::int64_t i = 0; i < n; ++i)
-      if ((u[i] & 0x7f800000u) == 0x7f800000u) return i;
-  } else {
-    const std::uint16_t mask = t == DType::f16 ? 0x7c00u : 0x7f80u;
-    const auto* u = static_cast<const std::uint16_t*>(p);
-    for (std::int64_t i = 0; i < n; ++i)
-      if ((u[i] & mask) == mask) return i;
-  }
+constexpr std::int64_t kConvBlock = 1024;
+
+// Exact scan for the first element whose exponent bits are all ones. The fast
+// test works on 64-bit words (SWAR): lane x = (w & E) ^ E is zero exactly for
+// Inf/NaN lanes, and "some lane is zero" is the classic borrow test (exact as a
+// yes/no answer; the position is then found element by element).
+template <class U>
+std::int64_t scan_exact(const U* u, std::int64_t b, std::int64_t e, U mask) {
+  for (std::int64_t i = b; i < e; ++i)
+    if ((u[i] & mask) == mask) return i;
   return -1;
 }
+std::int64_t first_nonfinite_bits(const void* p, DType t, std::int64_t n) {
+  const bool wide = t == DType::f32;
+  const std::uint64_t E = wide ? 0x7f8000007f800000ull : (t == DType::f16 ? 0x7c007c007c007c00ull : 0x7f807f807f807f80ull);
+  const std::uint64_t ones = wide ? 0x0000000100000001ull : 0x0001000100010001ull;
+  const std::uint64_t highs = wide ? 0x8000000080000000ull : 0x8000800080008000ull;
+  const std::int64_t per = wide ? 2 : 4;  // elements per word
+  const auto* bytes = static_cast<const unsigned char*>(p);
+  const std::int64_t words = n / per;
+  constexpr std::int64_t kBlock = 64;  // words per test
+  for (std::int64_t wb = 0; wb < words; wb += kBlock) {
+    const std::int64_t we = std::min(words, wb + kBlock);
+    std::uint64_t any = 0;
+    for (std::int64_t w = wb; w < we; ++w) {
+      std::uint64_t v;
+      std::memcpy(&v, bytes + w * 8, 8);
+      const std::uint64_t x = (v & E) ^ E;
+      any |= (x - ones) & ~x & highs;
+    }
+    if (any) {
+      const std::int64_t r = wide ? scan_exact(static_cast<const std::uint32_t*>(p), wb * per, we * per, 0x7f800000u)
+                                  : scan_exact(static_cast<const std::uint16_t*>(p), wb * per, we * per,
+                                               std::uint16_t(E & 0xffffu));
+      if (r >= 0) return r;
+    }
+  }
+  return wide ? scan_exact(static_cast<const std::uint32_t*>(p), words * per, n, 0x7f800000u)
+              : scan_exact(static_cast<const std::uint16_t*>(p), words * per, n, std::uint16_t(E & 0xffffu));
+}
+
 float load_any(const void* p, DType t, std::int64_t i) {
   switch (t) {
     case DType::f32: return static_cast<const float*>(p)[i];
     case DType::f16: return float(static_cast<const f16*>(p)[i]);
     case DType::bf16: return float(static_cast<const bf16*>(p)[i]);
     default: return 0.f;
+  }
+}
+
+void f16_to_f32_scalar(const std::uint16_t* s, float* d, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) d[i] = f16_bits_to_f32(s[i]);
+}
+void f32_to_f16_scalar(const float* s, std::uint16_t* d, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) d[i] = f32_to_f16_bits(s[i]);
+}
+void f32_to_bf16_loop(const float* s, std::uint16_t* d, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16_bits(s[i]);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,f16c"))) void f16_to_f32_f16c(const std::uint16_t* s, float* d, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+  for (; i < n; ++i) d[i] = f16_bits_to_f32(s[i]);
+}
+__attribute__((target("avx2,f16c"))) void f32_to_f16_f16c(const float* s, std::uint16_t* d, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) d[i] = f32_to_f16_bits(s[i]);
+}
+__attribute__((target("avx2"))) void f32_to_bf16_avx2(const float* s, std::uint16_t* d, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16_bits(s[i]);
+}
+const bool kHaveF16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+#else
+const bool kHaveF16c = false;
+#endif
+
+void to_f32(const void* src, DType st, float* d, std::int64_t n) {
+  const auto* u = static_cast<const std::uint16_t*>(src);
+  switch (st) {
+    case DType::f32: std::memcpy(d, src, std::size_t(n) * 4); return;
+#if defined(__x86_64__)
+    case DType::f16: return kHaveF16c ? f16_to_f32_f16c(u, d, n) : f16_to_f32_scalar(u, d, n);
+#else
+    case DType::f16: return f16_to_f32_scalar(u, d, n);
+#endif
+    case DType::bf16:
+      for (std::int64_t i = 0; i < n; ++i) d[i] = bf16_bits_to_f32(u[i]);
+      return;
+    default: MF_THROW("convert_floats: source must be f32, f16 or bf16, not {}", dtype_name(st));
+  }
+}
+
+void from_f32(const float* s, void* dst, DType dt, std::int64_t n) {
+  auto* u = static_cast<std::uint16_t*>(dst);
+  switch (dt) {
+    case DType::f32: std::memcpy(dst, s, std::size_t(n) * 4); return;
+#if defined(__x86_64__)
+    case DType::f16: return kHaveF16c ? f32_to_f16_f16c(s, u, n) : f32_to_f16_scalar(s, u, n);
+    case DType::bf16: return kHaveF16c ? f32_to_bf16_avx2(s, u, n) : f32_to_bf16_loop(s, u, n);
+#else
+    case DType::f16: return f32_to_f16_scalar(s, u, n);
+    case DType::bf16: return f32_to_bf16_loop(s, u, n);
+#endif
+    default: MF_THROW("convert_floats: destination must be f32, f16 or bf16, not {}", dtype_name(dt));
   }
 }
 }  // namespace
@@ -94,12 +168,26 @@ std::int64_t convert_floats(const void* src, DType st, void* dst, DType dt, std:
     if (src != dst) std::memcpy(dst, src, std::size_t(n) * dtype_size(st));
     return check ? first_nonfinite_bits(dst, dt, n) : -1;
   }
-  switch (st) {
-    case DType::f32: return convert_from(static_cast<const float*>(src), dst, dt, n, check);
-    case DType::f16: return convert_from(static_cast<const f16*>(src), dst, dt, n, check);
-    case DType::bf16: return convert_from(static_cast<const bf16*>(src), dst, dt, n, check);
-    default: MF_THROW("convert_floats: source must be f32, f16 or bf16, not {}", dtype_name(st));
+  if (check)
+    if (const std::int64_t bad = first_nonfinite_bits(src, st, n); bad >= 0) return bad;
+  const std::size_t ss = dtype_size(st), ds = dtype_size(dt);
+  const auto* s = static_cast<const std::byte*>(src);
+  auto* d = static_cast<std::byte*>(dst);
+  if (st == DType::f32) {
+    from_f32(static_cast<const float*>(src), dst, dt, n);
+    return -1;
   }
+  if (dt == DType::f32) {
+    to_f32(src, st, static_cast<float*>(dst), n);
+    return -1;
+  }
+  alignas(64) float tmp[kConvBlock];
+  for (std::int64_t b = 0; b < n; b += kConvBlock) {
+    const std::int64_t len = std::min(kConvBlock, n - b);
+    to_f32(s + std::size_t(b) * ss, st, tmp, len);
+    from_f32(tmp, d + std::size_t(b) * ds, dt, len);
+  }
+  return -1;
 }
 
 // ---- HDF5 helpers ------------------------------------------------------------

@@ -42,7 +42,7 @@ void synth_file(const SynthConfig& cfg, int cls, std::uint64_t file_seed, float*
   const std::int64_t M = cfg.mels, T = cfg.frames, nseg = cfg.long_segments * cfg.short_segments;
   const std::int64_t total_frames = nseg * T;
   // Background spectrum (dB): level and tilt.
-  const double level = r.uniform(-4, 4), tilt = r.uniform(8, 28), curve = r.uniform(-6, 6);
+  const double level = r.uniform(-4, 4), tilt = r.uniform(8, 28), curve = r.uniform(-3, 3);
   std::vector<double> bg(static_cast<std::size_t>(M));
   for (std::int64_t m = 0; m < M; ++m) {
     const double u = double(m) / double(M - 1 > 0 ? M - 1 : 1);
@@ -62,10 +62,10 @@ void synth_file(const SynthConfig& cfg, int cls, std::uint64_t file_seed, float*
     const double frac = nleak == 1 ? 0.5 : 0.15 + 0.7 * double(cls - 1) / double(nleak - 1);
     centre = (frac + r.uniform(-0.04, 0.04)) * double(M);
     bw = (0.05 + 0.035 * double((cls - 1) % 3)) * double(M) * r.uniform(0.8, 1.25);
-    const double snr = r.uniform(-6, 9);
+    const double snr = r.uniform(-3, 12);
     const std::size_t cb = std::size_t(std::clamp<std::int64_t>(std::int64_t(centre), 0, M - 1));
     leak_gain = bg[cb] * db(snr);
-    intermittent = r.uniform() < 0.4;
+    intermittent = r.uniform() < 0.3;
   }
   // Envelopes over the file's timeline: drift, leak on/off runs, transients.
   std::vector<double> drift(static_cast<std::size_t>(total_frames)), on(static_cast<std::size_t>(total_frames), 1.0),

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 pkgs=(cmake ninja-build g++ pkg-config git
-      libhdf5-dev libfmt-dev doctest-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
+      libhdf5-dev zlib1g-dev libfmt-dev doctest-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
       python3 python3-numpy python3-h5py python3-torch)
 
 missing=()
