@@ -81,7 +81,7 @@ Bottleneck classify_bottleneck(const PhaseTimes& t, const BottleneckContext& c) 
   b.overhead_share = std::max(0.0, 1.0 - b.input_share - b.compute_share);
   const double ms_per_step = t.steps ? t.wall_ms / double(t.steps) : 0.0;
   const std::string compute =
-      t.step_ms > 0 ? fmt::format("{:.1f} ms in the step, forward ~{:.1f}", t.step_ms, t.forward_ms)
+      t.step_ms > 0 ? fmt::format("{:.1f} ms in the step, forward ~{:.1f} (estimate)", t.step_ms, t.forward_ms)
                     : fmt::format("forward {:.1f} + backward {:.1f} + optimizer {:.1f} ms", t.forward_ms,
                                   t.backward_ms, t.optimizer_ms);
   b.summary = fmt::format(

@@ -460,6 +460,8 @@ int run_train(RunConfig cfg) {
 
   model::TrainStep ts(step_config(cfg, mc, precision, total_steps), dev, stream);
   LoopState st;
+  EventTimer timer(dev);
+  ts.set_phase_timer(&timer);  // per-layer times of eager steps
   if (resume) {
     const model::Checkpoint& c = resume->checkpoint;
     check_same_model(c, ts, "--resume");
@@ -508,7 +510,6 @@ int run_train(RunConfig cfg) {
   const int normal_class = ti.normal_class;
   SystemMonitor mon(dev.is_cuda() ? dev.index : -1);
   Progress prog(cfg.progress);
-  EventTimer timer(dev);
   SignalGuard signals;
   std::int64_t stop_after = -1;
   if (const char* s = std::getenv("MELFORGE_TEST_STOP_AFTER_STEPS")) stop_after = std::stoll(s);
@@ -692,8 +693,26 @@ int run_train(RunConfig cfg) {
     pt.step_ms = ms("step");
     pt.steps = s - start_step;
     pt.samples = epoch_samples;
-    pt.forward_ms = std::min(pt.step_ms, ms("forward_probe") * double(pt.steps * k));
-    pt.backward_ms = pt.step_ms - pt.forward_ms;  // backward + loss + optimizer
+    // Eager steps (the CPU backend, or train.cuda_graphs=false) are split into
+    // phases by the step itself; a replayed CUDA graph is not, and then a
+    // forward-only probe splits the step's time into estimates.
+    double fwd = 0, bwd = 0;
+    std::int64_t opt_count = 0;
+    for (const auto& [name, stat] : tot) {
+      if (name.rfind("fwd.", 0) == 0) fwd += stat.total_ms;
+      if (name.rfind("bwd.", 0) == 0 || name == "loss" || name == "accumulate") bwd += stat.total_ms;
+      if (name == "optimizer") opt_count = stat.count;
+    }
+    const bool split = opt_count == pt.steps && pt.steps > 0;
+    if (split) {
+      pt.forward_ms = fwd;
+      pt.backward_ms = bwd;
+      pt.optimizer_ms = ms("optimizer");
+      pt.step_ms = 0;  // compute = the phases; the rest of the step is overhead
+    } else {
+      pt.forward_ms = std::min(pt.step_ms, ms("forward_probe") * double(pt.steps * k));
+      pt.backward_ms = pt.step_ms - pt.forward_ms;  // loss + backward + optimizer
+    }
     BottleneckContext bc;
     bc.on_gpu = dev.is_cuda();
     bc.resident = train_rd.resident();
@@ -718,10 +737,18 @@ int run_train(RunConfig cfg) {
     last_phases = {{"wall_ms", pt.wall_ms},
                    {"data_wait_ms", pt.data_wait_ms},
                    {"h2d_ms", pt.h2d_ms},
-                   {"step_ms", pt.step_ms},
-                   {"forward_ms_est", pt.forward_ms},
-                   {"backward_optimizer_ms_est", pt.backward_ms},
-                   {"steps", pt.steps}};
+                   {"step_ms", ms("step")},
+                   {"steps", pt.steps},
+                   {"split", split ? "measured per phase (eager steps)" : "forward estimated by a probe (CUDA graph)"},
+                   {"forward_ms", pt.forward_ms},
+                   {"backward_ms", pt.backward_ms},
+                   {"optimizer_ms", pt.optimizer_ms}};
+    if (split) {
+      json per = json::object();
+      for (const auto& [name, stat] : tot)
+        if (name != "step" && name != "h2d" && name != "forward_probe") per[name] = stat.total_ms;
+      last_phases["per_layer_ms"] = per;
+    }
     last_bottleneck = {{"kind", bn.kind},
                        {"input_share", bn.input_share},
                        {"compute_share", bn.compute_share},

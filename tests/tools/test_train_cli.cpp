@@ -197,6 +197,8 @@ TEST_CASE("train end to end on the CPU: high file-level accuracy, run directory,
       CHECK((kind == "compute-bound" || kind == "input-bound" || kind == "launch/sync-bound"));
       CHECK(!j["bottleneck"]["suggestion"].get<std::string>().empty());
       CHECK(j["phases"]["step_ms"].get<double>() > 0);
+      CHECK(j["phases"]["forward_ms"].get<double>() > 0);
+      CHECK(j["phases"]["per_layer_ms"].contains("fwd.block0"));
     }
   }
   CHECK(train >= 4 * 5);
