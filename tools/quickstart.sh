@@ -26,7 +26,7 @@ if "$MF" info | grep -q '^cuda:'; then
 else
   MODE=cpu
   echo "quickstart: no GPU: training the smaller CPU demo configuration"
-  SYNTH=(--files 800 --classes 4 --mels 32 --frames 32 --long 2 --short 2)
+  SYNTH=(--files 3000 --classes 4 --mels 32 --frames 32 --long 2 --short 2)
   TRAIN=(--device cpu --epochs "${EPOCHS:-10}" --batch-size 32 --lr 2e-3 --set optim.warmup_steps=50
          --set model.channels=[16,32] --set model.pools=[2,2] --set model.dense=64)
 fi
