@@ -216,7 +216,6 @@ const std::vector<Field>& fields() {
           if (c.profile_steps.empty()) return std::string{};
           return c.profile_begin() >= 0 ? std::string{} : std::string("empty or A:B with 0 <= A < B");
         });
-    add("run.nvtx", &C::nvtx, "true or false", "NVTX ranges on every phase");
     return v;
   }();
   return f;

@@ -90,7 +90,6 @@ struct RunConfig {
   std::string resume;     // "" | auto | PATH
   std::string init_from;  // a .safetensors (or checkpoint) to start from
   std::string profile_steps;  // "A:B": cudaProfilerStart before step A, Stop after step B-1
-  bool nvtx = true;
 
   // Derived from profile_steps (valid after validate()); -1 when unset.
   std::int64_t profile_begin() const;
