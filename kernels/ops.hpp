@@ -23,6 +23,14 @@ void conv_relu_pool_forward(const Tensor& x, const Tensor& w, const Tensor& b, i
 void conv_relu_pool_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& code,
                              int pool, Tensor* dx, Tensor& dw, Tensor& db, cudaStream_t stream = nullptr);
 
+// File-level voting (kernels/file_vote.hpp has the rules). class_in [F*L*S, C]
+// and leak_in [F*L*S] f32 (probabilities, or logits when `logits`); outputs
+// file_probs [F, C] f32, file_class [F] i32, file_leak_prob [F] f32,
+// file_leak [F] i32, all on the inputs' device. One launch for all files.
+void file_vote(const Tensor& class_in, const Tensor& leak_in, std::int64_t files, std::int64_t longs,
+               std::int64_t shorts, float threshold, bool logits, Tensor& file_probs, Tensor& file_class,
+               Tensor& file_leak_prob, Tensor& file_leak, cudaStream_t stream = nullptr);
+
 // ---- training step ops (kernels/dense.hpp, loss.hpp, adamw.hpp, dropout.hpp) ----
 
 // y [M,N] = x [M,K] w[N,K]^T + b[N] (+ReLU). x, w, b, y share dtype and device.

@@ -8,5 +8,7 @@ namespace mf::cli {
 void register_info(CLI::App& app);
 void register_smoke(CLI::App& app);
 void register_data(CLI::App& app);
+// train, eval, predict, export, plot (cmd_train.cpp)
+void register_trainer(CLI::App& app);
 
 }  // namespace mf::cli

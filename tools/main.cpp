@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   mf::cli::register_info(app);
   mf::cli::register_smoke(app);
   mf::cli::register_data(app);
+  mf::cli::register_trainer(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

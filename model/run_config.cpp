@@ -1,0 +1,501 @@
+#include "model/run_config.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <toml++/toml.h>
+#include <variant>
+
+#include "engine/error.hpp"
+
+namespace mf::model {
+
+namespace {
+
+using Member = std::variant<std::string RunConfig::*, std::int64_t RunConfig::*, double RunConfig::*,
+                            bool RunConfig::*, std::vector<std::int64_t> RunConfig::*>;
+
+// A check returns an empty string when the value is fine, else what is accepted.
+using Check = std::function<std::string(const RunConfig&)>;
+
+struct Field {
+  std::string key;
+  Member member;
+  std::string accepted;
+  std::string help;
+  Check check;  // may be empty
+};
+
+std::string type_name(const Member& m) {
+  switch (m.index()) {
+    case 0: return "string";
+    case 1: return "integer";
+    case 2: return "float";
+    case 3: return "boolean";
+    default: return "integer list";
+  }
+}
+
+template <class T> Check at_least(T RunConfig::*m, T lo) {
+  return [m, lo](const RunConfig& c) { return c.*m >= lo ? std::string{} : fmt::format(">= {}", lo); };
+}
+Check positive_int(std::int64_t RunConfig::*m) {
+  return [m](const RunConfig& c) { return c.*m > 0 ? std::string{} : std::string("an integer > 0"); };
+}
+Check positive_float(double RunConfig::*m) {
+  return [m](const RunConfig& c) {
+    return std::isfinite(c.*m) && c.*m > 0 ? std::string{} : std::string("a finite number > 0");
+  };
+}
+Check float_range(double RunConfig::*m, double lo, double hi, bool hi_open) {
+  return [=](const RunConfig& c) {
+    const double v = c.*m;
+    const bool ok = std::isfinite(v) && v >= lo && (hi_open ? v < hi : v <= hi);
+    return ok ? std::string{} : fmt::format("a number in [{}, {}{}", lo, hi, hi_open ? ")" : "]");
+  };
+}
+Check one_of(std::string RunConfig::*m, std::vector<std::string> choices) {
+  return [m, choices](const RunConfig& c) {
+    if (std::find(choices.begin(), choices.end(), c.*m) != choices.end()) return std::string{};
+    return fmt::format("one of {}", fmt::join(choices, ", "));
+  };
+}
+
+const std::vector<Field>& fields() {
+  using C = RunConfig;
+  static const std::vector<Field> f = [] {
+    std::vector<Field> v;
+    auto add = [&](std::string key, Member m, std::string accepted, std::string help, Check check = {}) {
+      v.push_back(Field{std::move(key), m, std::move(accepted), std::move(help), std::move(check)});
+    };
+    // [data]
+    add("data.train", &C::train_path, "a path to an HDF5 file", "training set (required)");
+    add("data.val", &C::val_path, "a path to an HDF5 file", "validation set (empty: no validation)");
+    add("data.test", &C::test_path, "a path to an HDF5 file", "test set, evaluated once at the end (optional)");
+    add("data.segments", &C::segments_name, "an HDF5 dataset name", "name of the segments dataset");
+    add("data.labels", &C::labels_name, "an HDF5 dataset name", "name of the labels dataset");
+    add("data.leak", &C::leak_name, "an HDF5 dataset name", "name of the optional 0/1 leak dataset");
+    add("data.normal_class", &C::normal_class, ">= -1",
+        "class meaning 'no leak' when /leak is absent (-1: the class named normal, else 0)",
+        at_least(&C::normal_class, std::int64_t(-1)));
+    // [model]
+    add("model.arch", &C::arch, "leakcnn", "model family", one_of(&C::arch, {"leakcnn"}));
+    add("model.channels", &C::channels, "a non-empty list of integers > 0", "output channels of each conv block",
+        [](const C& c) {
+          const bool ok = !c.channels.empty() &&
+                          std::all_of(c.channels.begin(), c.channels.end(), [](auto x) { return x > 0; });
+          return ok ? std::string{} : std::string("a non-empty list of integers > 0");
+        });
+    add("model.pools", &C::pools, "a list of integers >= 1, one per conv block", "max-pool size of each block",
+        [](const C& c) {
+          const bool ok = c.pools.size() == c.channels.size() &&
+                          std::all_of(c.pools.begin(), c.pools.end(), [](auto x) { return x >= 1; });
+          return ok ? std::string{}
+                    : fmt::format("a list of {} integers >= 1 (one per entry of model.channels)", c.channels.size());
+        });
+    add("model.kernel", &C::kernel, "an odd integer >= 1", "conv kernel size", [](const C& c) {
+      return c.kernel >= 1 && c.kernel % 2 == 1 ? std::string{} : std::string("an odd integer >= 1");
+    });
+    add("model.dense", &C::dense, "an integer > 0", "width of the dense layer", positive_int(&C::dense));
+    add("model.dropout", &C::dropout, "a number in [0, 1)", "dropout before the heads",
+        float_range(&C::dropout, 0, 1, true));
+    add("model.num_classes", &C::num_classes, "0 (from the data) or an integer >= 2", "number of classes",
+        [](const C& c) {
+          return c.num_classes == 0 || c.num_classes >= 2 ? std::string{}
+                                                          : std::string("0 (from the data) or an integer >= 2");
+        });
+    // [train]
+    add("train.epochs", &C::epochs, "an integer > 0", "number of epochs", positive_int(&C::epochs));
+    add("train.batch_size", &C::batch_size, "an integer > 0", "segments per micro-batch",
+        positive_int(&C::batch_size));
+    add("train.grad_accum", &C::grad_accum, "an integer > 0", "micro-batches per optimizer step",
+        positive_int(&C::grad_accum));
+    add("train.precision", &C::precision, "one of auto, fp32, bf16, fp16",
+        "compute precision (auto: bf16 on a GPU, fp32 on the CPU)",
+        one_of(&C::precision, {"auto", "fp32", "bf16", "fp16"}));
+    add("train.device", &C::device, "auto, cpu, cuda or cuda:N", "where to train", [](const C& c) {
+      const std::string& d = c.device;
+      bool ok = d == "auto" || d == "cpu" || d == "cuda" || d == "gpu";
+      if (!ok && d.rfind("cuda:", 0) == 0 && d.size() > 5)
+        ok = std::all_of(d.begin() + 5, d.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+      return ok ? std::string{} : std::string("auto, cpu, cuda or cuda:N");
+    });
+    add("train.seed", &C::seed, ">= 0", "seed of initialization, shuffling and dropout",
+        at_least(&C::seed, std::int64_t(0)));
+    add("train.limit_batches", &C::limit_batches, ">= 0",
+        "at most N optimizer steps (of train.grad_accum batches) per epoch (0: all)",
+        at_least(&C::limit_batches, std::int64_t(0)));
+    add("train.overfit_batches", &C::overfit_batches, ">= 0",
+        "train and validate on the same first N steps' batches, unshuffled (0: off)",
+        at_least(&C::overfit_batches, std::int64_t(0)));
+    add("train.fast_dev_run", &C::fast_dev_run, "true or false",
+        "one step of training and one batch of validation, one epoch, no checkpoints: checks the whole path quickly");
+    add("train.cuda_graphs", &C::cuda_graphs, "true or false", "capture the step in a CUDA graph");
+    add("train.drop_last", &C::drop_last, "true or false", "drop the last partial batch (else pad it)");
+    // [optim]
+    add("optim.lr", &C::lr, "a finite number > 0", "peak learning rate", positive_float(&C::lr));
+    add("optim.schedule", &C::schedule, "one of cosine, linear, constant", "learning-rate schedule after warmup",
+        one_of(&C::schedule, {"cosine", "linear", "constant"}));
+    add("optim.warmup_steps", &C::warmup_steps, ">= 0", "linear warmup steps",
+        at_least(&C::warmup_steps, std::int64_t(0)));
+    add("optim.min_lr_ratio", &C::min_lr_ratio, "a number in [0, 1]", "final lr as a share of optim.lr",
+        float_range(&C::min_lr_ratio, 0, 1, false));
+    add("optim.weight_decay", &C::weight_decay, "a number >= 0", "decoupled weight decay (not on biases)",
+        float_range(&C::weight_decay, 0, 1e30, false));
+    add("optim.beta1", &C::beta1, "a number in [0, 1)", "AdamW beta1", float_range(&C::beta1, 0, 1, true));
+    add("optim.beta2", &C::beta2, "a number in [0, 1)", "AdamW beta2", float_range(&C::beta2, 0, 1, true));
+    add("optim.eps", &C::eps, "a finite number > 0", "AdamW epsilon", positive_float(&C::eps));
+    add("optim.clip_norm", &C::clip_norm, "a number >= 0", "global gradient-norm clip (0: off)",
+        float_range(&C::clip_norm, 0, 1e30, false));
+    add("optim.label_smoothing", &C::label_smoothing, "a number in [0, 1)", "label smoothing of the class loss",
+        float_range(&C::label_smoothing, 0, 1, true));
+    add("optim.class_loss_weight", &C::class_loss_weight, "a number >= 0", "weight of the class loss",
+        float_range(&C::class_loss_weight, 0, 1e30, false));
+    add("optim.leak_loss_weight", &C::leak_loss_weight, "a number >= 0", "weight of the leak loss",
+        float_range(&C::leak_loss_weight, 0, 1e30, false));
+    add("optim.loss_scale", &C::loss_scale, "a finite number > 0", "initial fp16 loss scale",
+        positive_float(&C::loss_scale));
+    add("optim.loss_scale_window", &C::loss_scale_window, "an integer > 0",
+        "clean fp16 steps before the loss scale doubles", positive_int(&C::loss_scale_window));
+    // [reader]
+    add("reader.threads", &C::reader_threads, "an integer > 0", "HDF5 reader threads",
+        positive_int(&C::reader_threads));
+    add("reader.ring", &C::reader_ring, "an integer in [2, 8]", "pinned batch slots", [](const C& c) {
+      return c.reader_ring >= 2 && c.reader_ring <= 8 ? std::string{} : std::string("an integer in [2, 8]");
+    });
+    add("reader.gpu_cache", &C::gpu_cache, "one of auto, on, off",
+        "keep the dataset on the GPU (auto: when it fits in reader.gpu_cache_fraction of free memory)",
+        one_of(&C::gpu_cache, {"auto", "on", "off"}));
+    add("reader.gpu_cache_fraction", &C::gpu_cache_fraction, "a number in (0, 1]",
+        "share of free GPU memory the cached dataset may take", [](const C& c) {
+          return c.gpu_cache_fraction > 0 && c.gpu_cache_fraction <= 1 ? std::string{}
+                                                                        : std::string("a number in (0, 1]");
+        });
+    // [eval]
+    add("eval.val_every", &C::val_every, "an integer > 0", "validate every N epochs", positive_int(&C::val_every));
+    add("eval.threshold", &C::threshold, "a number in (0, 1)", "leak decision threshold on the leak probability",
+        [](const C& c) {
+          return c.threshold > 0 && c.threshold < 1 ? std::string{} : std::string("a number in (0, 1)");
+        });
+    add("eval.metric", &C::metric, "a validation metric name (see --help)",
+        "metric for early stopping and the best checkpoint", [](const C& c) {
+          const auto& n = metric_names();
+          if (std::find(n.begin(), n.end(), c.metric) != n.end()) return std::string{};
+          return fmt::format("one of {}", fmt::join(n, ", "));
+        });
+    add("eval.patience", &C::patience, ">= 0", "stop after N validations without improvement (0: never)",
+        at_least(&C::patience, std::int64_t(0)));
+    add("eval.min_delta", &C::min_delta, "a number >= 0", "smallest change that counts as an improvement",
+        float_range(&C::min_delta, 0, 1e30, false));
+    // [checkpoint]
+    add("checkpoint.keep_last", &C::keep_last, "an integer > 0", "checkpoints kept (plus the best)",
+        positive_int(&C::keep_last));
+    add("checkpoint.every", &C::checkpoint_every, "an integer > 0", "write a checkpoint every N epochs",
+        positive_int(&C::checkpoint_every));
+    // [log]
+    add("log.interval", &C::log_interval, "an integer > 0", "optimizer steps between log lines",
+        positive_int(&C::log_interval));
+    add("log.progress", &C::progress, "one of auto, tty, plain, off",
+        "progress display (auto: a live line on a terminal, plain lines otherwise)",
+        one_of(&C::progress, {"auto", "tty", "plain", "off"}));
+    // [run]
+    add("run.out", &C::out, "a directory", "run directory (config, checkpoints, metrics, report, plots)",
+        [](const C& c) { return c.out.empty() ? std::string("a non-empty directory path") : std::string{}; });
+    add("run.resume", &C::resume, "empty, auto or a checkpoint path",
+        "continue a run (auto: the newest good checkpoint in run.out, if any)");
+    add("run.init_from", &C::init_from, "a .safetensors or checkpoint path", "initial weights");
+    add("run.profile_steps", &C::profile_steps, "empty or A:B with 0 <= A < B",
+        "wrap steps [A, B) in cudaProfilerStart/Stop (nsys --capture-range=cudaProfilerApi)",
+        [](const C& c) {
+          if (c.profile_steps.empty()) return std::string{};
+          return c.profile_begin() >= 0 ? std::string{} : std::string("empty or A:B with 0 <= A < B");
+        });
+    return v;
+  }();
+  return f;
+}
+
+const Field* find_field(std::string_view key) {
+  for (const Field& f : fields())
+    if (f.key == key) return &f;
+  return nullptr;
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+[[noreturn]] void unknown_key(std::string_view key, std::string_view origin) {
+  const auto s = suggest_keys(key);
+  std::string hint = s.empty() ? std::string(" (`melforge train --help` lists the keys)")
+                               : fmt::format("; did you mean {}?", fmt::join(s, " or "));
+  MF_THROW("{}unknown configuration key '{}'{}", origin.empty() ? "" : fmt::format("{}: ", origin), key, hint);
+}
+
+std::string node_type(const toml::node& n) {
+  if (n.is_string()) return "a string";
+  if (n.is_integer()) return "an integer";
+  if (n.is_floating_point()) return "a float";
+  if (n.is_boolean()) return "a boolean";
+  if (n.is_array()) return "a list";
+  if (n.is_table()) return "a table";
+  return "a date/time";
+}
+
+// Assigns a TOML node to a field, with type conversions a user would expect
+// (an integer where a float is wanted).
+void assign(RunConfig& cfg, const Field& f, const toml::node& n, std::string_view origin) {
+  auto wrong = [&]() {
+    MF_THROW("{}{}: expected {} ({}), found {}", origin.empty() ? "" : fmt::format("{}: ", origin), f.key,
+             type_name(f.member), f.accepted, node_type(n));
+  };
+  std::visit(
+      [&](auto m) {
+        using T = std::remove_cvref_t<decltype(cfg.*m)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          if (!n.is_string()) wrong();
+          cfg.*m = *n.value<std::string>();
+        } else if constexpr (std::is_same_v<T, std::int64_t>) {
+          if (!n.is_integer()) wrong();
+          cfg.*m = *n.value<std::int64_t>();
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (!n.is_integer() && !n.is_floating_point()) wrong();
+          cfg.*m = *n.value<double>();
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (!n.is_boolean()) wrong();
+          cfg.*m = *n.value<bool>();
+        } else {
+          const toml::array* a = n.as_array();
+          if (!a) wrong();
+          std::vector<std::int64_t> out;
+          for (const toml::node& e : *a) {
+            if (!e.is_integer()) wrong();
+            out.push_back(*e.value<std::int64_t>());
+          }
+          cfg.*m = std::move(out);
+        }
+      },
+      f.member);
+}
+
+void load_table(RunConfig& cfg, const toml::table& root, std::string_view origin) {
+  for (auto&& [section_key, section] : root) {
+    const std::string sec(section_key.str());
+    const toml::table* t = section.as_table();
+    if (!t) {
+      // A top-level key: maybe a key of some section written without its table.
+      unknown_key(sec, origin);
+    }
+    for (auto&& [k, v] : *t) {
+      const std::string key = sec + "." + std::string(k.str());
+      const Field* f = find_field(key);
+      if (!f) unknown_key(key, origin);
+      assign(cfg, *f, v, origin);
+    }
+  }
+}
+
+std::int64_t parse_profile(const std::string& s, bool want_end) {
+  const auto colon = s.find(':');
+  if (colon == std::string::npos) return -1;
+  std::int64_t a = -1, b = -1;
+  const char* p = s.data();
+  auto r1 = std::from_chars(p, p + colon, a);
+  auto r2 = std::from_chars(p + colon + 1, p + s.size(), b);
+  if (r1.ec != std::errc{} || r1.ptr != p + colon || r2.ec != std::errc{} || r2.ptr != p + s.size()) return -1;
+  if (a < 0 || b <= a) return -1;
+  return want_end ? b : a;
+}
+
+}  // namespace
+
+std::int64_t RunConfig::profile_begin() const { return parse_profile(profile_steps, false); }
+std::int64_t RunConfig::profile_end() const { return parse_profile(profile_steps, true); }
+bool RunConfig::metric_higher_is_better() const { return metric.find("loss") == std::string::npos; }
+
+const std::vector<std::string>& metric_names() {
+  static const std::vector<std::string> n = {
+      "val.loss",           "val.segment.accuracy", "val.segment.balanced_accuracy", "val.segment.macro_f1",
+      "val.segment.leak_auc", "val.file.accuracy",  "val.file.balanced_accuracy",    "val.file.macro_f1",
+      "val.file.leak_auc"};
+  return n;
+}
+
+const std::vector<ConfigKeyInfo>& config_keys() {
+  static const std::vector<ConfigKeyInfo> k = [] {
+    std::vector<ConfigKeyInfo> v;
+    for (const Field& f : fields()) v.push_back({f.key, type_name(f.member), f.accepted, f.help});
+    return v;
+  }();
+  return k;
+}
+
+std::vector<std::string> suggest_keys(std::string_view key) {
+  std::vector<std::string> out;
+  // The same field name in another section ("lr" -> "optim.lr", "train.lr" -> "optim.lr").
+  const auto dot = key.rfind('.');
+  const std::string_view leaf = dot == std::string_view::npos ? key : key.substr(dot + 1);
+  for (const Field& f : fields()) {
+    const std::string_view fl = std::string_view(f.key).substr(f.key.rfind('.') + 1);
+    if (fl == leaf) out.push_back(f.key);
+  }
+  if (!out.empty()) return out;
+  std::size_t best = std::string::npos;
+  for (const Field& f : fields()) {
+    const std::string_view fl = std::string_view(f.key).substr(f.key.rfind('.') + 1);
+    const std::size_t d = std::min(edit_distance(key, f.key), edit_distance(leaf, fl));
+    if (d < best) {
+      best = d;
+      out.assign(1, f.key);
+    } else if (d == best) {
+      out.push_back(f.key);
+    }
+  }
+  const std::size_t limit = std::max<std::size_t>(2, leaf.size() / 3);
+  if (best > limit) out.clear();
+  if (out.size() > 3) out.resize(3);
+  return out;
+}
+
+void load_toml_string(RunConfig& cfg, std::string_view text, std::string_view origin) {
+  toml::table root;
+  try {
+    root = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    const auto& b = e.source().begin;
+    MF_THROW("{}:{}:{}: TOML syntax error: {}", origin, b.line, b.column, e.description());
+  }
+  load_table(cfg, root, origin);
+}
+
+void load_toml_file(RunConfig& cfg, const std::filesystem::path& path) {
+  std::error_code ec;
+  MF_CHECK(std::filesystem::is_regular_file(path, ec), "config file {} does not exist or is not a file",
+           path.string());
+  toml::table root;
+  try {
+    root = toml::parse_file(path.string());
+  } catch (const toml::parse_error& e) {
+    const auto& b = e.source().begin;
+    MF_THROW("{}:{}:{}: TOML syntax error: {}", path.string(), b.line, b.column, e.description());
+  }
+  load_table(cfg, root, path.string());
+}
+
+void set_key(RunConfig& cfg, std::string_view key, std::string_view value) {
+  const Field* f = find_field(key);
+  if (!f) unknown_key(key, "");
+  const std::string origin = fmt::format("--set {}={}", key, value);
+  // Strings are taken verbatim (paths need no quotes); the rest parses as TOML.
+  if (f->member.index() == 0) {
+    std::string v(value);
+    if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front())
+      v = v.substr(1, v.size() - 2);
+    cfg.*std::get<0>(f->member) = v;
+    return;
+  }
+  toml::table t;
+  try {
+    t = toml::parse(fmt::format("v = {}", value));
+  } catch (const toml::parse_error&) {
+    MF_THROW("{}: expected {} ({}), found '{}'", key, type_name(f->member), f->accepted, value);
+  }
+  assign(cfg, *f, *t.get("v"), "");
+}
+
+void apply_override(RunConfig& cfg, std::string_view assignment) {
+  const auto eq = assignment.find('=');
+  MF_CHECK(eq != std::string_view::npos && eq > 0, "--set expects key=value (e.g. --set optim.lr=3e-4), found '{}'",
+           assignment);
+  std::string_view key = assignment.substr(0, eq);
+  while (!key.empty() && key.back() == ' ') key.remove_suffix(1);
+  std::string_view value = assignment.substr(eq + 1);
+  while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+  set_key(cfg, key, value);
+}
+
+void validate(const RunConfig& cfg) {
+  for (const Field& f : fields()) {
+    if (!f.check) continue;
+    const std::string accepted = f.check(cfg);
+    if (accepted.empty()) continue;
+    std::string found = std::visit(
+        [&](auto m) -> std::string {
+          using T = std::remove_cvref_t<decltype(cfg.*m)>;
+          if constexpr (std::is_same_v<T, std::vector<std::int64_t>>)
+            return fmt::format("[{}]", fmt::join(cfg.*m, ", "));
+          else if constexpr (std::is_same_v<T, std::string>)
+            return fmt::format("'{}'", cfg.*m);
+          else
+            return fmt::format("{}", cfg.*m);
+        },
+        f.member);
+    MF_THROW("{}: expected {}, found {}", f.key, accepted, found);
+  }
+  MF_CHECK(!cfg.train_path.empty(), "data.train: a training set is required (--train FILE or data.train in the config)");
+  MF_CHECK(!(cfg.overfit_batches > 0 && cfg.limit_batches > 0),
+           "train.overfit_batches and train.limit_batches: set one of them, not both");
+  MF_CHECK(cfg.val_path.empty() == false || cfg.patience == 0 || cfg.overfit_batches > 0,
+           "eval.patience: early stopping needs a validation set (data.val)");
+}
+
+std::string to_toml(const RunConfig& cfg) {
+  std::map<std::string, toml::table> sections;
+  std::vector<std::string> order;
+  for (const Field& f : fields()) {
+    const std::string sec = f.key.substr(0, f.key.find('.'));
+    const std::string name = f.key.substr(f.key.find('.') + 1);
+    if (!sections.count(sec)) order.push_back(sec);
+    toml::table& t = sections[sec];
+    std::visit(
+        [&](auto m) {
+          using T = std::remove_cvref_t<decltype(cfg.*m)>;
+          if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) {
+            toml::array a;
+            for (auto x : cfg.*m) a.push_back(x);
+            t.insert_or_assign(name, std::move(a));
+          } else {
+            t.insert_or_assign(name, cfg.*m);
+          }
+        },
+        f.member);
+  }
+  std::ostringstream os;
+  os << "# melforge train: the resolved configuration (every key)\n";
+  for (const std::string& sec : order) {
+    os << "\n[" << sec << "]\n";
+    // Keys in table order, one per line (toml++ sorts; keep the table's order instead).
+    for (const Field& f : fields()) {
+      if (f.key.compare(0, sec.size() + 1, sec + ".") != 0) continue;
+      const std::string name = f.key.substr(sec.size() + 1);
+      const toml::node& n = *sections[sec].get(name);
+      if (n.is_floating_point()) {
+        // Shortest round-trip text (0.9, not 0.90000000000000002), kept a TOML float.
+        std::string v = fmt::format("{}", *n.value<double>());
+        if (v.find_first_of(".eni") == std::string::npos) v += ".0";
+        os << name << " = " << v << "\n";
+        continue;
+      }
+      toml::table one;
+      one.insert_or_assign(name, n);
+      os << one << "\n";
+    }
+  }
+  return os.str();
+}
+
+}  // namespace mf::model

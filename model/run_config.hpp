@@ -1,0 +1,134 @@
+// RunConfig: every setting of `melforge train`, with one table of keys that
+// drives TOML loading, `--set key=value` overrides, validation, the resolved
+// TOML written into the run directory, and the help text. A key is
+// "section.name" (the TOML table and the field), e.g. "optim.lr".
+//
+// Errors name the key and what is accepted: an unknown key gets a "did you
+// mean", a wrong type says which type was expected, an impossible value says
+// the accepted range or choices.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mf::model {
+
+struct RunConfig {
+  // [data]
+  std::string train_path;        // data.train
+  std::string val_path;          // data.val
+  std::string test_path;         // data.test (optional)
+  std::string segments_name = "segments";
+  std::string labels_name = "labels";
+  std::string leak_name = "leak";
+  std::int64_t normal_class = -1;  // leak = (label != normal_class) when /leak is absent; -1: the class named "normal", else 0
+
+  // [model]
+  std::string arch = "leakcnn";
+  std::vector<std::int64_t> channels{32, 64, 128};
+  std::vector<std::int64_t> pools{2, 2, 2};
+  std::int64_t kernel = 3;
+  std::int64_t dense = 256;
+  double dropout = 0.0;
+  std::int64_t num_classes = 0;  // 0: from the dataset's labels
+
+  // [train]
+  std::int64_t epochs = 10;
+  std::int64_t batch_size = 256;
+  std::int64_t grad_accum = 1;
+  std::string precision = "auto";  // auto | fp32 | bf16 | fp16
+  std::string device = "auto";     // auto | cpu | cuda | cuda:N
+  std::int64_t seed = 0;
+  std::int64_t limit_batches = 0;   // optimizer steps per epoch at most (0: the whole epoch)
+  std::int64_t overfit_batches = 0; // >0: train (and validate) on the same first N steps' batches, unshuffled
+  bool fast_dev_run = false;        // 1 batch of train and val, 1 epoch, no checkpoints kept
+  bool cuda_graphs = true;
+  bool drop_last = true;
+
+  // [optim]
+  double lr = 1e-3;
+  std::string schedule = "cosine";  // cosine | linear | constant
+  std::int64_t warmup_steps = 0;
+  double min_lr_ratio = 0.0;
+  double weight_decay = 0.01;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double clip_norm = 1.0;  // 0: no clipping
+  double label_smoothing = 0.0;
+  double class_loss_weight = 1.0;
+  double leak_loss_weight = 1.0;
+  double loss_scale = 65536.0;        // fp16 initial dynamic loss scale
+  std::int64_t loss_scale_window = 2000;
+
+  // [reader]
+  std::int64_t reader_threads = 2;
+  std::int64_t reader_ring = 4;
+  std::string gpu_cache = "auto";  // auto | on | off
+  double gpu_cache_fraction = 0.5;
+
+  // [eval]
+  std::int64_t val_every = 1;  // epochs
+  double threshold = 0.5;      // leak decision threshold
+  std::string metric = "val.file.macro_f1";  // early stopping / best checkpoint
+  std::int64_t patience = 0;   // 0: no early stopping
+  double min_delta = 0.0;
+
+  // [checkpoint]
+  std::int64_t keep_last = 3;
+  std::int64_t checkpoint_every = 1;  // epochs
+
+  // [log]
+  std::int64_t log_interval = 50;  // steps
+  std::string progress = "auto";   // auto | tty | plain | off
+
+  // [run]
+  std::string out = "runs/leakcnn";
+  std::string resume;     // "" | auto | PATH
+  std::string init_from;  // a .safetensors (or checkpoint) to start from
+  std::string profile_steps;  // "A:B": cudaProfilerStart before step A, Stop after step B-1
+
+  // Derived from profile_steps (valid after validate()); -1 when unset.
+  std::int64_t profile_begin() const;
+  std::int64_t profile_end() const;
+  // "max" for metrics where larger is better, "min" for losses.
+  bool metric_higher_is_better() const;
+};
+
+// What a key is, for help text and error messages.
+struct ConfigKeyInfo {
+  std::string key;       // "optim.lr"
+  std::string type;      // "string", "integer", "float", "boolean", "integer list"
+  std::string accepted;  // "> 0", "one of cosine, linear, constant", ...
+  std::string help;
+};
+const std::vector<ConfigKeyInfo>& config_keys();
+
+// Loads a TOML file over `cfg` (only the keys present change). Throws mf::Error
+// naming the file, the key and what is accepted.
+void load_toml_file(RunConfig& cfg, const std::filesystem::path& path);
+// Same from TOML text (`origin` names it in messages).
+void load_toml_string(RunConfig& cfg, std::string_view text, std::string_view origin);
+
+// Applies one override "key=value". The value is parsed as TOML when it can be
+// (numbers, true/false, [1, 2]); otherwise it is taken as a string.
+void apply_override(RunConfig& cfg, std::string_view assignment);
+// Sets one key from text (the CLI's plain flags use this).
+void set_key(RunConfig& cfg, std::string_view key, std::string_view value);
+
+// Checks ranges and choices across keys; throws mf::Error naming the key.
+void validate(const RunConfig& cfg);
+
+// The resolved configuration as TOML (every key), and back.
+std::string to_toml(const RunConfig& cfg);
+
+// The closest known keys to `key` (for "did you mean"); empty when none is close.
+std::vector<std::string> suggest_keys(std::string_view key);
+
+// The names accepted by eval.metric.
+const std::vector<std::string>& metric_names();
+
+}  // namespace mf::model

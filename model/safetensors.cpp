@@ -1,0 +1,166 @@
+#include "model/safetensors.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace mf::model {
+
+std::string safetensors_dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::bf16: return "BF16";
+    case DType::f16: return "F16";
+    case DType::i32: return "I32";
+    case DType::u8: return "U8";
+  }
+  return "?";
+}
+
+namespace {
+DType parse_st_dtype(const std::string& s, const std::string& ctx) {
+  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::i32, DType::u8})
+    if (safetensors_dtype_name(t) == s) return t;
+  MF_THROW("{}: dtype '{}' is not supported (expected F32, BF16, F16, I32 or U8)", ctx, s);
+}
+}  // namespace
+
+void SafeTensors::add(const std::string& name, DType dtype, const Shape& shape, const void* data) {
+  MF_CHECK(!name.empty() && name != "__metadata__", "safetensors: invalid tensor name '{}'", name);
+  MF_CHECK(!tensors.count(name), "safetensors: tensor '{}' added twice", name);
+  SafeTensor t;
+  t.dtype = dtype;
+  t.shape = shape;
+  t.bytes.resize(std::size_t(shape_numel(shape)) * dtype_size(dtype));
+  if (!t.bytes.empty()) std::memcpy(t.bytes.data(), data, t.bytes.size());
+  order.push_back(name);
+  tensors[name] = std::move(t);
+}
+
+const SafeTensor& SafeTensors::at(const std::string& name) const {
+  auto it = tensors.find(name);
+  MF_CHECK(it != tensors.end(), "{}: no tensor '{}'", source, name);
+  return it->second;
+}
+
+void write_safetensors(const fs::path& path, const SafeTensors& st) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!st.metadata.empty()) header["__metadata__"] = st.metadata;
+  std::uint64_t offset = 0;
+  for (const std::string& name : st.order) {
+    const SafeTensor& t = st.at(name);
+    header[name] = {{"dtype", safetensors_dtype_name(t.dtype)},
+                    {"shape", t.shape},
+                    {"data_offsets", {offset, offset + t.bytes.size()}}};
+    offset += t.bytes.size();
+  }
+  std::string h = header.dump();
+  h.resize((h.size() + 7) / 8 * 8, ' ');
+  const fs::path tmp = path.parent_path() / fmt::format(".tmp-{}.{}", path.filename().string(), ::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    MF_CHECK(f.good(), "safetensors: cannot create {}", tmp.string());
+    unsigned char len[8];
+    const std::uint64_t n = h.size();
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+    f.write(reinterpret_cast<const char*>(len), 8);
+    f.write(h.data(), std::streamsize(h.size()));
+    for (const std::string& name : st.order) {
+      const SafeTensor& t = st.at(name);
+      f.write(reinterpret_cast<const char*>(t.bytes.data()), std::streamsize(t.bytes.size()));
+    }
+    f.flush();
+    MF_CHECK(f.good(), "safetensors: writing {} failed", tmp.string());
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    MF_THROW("safetensors: renaming {} to {}: {}", tmp.string(), path.string(), ec.message());
+  }
+}
+
+SafeTensors read_safetensors(const fs::path& path) {
+  const std::string ctx = path.string();
+  std::ifstream f(path, std::ios::binary);
+  MF_CHECK(f.good(), "{}: cannot open", ctx);
+  f.seekg(0, std::ios::end);
+  const std::uint64_t size = std::uint64_t(f.tellg());
+  f.seekg(0);
+  MF_CHECK(size >= 8, "{}: {} bytes, too short for a safetensors file", ctx, size);
+  unsigned char len[8];
+  f.read(reinterpret_cast<char*>(len), 8);
+  std::uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= std::uint64_t(len[i]) << (8 * i);
+  MF_CHECK(n <= size - 8 && n <= (100u << 20), "{}: header length {} does not fit in the file ({} bytes)", ctx, n,
+           size);
+  std::string h(n, '\0');
+  f.read(h.data(), std::streamsize(n));
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(h);
+  } catch (const nlohmann::json::exception& e) {
+    MF_THROW("{}: the header is not valid JSON ({})", ctx, e.what());
+  }
+  MF_CHECK(header.is_object(), "{}: the header is not a JSON object", ctx);
+  const std::uint64_t data_size = size - 8 - n;
+  SafeTensors st;
+  st.source = ctx;
+  struct Span {
+    std::uint64_t b, e;
+    std::string name;
+  };
+  std::vector<Span> spans;
+  for (auto& [name, v] : header.items()) {
+    if (name == "__metadata__") {
+      MF_CHECK(v.is_object(), "{}: __metadata__ must be an object of strings", ctx);
+      for (auto& [k, s] : v.items()) {
+        MF_CHECK(s.is_string(), "{}: __metadata__.{} must be a string", ctx, k);
+        st.metadata[k] = s.get<std::string>();
+      }
+      continue;
+    }
+    const std::string tctx = fmt::format("{}: tensor '{}'", ctx, name);
+    MF_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
+             "{}: expected dtype, shape and data_offsets", tctx);
+    SafeTensor t;
+    t.dtype = parse_st_dtype(v["dtype"].get<std::string>(), tctx);
+    for (const auto& d : v["shape"]) {
+      MF_CHECK(d.is_number_unsigned(), "{}: shape entries must be non-negative integers", tctx);
+      t.shape.push_back(d.get<std::int64_t>());
+    }
+    const auto& off = v["data_offsets"];
+    MF_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(),
+             "{}: data_offsets must be [begin, end]", tctx);
+    const std::uint64_t b = off[0].get<std::uint64_t>(), e = off[1].get<std::uint64_t>();
+    const std::uint64_t want = std::uint64_t(shape_numel(t.shape)) * dtype_size(t.dtype);
+    MF_CHECK(b <= e && e <= data_size, "{}: data_offsets [{}, {}] outside the {}-byte data", tctx, b, e, data_size);
+    MF_CHECK(e - b == want, "{}: {} bytes for shape {} {}, expected {}", tctx, e - b, shape_str(t.shape),
+             dtype_name(t.dtype), want);
+    spans.push_back({b, e, name});
+    t.bytes.resize(want);
+    f.seekg(std::streamoff(8 + n + b));
+    f.read(reinterpret_cast<char*>(t.bytes.data()), std::streamsize(want));
+    MF_CHECK(f.good(), "{}: reading the data failed (truncated file?)", tctx);
+    st.tensors[name] = std::move(t);
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& c) { return a.b < c.b || (a.b == c.b && a.e < c.e); });
+  std::uint64_t at = 0;
+  for (const Span& s : spans) {
+    MF_CHECK(s.b == at, "{}: tensor '{}' starts at byte {}, expected {} (the data must have no holes or overlaps)",
+             ctx, s.name, s.b, at);
+    at = s.e;
+    st.order.push_back(s.name);
+  }
+  MF_CHECK(at == data_size, "{}: the tensors cover {} of {} data bytes", ctx, at, data_size);
+  return st;
+}
+
+}  // namespace mf::model

@@ -1,0 +1,137 @@
+// RunConfig: TOML loading, --set overrides, validation messages, round trip.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "engine/error.hpp"
+#include "model/run_config.hpp"
+
+using namespace mf::model;
+
+namespace {
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const mf::Error& e) {
+    return e.message();
+  }
+  return "<no error>";
+}
+}  // namespace
+
+TEST_CASE("TOML sections set the keys they name, and only those") {
+  RunConfig c;
+  load_toml_string(c, R"(
+[data]
+train = "a.h5"
+val = "b.h5"
+[optim]
+lr = 3e-4
+weight_decay = 0      # an integer where a float is wanted is fine
+[model]
+channels = [16, 32]
+pools = [2, 2]
+[train]
+fast_dev_run = true
+)", "run.toml");
+  CHECK(c.train_path == "a.h5");
+  CHECK(c.val_path == "b.h5");
+  CHECK(c.lr == doctest::Approx(3e-4));
+  CHECK(c.weight_decay == 0.0);
+  CHECK(c.channels == std::vector<std::int64_t>{16, 32});
+  CHECK(c.fast_dev_run);
+  CHECK(c.epochs == RunConfig{}.epochs);
+  validate(c);
+}
+
+TEST_CASE("unknown keys get a did-you-mean") {
+  RunConfig c;
+  CHECK(error_of([&] { load_toml_string(c, "[optim]\nlearning_rat = 1\n", "x.toml"); }).find("unknown") !=
+        std::string::npos);
+  const std::string e1 = error_of([&] { apply_override(c, "train.lr=0.1"); });
+  CHECK(e1.find("unknown configuration key 'train.lr'") != std::string::npos);
+  CHECK(e1.find("did you mean optim.lr?") != std::string::npos);
+  const std::string e2 = error_of([&] { apply_override(c, "train.epoch=3"); });
+  CHECK(e2.find("did you mean train.epochs?") != std::string::npos);
+  const std::string e3 = error_of([&] { load_toml_string(c, "[optim]\nshedule = 'linear'\n", "x.toml"); });
+  CHECK(e3.find("x.toml: unknown configuration key 'optim.shedule'; did you mean optim.schedule?") !=
+        std::string::npos);
+  CHECK(error_of([&] { load_toml_string(c, "lr = 1\n", "x.toml"); }).find("did you mean optim.lr?") !=
+        std::string::npos);
+}
+
+TEST_CASE("wrong types name the key and the expected type") {
+  RunConfig c;
+  const std::string e = error_of([&] { load_toml_string(c, "[train]\nepochs = \"ten\"\n", "r.toml"); });
+  CHECK(e == "r.toml: train.epochs: expected integer (an integer > 0), found a string");
+  const std::string e2 = error_of([&] { apply_override(c, "train.batch_size=1.5"); });
+  CHECK(e2.find("train.batch_size: expected integer") != std::string::npos);
+  const std::string e3 = error_of([&] { apply_override(c, "optim.lr=fast"); });
+  CHECK(e3.find("optim.lr: expected float (a finite number > 0), found 'fast'") != std::string::npos);
+  const std::string e4 = error_of([&] { load_toml_string(c, "[model]\nchannels = [1, 2.5]\n", "r.toml"); });
+  CHECK(e4.find("model.channels: expected integer list") != std::string::npos);
+  CHECK(error_of([&] { load_toml_string(c, "[train\n", "bad.toml"); }).find("bad.toml:1") != std::string::npos);
+  CHECK(error_of([&] { apply_override(c, "novalue"); }).find("key=value") != std::string::npos);
+}
+
+TEST_CASE("impossible values name the key and what is accepted") {
+  auto check = [](const std::string& set, const std::string& want) {
+    RunConfig c;
+    c.train_path = "t.h5";
+    c.val_path = "v.h5";
+    apply_override(c, set);
+    const std::string e = error_of([&] { validate(c); });
+    CHECK_MESSAGE(e.find(want) != std::string::npos, set, " -> ", e);
+  };
+  check("train.batch_size=0", "train.batch_size: expected an integer > 0, found 0");
+  check("optim.lr=-1", "optim.lr: expected a finite number > 0, found -1");
+  check("train.precision=fp8", "train.precision: expected one of auto, fp32, bf16, fp16, found 'fp8'");
+  check("train.device=tpu", "train.device: expected auto, cpu, cuda or cuda:N, found 'tpu'");
+  check("eval.threshold=1.0", "eval.threshold: expected a number in (0, 1), found 1");
+  check("model.pools=[2, 2]", "model.pools: expected a list of 3 integers >= 1");
+  check("run.profile_steps=5:3", "run.profile_steps: expected empty or A:B with 0 <= A < B, found '5:3'");
+  check("eval.metric=val.f1", "eval.metric: expected one of val.loss");
+  check("model.dropout=1", "model.dropout: expected a number in [0, 1), found 1");
+  RunConfig c;
+  CHECK(error_of([&] { validate(c); }).find("data.train: a training set is required") != std::string::npos);
+}
+
+TEST_CASE("--set takes paths verbatim and parses numbers, booleans and lists") {
+  RunConfig c;
+  apply_override(c, "data.train=/x/y z.h5");
+  apply_override(c, "train.cuda_graphs=false");
+  apply_override(c, "model.channels=[8,16,32]");
+  apply_override(c, "optim.lr = 2e-3");
+  apply_override(c, "run.profile_steps=10:20");
+  CHECK(c.train_path == "/x/y z.h5");
+  CHECK_FALSE(c.cuda_graphs);
+  CHECK(c.channels == std::vector<std::int64_t>{8, 16, 32});
+  CHECK(c.lr == doctest::Approx(2e-3));
+  CHECK(c.profile_begin() == 10);
+  CHECK(c.profile_end() == 20);
+}
+
+TEST_CASE("the resolved TOML reloads to the same configuration") {
+  RunConfig a;
+  a.train_path = "tr.h5";
+  a.val_path = "va.h5";
+  a.lr = 1.2345e-4;
+  a.eps = 1e-8;
+  a.channels = {4, 8};
+  a.pools = {2, 1};
+  a.fast_dev_run = true;
+  a.metric = "val.loss";
+  const std::string text = to_toml(a);
+  RunConfig b;
+  load_toml_string(b, text, "resolved");
+  CHECK(to_toml(b) == text);
+  CHECK(b.lr == a.lr);
+  CHECK(b.eps == a.eps);
+  CHECK(b.pools == a.pools);
+  CHECK_FALSE(b.metric_higher_is_better());
+  CHECK(text.find("[optim]") != std::string::npos);
+  // Every key is written.
+  for (const auto& k : config_keys()) CHECK(text.find(k.key.substr(k.key.find('.') + 1) + " = ") != std::string::npos);
+}

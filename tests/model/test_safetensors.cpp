@@ -1,0 +1,61 @@
+// safetensors: round trip, an independent parse in Python (torch decodes the
+// 16-bit types), and malformed files.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "engine/error.hpp"
+#include "model/safetensors.hpp"
+#include "tests/support/testing.hpp"
+
+namespace fs = std::filesystem;
+using namespace mf;
+using namespace mf::model;
+
+namespace {
+SafeTensors sample() {
+  SafeTensors st;
+  std::vector<float> a{-2.5f, -1.5f, -0.5f, 0.5f, 1.5f, 2.5f};
+  st.add("blocks.0.conv.weight", DType::f32, {2, 3}, a.data());
+  std::vector<bf16> b{bf16(1.f), bf16(-2.f), bf16(0.5f), bf16(3.f)};
+  st.add("head.bias", DType::bf16, {4}, b.data());
+  std::vector<f16> c{f16(0.25f), f16(-1.f), f16(65504.f)};
+  st.add("fc.weight", DType::f16, {3}, c.data());
+  std::vector<std::int32_t> d{7, -9};
+  st.add("count", DType::i32, {2}, d.data());
+  st.metadata = {{"format", "pt"}, {"producer", "melforge"}};
+  return st;
+}
+}  // namespace
+
+TEST_CASE("safetensors round trip and an independent parse") {
+  const fs::path p = fs::temp_directory_path() / fmt::format("mf_st_{}.safetensors", ::getpid());
+  write_safetensors(p, sample());
+  const SafeTensors r = read_safetensors(p);
+  const SafeTensors s = sample();
+  CHECK(r.order == s.order);
+  CHECK(r.metadata == s.metadata);
+  for (const auto& n : s.order) {
+    CHECK(r.at(n).dtype == s.at(n).dtype);
+    CHECK(r.at(n).shape == s.at(n).shape);
+    CHECK(r.at(n).bytes == s.at(n).bytes);
+  }
+  CHECK(testing::run_oracle("safetensors_check.py", p.string()) == 0);
+  fs::remove(p);
+}
+
+TEST_CASE("malformed safetensors files are errors naming the file") {
+  const fs::path p = fs::temp_directory_path() / fmt::format("mf_st_bad_{}.safetensors", ::getpid());
+  write_safetensors(p, sample());
+  const auto size = fs::file_size(p);
+  fs::resize_file(p, size - 3);
+  CHECK_THROWS_WITH_AS(read_safetensors(p), doctest::Contains("outside the"), Error);
+  std::ofstream(p, std::ios::binary) << std::string("\x10\0\0\0\0\0\0\0{not json}      ", 24);
+  CHECK_THROWS_WITH_AS(read_safetensors(p), doctest::Contains("not valid JSON"), Error);
+  std::ofstream(p, std::ios::binary) << std::string("\xff\xff\0\0\0\0\0\0{}", 10);
+  CHECK_THROWS_WITH_AS(read_safetensors(p), doctest::Contains("does not fit"), Error);
+  CHECK_THROWS_WITH_AS(sample().at("nope"), doctest::Contains("no tensor 'nope'"), Error);
+  fs::remove(p);
+}

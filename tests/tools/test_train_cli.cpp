@@ -1,0 +1,249 @@
+// `melforge train / eval / predict / export / plot` as a user runs them, on the
+// CPU: configuration errors, an end-to-end run reaching high accuracy, exact
+// resume, SIGINT, a bad dataset leaving the previous checkpoint intact, and
+// export loaded into the PyTorch reference module.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include "io/h5_writer.hpp"
+#include "model/checkpoint.hpp"
+#include "model/run_config.hpp"
+#include "tests/support/testing.hpp"
+#include "tests/tools/train_cli_support.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+
+TEST_CASE("train: configuration errors name the key and what is accepted") {
+  TempDir d("cfg");
+  write_easy(d / "train.h5", 6, 1);
+  const std::string base = fmt::format("train --train {} --out {} ", d / "train.h5", d / "run");
+  Result r = run(base + "--set train.lr=0.1");
+  CHECK(r.code == 1);
+  CHECK(has(r, "unknown configuration key 'train.lr'; did you mean optim.lr?"));
+  r = run(base + "--epochs ten");
+  CHECK(r.code == 1);
+  CHECK(has(r, "train.epochs: expected integer (an integer > 0), found 'ten'"));
+  r = run(base + "--batch-size 0");
+  CHECK(r.code == 1);
+  CHECK(has(r, "train.batch_size: expected an integer > 0, found 0"));
+  r = run(base + "--precision fp8");
+  CHECK(has(r, "train.precision: expected one of auto, fp32, bf16, fp16, found 'fp8'"));
+  std::ofstream(d / "bad.toml") << "[optim]\nlr = \"fast\"\n";
+  r = run(base + "--config " + d / "bad.toml");
+  CHECK(r.code == 1);
+  CHECK(has(r, "bad.toml: optim.lr: expected float"));
+  r = run("train --out " + d / "run");
+  CHECK(r.code == 1);
+  CHECK(has(r, "data.train: a training set is required"));
+  r = run("train --train " + d / "missing.h5" + " --out " + d / "run");
+  CHECK(r.code == 1);
+  CHECK(has(r, "missing.h5"));
+  CHECK_FALSE(fs::exists(d / "run/checkpoints"));
+  r = run("train --help");
+  CHECK(r.code == 0);
+  for (const auto& k : mf::model::config_keys()) CHECK_MESSAGE(has(r, k.key), k.key);
+  for (const char* f : {"--train", "--val", "--out", "--epochs", "--batch-size", "--lr", "--precision", "--device",
+                        "--seed", "--resume", "--limit-batches", "--overfit-batches", "--fast-dev-run", "--config",
+                        "--set", "--init-from", "--profile-steps", "--gpu-cache"})
+    CHECK_MESSAGE(has(r, f), f);
+}
+
+TEST_CASE("train end to end on the CPU: high file-level accuracy, run directory, eval, predict, export -> PyTorch") {
+  TempDir d("e2e");
+  write_easy(d / "train.h5", 60, 1);
+  write_easy(d / "val.h5", 18, 2);
+  const std::string run_dir = d / "run";
+  Result r = run(fmt::format("train --train {} --val {} --test {} --out {} --epochs 4 {}", d / "train.h5",
+                             d / "val.h5", d / "val.h5", run_dir, kModel));
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK(has(r, "final validation: segment accuracy"));
+  CHECK(has(r, "-bound: "));  // the epoch's bottleneck verdict (which one depends on this machine's load)
+  const json rep = read_json(run_dir + "/report.json");
+  CHECK(rep["val"]["file"]["accuracy"].get<double>() >= 0.9);
+  CHECK(rep["val"]["segment"]["accuracy"].get<double>() >= 0.8);
+  CHECK(rep["test"]["file"]["accuracy"].get<double>() >= 0.9);
+  CHECK(rep["val"]["file"]["confusion_matrix"].size() == 3);
+  CHECK(rep["val"]["files_per_s"].get<double>() > 0);
+  CHECK(rep["steps"] == 4 * (60 * 6 / 16));
+  // Run directory.
+  mf::model::RunConfig cfg;
+  mf::model::load_toml_file(cfg, run_dir + "/config.toml");
+  CHECK(cfg.epochs == 4);
+  CHECK(cfg.channels == std::vector<std::int64_t>{4, 8});
+  const auto lines = read_lines(run_dir + "/metrics.jsonl");
+  int train = 0, epoch = 0, eval = 0;
+  for (const auto& j : lines) {
+    const std::string t = j["type"];
+    train += t == "train";
+    epoch += t == "epoch";
+    eval += t == "eval";
+    if (t == "epoch") {
+      const std::string kind = j["bottleneck"]["kind"];
+      CHECK((kind == "compute-bound" || kind == "input-bound" || kind == "launch/sync-bound"));
+      CHECK(!j["bottleneck"]["suggestion"].get<std::string>().empty());
+      CHECK(j["phases"]["step_ms"].get<double>() > 0);
+      CHECK(j["phases"]["forward_ms"].get<double>() > 0);
+      CHECK(j["phases"]["per_layer_ms"].contains("fwd.block0"));
+    }
+  }
+  CHECK(train >= 4 * 5);
+  CHECK(epoch == 4);
+  CHECK(eval == 5);  // 4 validations + the test set
+  for (const char* f : {"loss.svg", "accuracy.svg", "throughput.svg", "checkpoints/best.h5"})
+    CHECK_MESSAGE(fs::exists(run_dir + "/" + f), f);
+  CHECK(mf::model::CheckpointDir(run_dir + "/checkpoints", 1).list().size() == 3);  // keep_last
+
+  // eval prints JSON; the last checkpoint reproduces the final validation.
+  const auto last = mf::model::CheckpointDir(run_dir + "/checkpoints", 1).list().front().string();
+  r = run(fmt::format("eval --checkpoint {} --data {} --device cpu --batch-size 16", last, d / "val.h5"));
+  REQUIRE(r.code == 0);
+  const json ev = json::parse(r.out.substr(r.out.find('{')));
+  CHECK(ev["file"]["accuracy"] == rep["val"]["file"]["accuracy"]);
+  CHECK(ev["segment"]["macro_f1"] == rep["val"]["segment"]["macro_f1"]);
+  CHECK(ev["files"] == 18);
+
+  // predict: a row per file, and per segment.
+  r = run(fmt::format("predict --checkpoint {} --data {} --out {}", last, d / "val.h5", d / "files.csv"));
+  REQUIRE(r.code == 0);
+  const auto frows = csv_rows(d / "files.csv");
+  REQUIRE(frows.size() == 19);
+  CHECK(frows[0] == "file,label,label_name,pred,pred_name,leak,leak_prob,prob_normal,prob_leak_low,prob_leak_high");
+  r = run(fmt::format("predict --checkpoint {} --data {} --out {} --per-segment", last, d / "val.h5", d / "segs.csv"));
+  REQUIRE(r.code == 0);
+  CHECK(csv_rows(d / "segs.csv").size() == 18 * 6 + 1);
+
+  // export -> the PyTorch reference module gives the same predictions.
+  r = run(fmt::format("export --checkpoint {} --format safetensors --out {}", last, d / "model.safetensors"));
+  REQUIRE(r.code == 0);
+  CHECK(mf::testing::run_oracle("leakcnn_predict.py",
+                                fmt::format("{} {} {}", d / "model.safetensors", d / "val.h5", d / "segs.csv")) == 0);
+
+  // plot regenerates the curves; --init-from starts from the exported weights.
+  fs::remove(run_dir + "/loss.svg");
+  r = run("plot " + run_dir);
+  CHECK(r.code == 0);
+  CHECK(fs::exists(run_dir + "/loss.svg"));
+  r = run(fmt::format("train --train {} --val {} --out {} --epochs 1 --limit-batches 1 --init-from {} {}",
+                      d / "train.h5", d / "val.h5", d / "run_init", d / "model.safetensors", kModel));
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const json rep2 = read_json(d / "run_init/report.json");
+  CHECK(rep2["val"]["file"]["accuracy"].get<double>() >= 0.9);  // one small step from trained weights
+}
+
+TEST_CASE("resume: an interrupted run continued with --resume auto is bit-identical to an uninterrupted one") {
+  TempDir d("resume");
+  write_easy(d / "train.h5", 24, 3);
+  write_easy(d / "val.h5", 6, 4);
+  // 24 files * 6 segments / 16 = 9 batches; accumulate 2 -> 4 steps per epoch; 3 epochs.
+  const std::string common =
+      fmt::format("--train {} --val {} --epochs 3 --grad-accum 2 --set model.dropout=0.25 {}", d / "train.h5",
+                  d / "val.h5", kModel);
+  REQUIRE(run(fmt::format("train {} --out {}", common, d / "full")).code == 0);
+  const auto final_of = [&](const std::string& dir) {
+    return mf::model::read_checkpoint(mf::model::CheckpointDir(dir + "/checkpoints", 1).list().front());
+  };
+  const mf::model::Checkpoint want = final_of(d / "full");
+  CHECK(want.get_int("step") == 12);
+  for (int stop : {3, 4, 9}) {  // mid-epoch, at an epoch's end, mid-epoch after a validation
+    const std::string out = d / fmt::format("part{}", stop);
+    Result r = run(fmt::format("train {} --out {}", common, out), fmt::format("MELFORGE_TEST_STOP_AFTER_STEPS={}", stop));
+    INFO(r.out);
+    REQUIRE(r.code == 0);
+    CHECK(final_of(out).get_int("step") == stop);
+    r = run(fmt::format("train {} --out {} --resume auto", common, out));
+    REQUIRE(r.code == 0);
+    CHECK(has(r, "resuming from"));
+    const mf::model::Checkpoint got = final_of(out);
+    CHECK(got.get_int("step") == 12);
+    for (const char* a : {"master", "adam_m", "adam_v", "adamw_state"})
+      CHECK_MESSAGE(got.array(a).bytes == want.array(a).bytes, "array ", a, " after stopping at step ", stop);
+    // The resumed run's log reads as one run: train lines at the same steps.
+    std::vector<std::int64_t> s1, s2;
+    for (const auto& j : read_lines(d / "full/metrics.jsonl"))
+      if (j["type"] == "train") s1.push_back(j["step"]);
+    for (const auto& j : read_lines(out + "/metrics.jsonl"))
+      if (j["type"] == "train") s2.push_back(j["step"]);
+    CHECK(s1 == s2);
+  }
+  // A fresh run into a directory with checkpoints is refused (no silent mixing).
+  Result r = run(fmt::format("train {} --out {}", common, d / "full"));
+  CHECK(r.code == 1);
+  CHECK(has(r, "already holds checkpoints"));
+}
+
+TEST_CASE("SIGINT finishes the step, writes a checkpoint and exits 0; a bad dataset leaves it intact") {
+  TempDir d("sigint");
+  write_easy(d / "train.h5", 90, 5);
+  const std::string out = d / "run";
+  const std::string cmd = fmt::format("{} train --train {} --out {} --epochs 1000 {} --set log.interval=1", bin(),
+                                      d / "train.h5", out, kModel);
+  // Start, wait for the first log line, interrupt, report the exit code.
+  const Result r = sh(fmt::format(
+      "({0} > {1} 2>&1 & pid=$!; for i in $(seq 1 300); do grep -q 'step 2/' {1} && break; sleep 0.1; done; "
+      "kill -INT $pid; wait $pid; echo exit=$?)",
+      cmd, d / "log.txt"));
+  std::ifstream lf(d / "log.txt");
+  const std::string log((std::istreambuf_iterator<char>(lf)), std::istreambuf_iterator<char>());
+  INFO(log);
+  CHECK(has(r, "exit=0"));
+  CHECK(log.find("SIGINT: stopping after step") != std::string::npos);
+  const auto found = mf::model::newest_good_checkpoint(out + "/checkpoints");
+  REQUIRE(found.has_value());
+  const std::int64_t step = found->checkpoint.get_int("step");
+  CHECK(step >= 2);
+  const auto bytes_before = fs::file_size(found->path);
+
+  // A file that is not HDF5, and a dataset with a NaN in the middle: both end
+  // with exit 1 and a message, and the checkpoint is untouched.
+  std::ofstream(d / "junk.h5") << "definitely not HDF5";
+  Result bad = run(fmt::format("train --train {} --out {} --epochs 1000 {} --resume auto", d / "junk.h5", out, kModel));
+  CHECK(bad.code == 1);
+  CHECK(has(bad, "junk.h5"));
+  write_easy(d / "nan.h5", 90, 5, 60);
+  bad = run(fmt::format("train --train {} --out {} --epochs 1000 {} --resume auto", d / "nan.h5", out, kModel));
+  INFO(bad.out);
+  CHECK(bad.code == 1);
+  CHECK((has(bad, "NaN") || has(bad, "non-finite")));
+  const auto after = mf::model::newest_good_checkpoint(out + "/checkpoints");
+  REQUIRE(after.has_value());
+  CHECK(after->path == found->path);
+  CHECK(fs::file_size(after->path) == bytes_before);
+  CHECK(after->checkpoint.get_int("step") == step);
+}
+
+TEST_CASE("fast-dev-run and overfit-batches") {
+  TempDir d("dev");
+  write_easy(d / "train.h5", 12, 6);
+  write_easy(d / "val.h5", 6, 7);
+  Result r = run(fmt::format("train --train {} --val {} --out {} --fast-dev-run {}", d / "train.h5", d / "val.h5",
+                             d / "run", kModel));
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK(read_json(d / "run/report.json")["steps"] == 1);
+  CHECK_FALSE(fs::exists(d / "run/checkpoints/best.h5"));
+  r = run(fmt::format("train --train {} --out {} --overfit-batches 2 --epochs 40 {}", d / "train.h5", d / "over",
+                      kModel));
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const json rep = read_json(d / "over/report.json");
+  CHECK(rep["val"]["split"] == "train-overfit");
+  CHECK(rep["val"]["segment"]["count"] == 30);  // 2 batches of 16, cut to whole files of 6
+  CHECK(rep["val"]["segment"]["accuracy"].get<double>() >= 0.9);
+}

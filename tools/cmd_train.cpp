@@ -1,0 +1,290 @@
+// `melforge train`, `eval`, `predict`, `export` and `plot`.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine/error.hpp"
+#include "engine/stream.hpp"
+#include "io/reader.hpp"
+#include "model/run_config.hpp"
+#include "model/safetensors.hpp"
+#include "model/torch_layout.hpp"
+#include "tools/commands.hpp"
+#include "tools/plot.hpp"
+#include "tools/trainer.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace mf::cli {
+
+namespace {
+
+std::string keys_help() {
+  std::string s =
+      "\nConfiguration: defaults, then --config FILE (TOML: [section] tables of the keys below), then the plain\n"
+      "flags above, then each --set KEY=VALUE in order. The resolved configuration is written to\n"
+      "RUN_DIR/config.toml. Keys (type, accepted values, meaning):\n";
+  std::string section;
+  for (const auto& k : model::config_keys()) {
+    const std::string sec = k.key.substr(0, k.key.find('.'));
+    if (sec != section) {
+      s += fmt::format("  [{}]\n", sec);
+      section = sec;
+    }
+    s += fmt::format("    {:<28} {:<13} {}: {}\n", k.key, k.type, k.accepted, k.help);
+  }
+  s += "\nEarly-stopping metrics (eval.metric): " + fmt::format("{}", fmt::join(model::metric_names(), ", ")) + "\n";
+  s += "SIGINT/SIGTERM finish the current step, write a checkpoint and exit 0; --resume auto continues.\n";
+  return s;
+}
+
+struct TrainArgs {
+  std::string config;
+  std::vector<std::string> sets;
+  // Plain flags: key -> value, applied through model::set_key (same checks and messages as --set).
+  std::vector<std::pair<std::string, std::string>> flags;
+  std::string train, val, test, out, epochs, batch_size, grad_accum, lr, precision, device, seed, resume,
+      limit_batches, overfit_batches, init_from, profile_steps, progress;
+  bool fast_dev_run = false, gpu_cache = false;
+};
+
+void register_train(CLI::App& app) {
+  auto* cmd = app.add_subcommand("train", "Train LeakCNN on HDF5 mel-spectrogram datasets");
+  static TrainArgs a;
+  cmd->footer(keys_help());
+  cmd->add_option("--config", a.config, "TOML configuration file");
+  cmd->add_option("--set", a.sets, "Override one key: --set optim.lr=3e-4 (repeatable)")->take_all();
+  struct Flag {
+    const char* name;
+    std::string* value;
+    const char* key;
+    const char* help;
+  };
+  static const Flag flags[] = {
+      {"--train", &a.train, "data.train", "Training set (HDF5)"},
+      {"--val", &a.val, "data.val", "Validation set (HDF5)"},
+      {"--test", &a.test, "data.test", "Test set, evaluated with the best weights at the end"},
+      {"--out", &a.out, "run.out", "Run directory"},
+      {"--epochs", &a.epochs, "train.epochs", "Epochs"},
+      {"--batch-size", &a.batch_size, "train.batch_size", "Segments per micro-batch"},
+      {"--grad-accum", &a.grad_accum, "train.grad_accum", "Micro-batches per optimizer step"},
+      {"--lr", &a.lr, "optim.lr", "Peak learning rate"},
+      {"--precision", &a.precision, "train.precision", "auto|fp32|bf16|fp16"},
+      {"--device", &a.device, "train.device", "auto|cpu|cuda|cuda:N"},
+      {"--seed", &a.seed, "train.seed", "Seed of init, shuffling and dropout"},
+      {"--resume", &a.resume, "run.resume", "auto (newest good checkpoint in the run directory) or a checkpoint path"},
+      {"--limit-batches", &a.limit_batches, "train.limit_batches", "At most N optimizer steps per epoch"},
+      {"--overfit-batches", &a.overfit_batches, "train.overfit_batches",
+       "Train and validate on the same first N steps' batches"},
+      {"--init-from", &a.init_from, "run.init_from", "Initial weights: model.safetensors (export) or a checkpoint"},
+      {"--profile-steps", &a.profile_steps, "run.profile_steps",
+       "A:B: cudaProfilerStart before step A, Stop after step B-1 (nsys --capture-range=cudaProfilerApi)"},
+      {"--progress", &a.progress, "log.progress", "auto|tty|plain|off"},
+  };
+  for (const Flag& f : flags) cmd->add_option(f.name, *f.value, fmt::format("{} ({})", f.help, f.key));
+  cmd->add_flag("--fast-dev-run", a.fast_dev_run,
+                "One training step and one validation batch, no checkpoints (train.fast_dev_run)");
+  cmd->add_flag("--gpu-cache", a.gpu_cache, "Keep the dataset on the GPU (reader.gpu_cache=on)");
+  cmd->callback([cmd] {
+    model::RunConfig cfg;
+    if (!a.config.empty()) model::load_toml_file(cfg, a.config);
+    for (const Flag& f : flags)
+      if (cmd->count(f.name) > 0) model::set_key(cfg, f.key, *f.value);
+    if (a.fast_dev_run) cfg.fast_dev_run = true;
+    if (a.gpu_cache) cfg.gpu_cache = "on";
+    for (const std::string& s : a.sets) model::apply_override(cfg, s);
+    const int rc = tools::run_train(cfg);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+struct InferArgs {
+  std::string checkpoint, data, device = "auto", precision, out;
+  std::int64_t batch_size = 256;
+  double threshold = -1;
+  bool per_segment = false;
+};
+
+io::ReaderConfig eval_reader(const tools::LoadedModel& lm, const InferArgs& a, Device dev) {
+  io::ReaderConfig rc;
+  rc.batch_size = a.batch_size;
+  rc.shuffle = false;
+  rc.last_batch = io::LastBatch::pad;
+  rc.threads = int(lm.cfg.reader_threads);
+  rc.device = dev;
+  rc.dtype = model::activation_dtype(lm.precision);
+  rc.resident = io::Residency::automatic;
+  return rc;
+}
+
+tools::EvalRun run_eval(const InferArgs& a, tools::LoadedModel& lm, const Stream& stream,
+                        std::shared_ptr<const io::Dataset>& ds) {
+  ds = io::Dataset::open(a.data, tools::dataset_names(lm.cfg));
+  const auto& info = ds->info();
+  MF_CHECK(info.n_mels == lm.model.in_mels && info.frames == lm.model.in_frames,
+           "--data {}: segments are {}x{}, the model takes {}x{}", a.data, info.n_mels, info.frames, lm.model.in_mels,
+           lm.model.in_frames);
+  io::BatchReader reader(ds, eval_reader(lm, a, lm.ts->device()));
+  tools::EvalOptions o;
+  o.threshold = a.threshold >= 0 ? a.threshold : lm.cfg.threshold;
+  o.class_loss_weight = lm.cfg.class_loss_weight;
+  o.leak_loss_weight = lm.cfg.leak_loss_weight;
+  return tools::evaluate(*lm.ts, reader, o, stream);
+}
+
+void add_infer_options(CLI::App* cmd, InferArgs& a) {
+  cmd->add_option("--checkpoint", a.checkpoint, "Checkpoint (.h5) written by melforge train")->required();
+  cmd->add_option("--data", a.data, "Dataset (HDF5)")->required();
+  cmd->add_option("--device", a.device, "auto|cpu|cuda|cuda:N")->capture_default_str();
+  cmd->add_option("--precision", a.precision, "fp32|bf16|fp16 (default: the checkpoint's)");
+  cmd->add_option("--batch-size", a.batch_size, "Segments per forward pass")->capture_default_str()->check(
+      CLI::PositiveNumber);
+  cmd->add_option("--threshold", a.threshold, "Leak decision threshold (default: the checkpoint's eval.threshold)")
+      ->check(CLI::Range(0.0, 1.0));
+}
+
+void register_eval(CLI::App& app) {
+  auto* cmd = app.add_subcommand("eval", "Evaluate a checkpoint on a dataset: segment and file-level metrics as JSON");
+  static InferArgs a;
+  add_infer_options(cmd, a);
+  cmd->callback([] {
+    const Device dev = parse_device(a.device);
+    Stream stream(dev, "eval");
+    tools::LoadedModel lm = tools::load_model(a.checkpoint, a.device, a.precision, stream);
+    std::shared_ptr<const io::Dataset> ds;
+    const tools::EvalRun r = run_eval(a, lm, stream, ds);
+    json j = model::to_json(r.result, lm.class_names);
+    j["checkpoint"] = a.checkpoint;
+    j["data"] = a.data;
+    j["step"] = lm.step;
+    j["device"] = dev.str();
+    j["precision"] = std::string(model::precision_name(lm.precision));
+    j["files"] = r.files;
+    j["segments"] = r.segments.size();
+    fmt::print("{}\n", j.dump(2));
+  });
+}
+
+void register_predict(CLI::App& app) {
+  auto* cmd = app.add_subcommand("predict", "Write per-file (or per-segment) predictions of a checkpoint as CSV");
+  static InferArgs a;
+  add_infer_options(cmd, a);
+  cmd->add_option("--out", a.out, "CSV file to write")->required();
+  cmd->add_flag("--per-segment", a.per_segment, "One row per segment instead of one per file");
+  cmd->callback([] {
+    const Device dev = parse_device(a.device);
+    Stream stream(dev, "predict");
+    tools::LoadedModel lm = tools::load_model(a.checkpoint, a.device, a.precision, stream);
+    std::shared_ptr<const io::Dataset> ds;
+    const tools::EvalRun r = run_eval(a, lm, stream, ds);
+    const io::DatasetInfo& info = ds->info();
+    const double thr = a.threshold >= 0 ? a.threshold : lm.cfg.threshold;
+    const int C = r.segments.classes;
+    auto name = [&](int c) { return std::size_t(c) < lm.class_names.size() ? lm.class_names[std::size_t(c)] : fmt::format("class_{}", c); };
+    std::string probs_header;
+    for (int c = 0; c < C; ++c) probs_header += ",prob_" + name(c);
+    const fs::path tmp = fs::path(a.out).parent_path() / fmt::format(".tmp-{}", fs::path(a.out).filename().string());
+    std::ofstream f(tmp, std::ios::trunc);
+    MF_CHECK(f.is_open(), "--out: cannot write {}", a.out);
+    std::int64_t rows = 0;
+    if (r.vote && !a.per_segment) {
+      const model::FileVote& v = *r.vote;
+      f << "file,label,label_name,pred,pred_name,leak,leak_prob" << probs_header << "\n";
+      for (std::int64_t i = 0; i < v.files; ++i) {
+        const int y = info.file_labels[std::size_t(i)], p = v.klass[std::size_t(i)];
+        f << fmt::format("{},{},{},{},{},{},{:.7g}", i, y, name(y), p, name(p), v.leak[std::size_t(i)],
+                         v.leak_prob[std::size_t(i)]);
+        for (int c = 0; c < C; ++c) f << fmt::format(",{:.7g}", v.probs[std::size_t(i * C + c)]);
+        f << "\n";
+        ++rows;
+      }
+    } else {
+      f << "segment,file,long,short,label,pred,pred_name,leak,leak_prob" << probs_header << "\n";
+      for (std::int64_t i = 0; i < r.segments.size(); ++i) {
+        const float* p = r.segments.class_probs.data() + i * C;
+        int best = 0;
+        for (int c = 1; c < C; ++c)
+          if (p[c] > p[best]) best = c;
+        const float q = r.segments.leak_probs[std::size_t(i)];
+        const std::int64_t file = info.file_of(i), within = i % info.segments_per_file;
+        f << fmt::format("{},{},{},{},{},{},{},{},{:.7g}", i, file, within / info.short_per_long,
+                         within % info.short_per_long, r.segments.labels[std::size_t(i)], best, name(best),
+                         q >= float(thr) ? 1 : 0, q);
+        for (int c = 0; c < C; ++c) f << fmt::format(",{:.7g}", p[c]);
+        f << "\n";
+        ++rows;
+      }
+    }
+    f.close();
+    MF_CHECK(f.good() || !f.bad(), "--out: writing {} failed", a.out);
+    fs::rename(tmp, a.out);
+    fmt::print(stderr, "melforge predict: {} rows ({}) to {}\n", rows, r.vote && !a.per_segment ? "files" : "segments",
+               a.out);
+  });
+}
+
+void register_export(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "export", "Export a checkpoint's weights with the PyTorch reference module's state_dict names");
+  static std::string checkpoint, format = "safetensors", out, dtype = "f32";
+  cmd->add_option("--checkpoint", checkpoint, "Checkpoint (.h5)")->required();
+  cmd->add_option("--format", format, "safetensors")->capture_default_str()->check(CLI::IsMember({"safetensors"}));
+  cmd->add_option("--out", out, "Output file (model.safetensors)")->required();
+  cmd->add_option("--dtype", dtype, "f32|bf16|f16")->capture_default_str()->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  cmd->callback([] {
+    tools::LoadedModel lm = tools::load_model(checkpoint, "cpu", "fp32");
+    const auto arrays = model::export_torch(lm.ts->params(), lm.ts->params().master());
+    const DType t = parse_dtype(dtype);
+    model::SafeTensors st;
+    for (const auto& na : arrays) {
+      if (t == DType::f32) {
+        st.add(na.name, t, na.shape, na.values.data());
+      } else {
+        std::vector<std::uint16_t> bits(na.values.size());
+        for (std::size_t i = 0; i < bits.size(); ++i)
+          bits[i] = t == DType::bf16 ? f32_to_bf16_bits(na.values[i]) : f32_to_f16_bits(na.values[i]);
+        st.add(na.name, t, na.shape, bits.data());
+      }
+    }
+    const model::LeakCNNConfig& m = lm.model;
+    st.metadata = {{"format", "pt"},
+                   {"producer", "melforge 0.1.0"},
+                   {"model", "LeakCNN"},
+                   {"model_args", json{{"in_mels", m.in_mels}, {"in_frames", m.in_frames}, {"channels", m.channels},
+                                       {"pools", m.pools}, {"kernel", m.kernel}, {"dense", m.dense},
+                                       {"dropout", m.dropout}, {"classes", m.classes}}
+                                      .dump()},
+                   {"class_names", json(lm.class_names).dump()},
+                   {"step", std::to_string(lm.step)},
+                   {"source", checkpoint}};
+    model::write_safetensors(out, st);
+    fmt::print("melforge export: {} tensors ({} parameters, {}) from {} (step {}) to {}\n", arrays.size(),
+               lm.ts->params().count(), dtype, checkpoint, lm.step, out);
+  });
+}
+
+void register_plot(CLI::App& app) {
+  auto* cmd = app.add_subcommand("plot", "Draw loss, accuracy and throughput curves of a run as SVG");
+  static std::string run_dir, out_dir;
+  cmd->add_option("RUN_DIR", run_dir, "Run directory (holds metrics.jsonl)")->required();
+  cmd->add_option("--out", out_dir, "Where to write the SVG files (default: RUN_DIR)");
+  cmd->callback([] {
+    for (const auto& p : tools::plot_run(run_dir, out_dir)) fmt::print("{}\n", p.string());
+  });
+}
+
+}  // namespace
+
+void register_trainer(CLI::App& app) {
+  register_train(app);
+  register_eval(app);
+  register_predict(app);
+  register_export(app);
+  register_plot(app);
+}
+
+}  // namespace mf::cli

@@ -1,0 +1,65 @@
+#include "tools/run_log.hpp"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "engine/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace mf::tools {
+
+std::vector<nlohmann::json> read_jsonl(const fs::path& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.empty()) continue;
+    try {
+      out.push_back(nlohmann::json::parse(line));
+    } catch (const nlohmann::json::exception&) {
+      // A line torn by a crash: skip it.
+    }
+  }
+  return out;
+}
+
+JsonlWriter::JsonlWriter(const fs::path& path, std::int64_t resume_step) {
+  std::error_code ec;
+  if (resume_step >= 0 && fs::exists(path, ec)) {
+    std::vector<nlohmann::json> keep;
+    for (auto& j : read_jsonl(path))
+      if (!j.contains("step") || j["step"].get<std::int64_t>() <= resume_step) keep.push_back(std::move(j));
+    const fs::path tmp = path.parent_path() / fmt::format(".tmp-{}.{}", path.filename().string(), ::getpid());
+    {
+      std::ofstream o(tmp, std::ios::trunc);
+      for (const auto& j : keep) o << j.dump() << '\n';
+    }
+    fs::rename(tmp, path, ec);
+    MF_CHECK(!ec, "rewriting {}: {}", path.string(), ec.message());
+  }
+  out_.open(path, std::ios::app);
+  MF_CHECK(out_.is_open(), "cannot open {} for writing", path.string());
+}
+
+void JsonlWriter::write(const nlohmann::json& j) {
+  if (!out_.is_open()) return;
+  out_ << j.dump() << '\n';
+  out_.flush();
+}
+
+void write_json_atomic(const fs::path& path, const nlohmann::json& j) {
+  const fs::path tmp = path.parent_path() / fmt::format(".tmp-{}.{}", path.filename().string(), ::getpid());
+  {
+    std::ofstream o(tmp, std::ios::trunc);
+    MF_CHECK(o.is_open(), "cannot create {}", tmp.string());
+    o << j.dump(2) << '\n';
+    MF_CHECK(o.good(), "writing {} failed", tmp.string());
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  MF_CHECK(!ec, "renaming {} to {}: {}", tmp.string(), path.string(), ec.message());
+}
+
+}  // namespace mf::tools

@@ -1,0 +1,34 @@
+// The run directory's logs: metrics.jsonl (one JSON object per line: a line
+// per log interval, type "train", and per evaluation, type "eval"), and JSON
+// files written atomically (report.json).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+namespace mf::tools {
+
+class JsonlWriter {
+ public:
+  JsonlWriter() = default;
+  // Appends to `path` (created when missing). With resume_step >= 0, lines
+  // logged after that step by an interrupted run are dropped first, so a
+  // resumed run's log reads as one uninterrupted run.
+  explicit JsonlWriter(const std::filesystem::path& path, std::int64_t resume_step = -1);
+  void write(const nlohmann::json& j);  // one line, flushed
+  bool is_open() const { return out_.is_open(); }
+
+ private:
+  std::ofstream out_;
+};
+
+// Every parsable line of a JSONL file (a torn last line is skipped).
+std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path);
+
+// Writes pretty JSON to a temporary file in the same folder, then renames it.
+void write_json_atomic(const std::filesystem::path& path, const nlohmann::json& j);
+
+}  // namespace mf::tools
