@@ -16,6 +16,7 @@
 
 #include "engine/error.hpp"
 #include "engine/log.hpp"
+#include "engine/memory.hpp"
 #include "engine/nvtx.hpp"
 #include "engine/parallel.hpp"
 #include "engine/stream.hpp"
@@ -420,6 +421,7 @@ int run_train(RunConfig cfg) {
 
   // Data (validated at open: a bad file stops here, before anything is written).
   const io::DatasetNames names = dataset_names(cfg);
+  const auto load_t0 = std::chrono::steady_clock::now();
   auto train_ds = io::Dataset::open(cfg.train_path, names);
   const io::DatasetInfo& ti = train_ds->info();
   std::shared_ptr<const io::Dataset> val_ds, test_ds;
@@ -449,6 +451,9 @@ int run_train(RunConfig cfg) {
 
   Stream stream(dev, "compute");
   io::BatchReader train_rd(train_ds, reader_config(cfg, dev, act, true));
+  // Opening the datasets and (resident mode) loading the training set: the
+  // "dataset load" that time-to-first-step figures leave out.
+  const double dataset_load_s = seconds_since(load_t0);
   const std::int64_t k = cfg.grad_accum, B = cfg.batch_size;
   std::int64_t steps_per_epoch = train_rd.batches_per_epoch() / k;
   MF_CHECK(steps_per_epoch > 0,
@@ -536,6 +541,10 @@ int run_train(RunConfig cfg) {
   bool early_stopped = false, interrupted = false;
   double train_wall_s = 0;
   std::int64_t train_samples_timed = 0;
+  double time_to_first_step_s = -1;  // launch to the end of this process's first step
+  std::vector<double> epoch_times_s;  // training part of each whole epoch (no eval, no checkpoint)
+  double gpu_util_sum = 0;
+  std::int64_t gpu_util_samples = 0;
   const bool profiling = dev.is_cuda() && cfg.profile_begin() >= 0;
 
   std::int64_t saved_step = -1;
@@ -601,6 +610,10 @@ int run_train(RunConfig cfg) {
         EventTimer::Scope t(timer, "step", stream);
         ts.step(stream);
       }
+      if (time_to_first_step_s < 0) {
+        stream.synchronize();  // once per run: when did the first step really end?
+        time_to_first_step_s = seconds_since(run_t0);
+      }
       ++st.step;
       st.step_in_epoch = s + 1;
       st.samples += k * B;
@@ -646,6 +659,10 @@ int run_train(RunConfig cfg) {
                      {"rss_mib", double(sys.rss_bytes) / 1048576.0},
                      {"time_s", st.elapsed_s + seconds_since(run_t0)}};
         if (sys.gpu_available) {
+          if (sys.gpu_util_pct >= 0) {
+            gpu_util_sum += sys.gpu_util_pct;
+            ++gpu_util_samples;
+          }
           line["gpu_util_pct"] = sys.gpu_util_pct;
           line["gpu_mem_gib"] = ps.gpu_mem_gib;
         }
@@ -674,6 +691,7 @@ int run_train(RunConfig cfg) {
     if (s < steps_per_epoch) break;  // interrupted inside the epoch: st points at the next step
     train_wall_s += epoch_wall_s;
     train_samples_timed += epoch_samples;
+    if (s - start_step == steps_per_epoch) epoch_times_s.push_back(epoch_wall_s);
 
     // Per-phase times, a forward probe to split the step, the bottleneck.
     {
@@ -877,6 +895,26 @@ int run_train(RunConfig cfg) {
     report["test"] = j;
   }
   report["elapsed_s"] = st.elapsed_s + seconds_since(run_t0);
+  // Top-level figures for side-by-side comparisons (bench/compare_torch.py).
+  // Steady throughput leaves out the first epoch (graph capture, warm-up)
+  // when there is more than one.
+  report["dataset_load_s"] = dataset_load_s;
+  report["time_to_first_step_s"] = time_to_first_step_s >= 0 ? json(time_to_first_step_s) : json(nullptr);
+  report["launch_to_first_step_excl_load_s"] =
+      time_to_first_step_s >= 0 ? json(time_to_first_step_s - dataset_load_s) : json(nullptr);
+  if (!epoch_times_s.empty()) {
+    const std::size_t skip = epoch_times_s.size() > 1 ? 1 : 0;
+    double t = 0;
+    for (std::size_t i = skip; i < epoch_times_s.size(); ++i) t += epoch_times_s[i];
+    const double n = double(epoch_times_s.size() - skip);
+    report["epoch_time_s"] = t / n;
+    report["steady_samples_per_s"] = double(steps_per_epoch * k * B) / (t / n);
+  } else {
+    report["epoch_time_s"] = nullptr;
+    report["steady_samples_per_s"] = nullptr;
+  }
+  report["gpu_util_mean_pct"] = gpu_util_samples ? json(gpu_util_sum / double(gpu_util_samples)) : json(nullptr);
+  report["peak_device_memory_bytes"] = dev.is_cuda() ? json(device_pool_stats(dev.index).high_water) : json(nullptr);
   write_json_atomic(out / "report.json", report);
   std::vector<fs::path> plots;
   try {

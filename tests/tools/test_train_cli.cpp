@@ -81,6 +81,13 @@ TEST_CASE("train end to end on the CPU: high file-level accuracy, run directory,
   CHECK(rep["val"]["file"]["confusion_matrix"].size() == 3);
   CHECK(rep["val"]["files_per_s"].get<double>() > 0);
   CHECK(rep["steps"] == 4 * (60 * 6 / 16));
+  // The figures the PyTorch comparison reads (bench/compare_torch.py).
+  CHECK(rep["time_to_first_step_s"].get<double>() > 0);
+  CHECK(rep["dataset_load_s"].get<double>() >= 0);
+  CHECK(rep["launch_to_first_step_excl_load_s"].get<double>() <= rep["time_to_first_step_s"].get<double>());
+  CHECK(rep["epoch_time_s"].get<double>() > 0);
+  CHECK(rep["steady_samples_per_s"].get<double>() > 0);
+  CHECK(rep["peak_device_memory_bytes"].is_null());  // CPU run
   // Run directory.
   mf::model::RunConfig cfg;
   mf::model::load_toml_file(cfg, run_dir + "/config.toml");
