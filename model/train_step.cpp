@@ -10,8 +10,12 @@ namespace mf::model {
 
 namespace {
 // Starts/stops a named phase on the timer when there is one.
+// Every phase is also an NVTX range (per layer, forward and backward), so
+// Nsight shows the step's structure; on a replayed graph the ranges appear at
+// capture time.
 struct Phase {
-  Phase(EventTimer* t, std::string name, cudaStream_t s) : t_(t), name_(std::move(name)), s_(s) {
+  Phase(EventTimer* t, std::string name, cudaStream_t s)
+      : t_(t), name_(std::move(name)), s_(s), range_(name_.c_str()) {
     if (t_) t_->start(name_, s_);
   }
   ~Phase() {
@@ -22,6 +26,7 @@ struct Phase {
   EventTimer* t_;
   std::string name_;
   cudaStream_t s_;
+  NvtxRange range_;
 };
 
 Tensor make(const Shape& s, DType t, Device d, cudaStream_t st, Layout l = Layout::plain) {
