@@ -14,26 +14,12 @@
 #include "io/dataset.hpp"
 #include "io/h5_writer.hpp"
 #include "tests/io/io_testing.hpp"
+#include "tests/support/cli.hpp"
 
 namespace {
-struct Result {
-  int code;
-  std::string out;
-};
-Result run(const std::string& args) {
-  const char* bin = std::getenv("MELFORGE_BIN");
-  REQUIRE(bin != nullptr);
-  const std::string cmd = std::string(bin) + " " + args + " 2>&1";
-  Result r{0, {}};
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), int(buf.size()), p)) r.out += buf.data();
-  const int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
-bool has(const Result& r, const std::string& s) { return r.out.find(s) != std::string::npos; }
+using Result = mf::testing::CliResult;
+using mf::testing::has;
+Result run(const std::string& args) { return mf::testing::run_cli(args); }
 }  // namespace
 
 TEST_CASE("data synth writes train/val/test split by file, reproducibly; inspect reads them") {

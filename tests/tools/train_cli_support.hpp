@@ -19,37 +19,20 @@
 #include <vector>
 
 #include "io/h5_writer.hpp"
+#include "tests/support/cli.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace train_cli {
 
-struct Result {
-  int code;
-  std::string out;
-};
-
-inline Result sh(const std::string& cmd) {
-  Result r{0, {}};
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), int(buf.size()), p)) r.out += buf.data();
-  const int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
+using Result = mf::testing::CliResult;
+using mf::testing::has;
+using mf::testing::sh;
+inline std::string bin() { return mf::testing::binary(); }
+inline Result run(const std::string& args, const std::string& env = "") {
+  return mf::testing::run_cli(args, "MELFORGE_BIN", env);
 }
-
-inline std::string bin() {
-  const char* b = std::getenv("MELFORGE_BIN");
-  REQUIRE(b != nullptr);
-  return b;
-}
-
-inline Result run(const std::string& args, const std::string& env = "") { return sh(env + " " + bin() + " " + args); }
-
-inline bool has(const Result& r, const std::string& s) { return r.out.find(s) != std::string::npos; }
 
 struct TempDir {
   fs::path path;
