@@ -47,7 +47,8 @@ std::string write_results(const std::string& dir, const std::string& suite,
   j["date"] = info.date;
   j["commit"] = info.commit;
   j["results"] = results;
-  std::string dev = info.device;
+  // File name: suite, a short device slug ("NVIDIA_H100_80GB_HBM3", or "cpu"), date.
+  std::string dev = gpu_available() ? info.device : std::string("cpu");
   std::replace_if(dev.begin(), dev.end(), [](char c) { return !std::isalnum((unsigned char)c); }, '_');
   std::filesystem::create_directories(dir);
   const std::string path = fmt::format("{}/{}-{}-{}.json", dir, suite, dev.substr(0, 40), info.date.substr(0, 10));
