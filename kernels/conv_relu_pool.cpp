@@ -47,7 +47,8 @@ ConvAlgo algo_from_env() {
   if (v == "direct" || v == "1") return ConvAlgo::direct;
   if (v == "tiled" || v == "2") return ConvAlgo::tiled;
   if (v == "mma" || v == "3") return ConvAlgo::mma;
-  MF_THROW("MELFORGE_CONV_ALGO='{}': expected auto, direct, tiled or mma", v);
+  if (v == "cin1" || v == "4") return ConvAlgo::cin1;
+  MF_THROW("MELFORGE_CONV_ALGO='{}': expected auto, direct, tiled, mma or cin1", v);
 }
 std::atomic<int>& algo_slot() {
   static std::atomic<int> a{int(algo_from_env())};
@@ -63,6 +64,7 @@ const char* conv_algo_name(ConvAlgo algo) {
     case ConvAlgo::direct: return "direct";
     case ConvAlgo::tiled: return "tiled";
     case ConvAlgo::mma: return "mma";
+    case ConvAlgo::cin1: return "cin1";
   }
   return "?";
 }

@@ -27,7 +27,8 @@
 //             one thread the bias) and sums over the chunk's conv positions;
 //             partials [chunk][co][k*k*Cin + 1] in a stream-ordered workspace,
 //             then reduce_partials sums them in chunk order.
-// Faster variants (tiled FP32, tensor-core mma) live in their own files and are
+// Faster variants (tiled FP32, tensor-core mma, the Cin = 1 input layer's cin1)
+// live in their own files and are
 // chosen by conv_relu_pool_algo() (kernels/conv_relu_pool.hpp).
 #include "kernels/conv_relu_pool.hpp"
 
@@ -242,9 +243,11 @@ template <class T>
 void forward_t(const ConvReluPoolDims& d, const void* x, const void* w, const void* b, void* y,
                std::uint8_t* code, cudaStream_t stream) {
   const ConvAlgo algo = conv_relu_pool_algo();
+  if ((algo == ConvAlgo::automatic || algo == ConvAlgo::cin1) && cin1_forward<T>(d, x, w, b, y, code, stream))
+    return;
   if ((algo == ConvAlgo::automatic || algo == ConvAlgo::mma) && mma_forward<T>(d, x, w, b, y, code, stream))
     return;
-  if ((algo == ConvAlgo::automatic || algo == ConvAlgo::mma || algo == ConvAlgo::tiled) &&
+  if ((algo == ConvAlgo::automatic || algo == ConvAlgo::mma || algo == ConvAlgo::tiled || algo == ConvAlgo::cin1) &&
       tiled_forward<T>(d, x, w, b, y, code, stream))
     return;
   direct_forward<T>(d, x, w, b, y, code, stream);
@@ -254,10 +257,13 @@ template <class T>
 void backward_t(const ConvReluPoolDims& d, const void* x, const void* w, const void* dy,
                 const std::uint8_t* code, void* dx, float* dw, float* db, cudaStream_t stream) {
   const ConvAlgo algo = conv_relu_pool_algo();
+  if ((algo == ConvAlgo::automatic || algo == ConvAlgo::cin1) &&
+      cin1_backward<T>(d, x, w, dy, code, dx, dw, db, stream))
+    return;
   if ((algo == ConvAlgo::automatic || algo == ConvAlgo::mma) &&
       mma_backward<T>(d, x, w, dy, code, dx, dw, db, stream))
     return;
-  if ((algo == ConvAlgo::automatic || algo == ConvAlgo::mma || algo == ConvAlgo::tiled) &&
+  if ((algo == ConvAlgo::automatic || algo == ConvAlgo::mma || algo == ConvAlgo::tiled || algo == ConvAlgo::cin1) &&
       tiled_backward<T>(d, x, w, dy, code, dx, dw, db, stream))
     return;
   direct_backward<T>(d, x, w, dy, code, dx, dw, db, stream);
@@ -267,8 +273,12 @@ void backward_t(const ConvReluPoolDims& d, const void* x, const void* w, const v
 
 ConvAlgo conv_relu_pool_resolve_algo(const ConvReluPoolDims& d, DType dtype, ConvAlgo requested) {
   const bool any = requested == ConvAlgo::automatic;
+  // cin1 also needs 16-byte aligned y/code/dy (true for device_alloc'd tensors); it is not checked here.
+  if ((any || requested == ConvAlgo::cin1) && cin1_can_run(d)) return ConvAlgo::cin1;
   if ((any || requested == ConvAlgo::mma) && mma_can_run(d, dtype)) return ConvAlgo::mma;
-  if ((any || requested == ConvAlgo::mma || requested == ConvAlgo::tiled) && tiled_can_run(d)) return ConvAlgo::tiled;
+  if ((any || requested == ConvAlgo::mma || requested == ConvAlgo::tiled || requested == ConvAlgo::cin1) &&
+      tiled_can_run(d))
+    return ConvAlgo::tiled;
   return ConvAlgo::direct;
 }
 

@@ -22,7 +22,7 @@
 // Precision: products of T operands accumulated in f32; outputs rounded once.
 // No TF32 anywhere: f32 runs in full f32 on CUDA cores; bf16/f16 use tensor
 // cores (mma.sync, sm_80+) with f32 accumulation. The CUDA variants are in
-// conv_relu_pool{,_tiled,_mma}.cu (see ConvAlgo below, docs/decisions.md).
+// conv_relu_pool{,_tiled,_mma,_cin1}.cu (see ConvAlgo below, docs/decisions.md).
 // Deterministic: no floating-point atomics; bit-identical run after run.
 // T is f32, bf16 or f16 (the `dtype` argument).
 #pragma once
@@ -57,8 +57,10 @@ void conv_relu_pool_backward_cpu(const ConvReluPoolDims& d, DType dtype, const v
 // explicit variant that cannot run a shape (e.g. mma with Cin % 8 != 0, or on a
 // GPU older than sm_80) falls back to the next simpler one, ending at direct.
 // Process-wide; the environment variable MELFORGE_CONV_ALGO (auto, direct,
-// tiled, mma) sets the initial value.
-enum class ConvAlgo : int { automatic = 0, direct = 1, tiled = 2, mma = 3 };
+// tiled, mma, cin1) sets the initial value. cin1 is the Cin = 1 input layer's
+// path (k = 3, pool 1 or 2, Cout a power of two in [16, 256]); automatic takes
+// it first when it can run, and an explicit cin1 falls back to tiled, then direct.
+enum class ConvAlgo : int { automatic = 0, direct = 1, tiled = 2, mma = 3, cin1 = 4 };
 void set_conv_relu_pool_algo(ConvAlgo algo);
 ConvAlgo conv_relu_pool_algo();
 const char* conv_algo_name(ConvAlgo algo);

@@ -43,6 +43,7 @@ void launch_reduce_partials(const ConvReluPoolDims& d, const float* part, int ch
 // alignment, which the mma launchers also check).
 bool tiled_can_run(const ConvReluPoolDims& d);
 bool mma_can_run(const ConvReluPoolDims& d, DType dtype);
+bool cin1_can_run(const ConvReluPoolDims& d);
 
 // Variant 2: tiled shared-memory FP32-accumulating kernels (any T). Variant 3:
 // tensor-core implicit GEMM (bf16/f16, sm_80+). T is float, mf::f16 or mf::bf16.
@@ -58,5 +59,14 @@ bool mma_forward(const ConvReluPoolDims& d, const void* x, const void* w, const 
 template <class T>
 bool mma_backward(const ConvReluPoolDims& d, const void* x, const void* w, const void* dy,
                   const std::uint8_t* code, void* dx, float* dw, float* db, cudaStream_t stream);
+
+// Variant 4: the Cin = 1 input layer (k = 3, p in {1, 2}, Cout a power of two in
+// [16, 256]; conv_relu_pool_cin1.cu).
+template <class T>
+bool cin1_forward(const ConvReluPoolDims& d, const void* x, const void* w, const void* b, void* y,
+                  std::uint8_t* code, cudaStream_t stream);
+template <class T>
+bool cin1_backward(const ConvReluPoolDims& d, const void* x, const void* w, const void* dy,
+                   const std::uint8_t* code, void* dx, float* dw, float* db, cudaStream_t stream);
 
 }  // namespace mf::kernels

@@ -1,4 +1,4 @@
-// conv_relu_pool CUDA variants (direct, tiled, mma) against the CPU twin:
+// conv_relu_pool CUDA variants (direct, tiled, mma, cin1) against the CPU twin:
 // fresh random inputs (the seed is printed on failure), every output poisoned
 // before the run (y, dx with NaN bytes 0xff; code with 0x77, which is not a
 // valid code), odd shapes, batch 1, Cin 1/3/16/32, a large batch, exact
@@ -125,7 +125,7 @@ void compare_random(const ConvReluPoolDims& d, DType dt, ConvAlgo algo, Stream& 
   CHECK(testing::rel_l2(g.db.to_floats(), c.db.to_floats()) <= 1e-4);
 }
 
-const ConvAlgo kAlgos[] = {ConvAlgo::direct, ConvAlgo::tiled, ConvAlgo::mma, ConvAlgo::automatic};
+const ConvAlgo kAlgos[] = {ConvAlgo::direct, ConvAlgo::tiled, ConvAlgo::mma, ConvAlgo::cin1, ConvAlgo::automatic};
 const DType kTypes[] = {DType::f32, DType::bf16, DType::f16};
 
 }  // namespace
@@ -143,6 +143,9 @@ TEST_CASE("every CUDA variant matches the CPU twin on fresh random inputs and od
       {4, 64, 64, 1, 32, 3, 2},   // LeakCNN layer 1
       {4, 32, 32, 32, 64, 3, 2},  // LeakCNN layer 2
       {4, 16, 16, 64, 128, 3, 2}, // LeakCNN layer 3
+      {1, 37, 70, 1, 64, 3, 2},   // cin1: batch 1, odd H, partial tiles in both directions
+      {3, 13, 11, 1, 16, 3, 1},   // cin1: pool 1, odd H/W
+      {2, 20, 9, 1, 256, 3, 2},   // cin1: Cout 256, odd W
   };
   for (ConvAlgo a : kAlgos)
     for (DType dt : kTypes)
@@ -155,6 +158,7 @@ TEST_CASE("CUDA variants on a large batch (many dw/db chunks)") {
                                      {256, 16, 16, 64, 128, 3, 2}};
   for (ConvAlgo a : {ConvAlgo::direct, ConvAlgo::automatic})
     for (const auto& d : shapes) compare_random(d, DType::bf16, a, s);
+  compare_random(shapes[0], DType::f32, ConvAlgo::cin1, s);  // Cin = 1 at batch 512: 1024 dw chunks
   compare_random(shapes[1], DType::f32, ConvAlgo::automatic, s);
   compare_random(shapes[2], DType::f16, ConvAlgo::automatic, s);
 }
@@ -165,7 +169,8 @@ TEST_CASE("exact small-integer cases: every variant equals the CPU twin bit for 
   // (ties: first in row-major order; <= 0: blocked) must match exactly.
   Stream s(Device::cuda(0), "conv-test");
   const ConvReluPoolDims shapes[] = {{2, 10, 12, 16, 32, 3, 2}, {3, 9, 7, 32, 16, 3, 2}, {1, 8, 8, 16, 16, 3, 1},
-                                     {2, 11, 9, 1, 16, 3, 2},   {2, 6, 6, 3, 5, 5, 2}};
+                                     {2, 11, 9, 1, 16, 3, 2},   {2, 6, 6, 3, 5, 5, 2},
+                                     {1, 19, 67, 1, 32, 3, 2},  {2, 9, 9, 1, 64, 3, 1}};
   for (ConvAlgo a : kAlgos) {
     for (DType dt : kTypes) {
       for (const auto& d : shapes) {
