@@ -341,7 +341,8 @@ void write_checkpoint(const fs::path& path, const Checkpoint& c) {
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) {
-    fs::remove(tmp, ec);
+    std::error_code rm;
+    fs::remove(tmp, rm);
     MF_THROW("checkpoint: renaming {} to {}: {}", tmp.string(), path.string(), ec.message());
   }
   fsync_path(dir, true);

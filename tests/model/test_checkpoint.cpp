@@ -110,6 +110,16 @@ TEST_CASE("corrupt, truncated and foreign files are errors naming the file") {
   fs::remove_all(d);
 }
 
+TEST_CASE("a failed rename reports the rename's own error and leaves no temporary file") {
+  const fs::path d = fresh_dir("rename");
+  fs::create_directories(d / "taken.h5" / "inside");  // a non-empty folder where the file should go
+  const std::string eisdir = std::error_code(EISDIR, std::generic_category()).message();
+  CHECK_THROWS_WITH_AS(write_checkpoint(d / "taken.h5", sample(1)),
+                       doctest::Contains(eisdir.c_str()), Error);
+  for (const auto& e : fs::directory_iterator(d)) CHECK(e.path().filename() == "taken.h5");
+  fs::remove_all(d);
+}
+
 TEST_CASE("keep the last N plus the best; newest_good skips a corrupt newest one") {
   const fs::path d = fresh_dir("keep");
   CheckpointDir cd(d, 2);
