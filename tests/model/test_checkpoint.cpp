@@ -140,6 +140,10 @@ TEST_CASE("keep the last N plus the best; newest_good skips a corrupt newest one
   CHECK(found->path.filename() == "ckpt-0000000030.h5");
   CHECK(found->checkpoint.get_int("step") == 30);
   CHECK_FALSE(newest_good_checkpoint(fresh_dir("empty")).has_value());
+  // A stray file whose step does not fit in 64 bits is not a checkpoint (and no crash).
+  std::ofstream(d / "ckpt-99999999999999999999999.h5") << "x";
+  CHECK(cd.list().size() == 2);
+  CHECK(newest_good_checkpoint(d)->checkpoint.get_int("step") == 30);
   fs::remove_all(d);
 }
 
