@@ -157,6 +157,11 @@ TEST_CASE("plots: nice ticks and well-formed SVG from a run's metrics") {
   const auto t = nice_ticks(3, 987, 6);
   CHECK(t.front() == 200);
   CHECK(t.back() == 800);
+  // A range far below the spacing of doubles at its magnitude: a few ticks, not an endless loop.
+  const auto tiny = nice_ticks(1000.0, 1000.0 + 1e-13, 6);
+  CHECK(tiny.size() <= 1001);
+  Chart flat{"flat", "step", "loss", {Series{"loss", {1, 2}, {1000.0, 1000.0 + 1e-13}, false}}};
+  CHECK(render_svg(flat).find("</svg>") != std::string::npos);
   const fs::path d = fs::temp_directory_path() / fmt::format("mf_plot_{}", ::getpid());
   fs::create_directories(d);
   {
