@@ -503,11 +503,7 @@ int run_train(RunConfig cfg) {
   std::error_code ec;
   fs::create_directories(out, ec);
   MF_CHECK(!ec, "run.out: cannot create {}: {}", out.string(), ec.message());
-  {
-    const fs::path tmp = out / fmt::format(".tmp-config.toml.{}", ::getpid());
-    std::ofstream(tmp) << model::to_toml(cfg);
-    fs::rename(tmp, out / "config.toml");
-  }
+  write_text_atomic(out / "config.toml", model::to_toml(cfg));
   if (!resume) fs::remove(out / "metrics.jsonl", ec);
   JsonlWriter mlog(out / "metrics.jsonl", resume ? st.step : -1);
   model::CheckpointDir ckpts(ckpt_dir, cfg.keep_last);
