@@ -568,6 +568,15 @@ int run_train(RunConfig cfg) {
     return ps;
   };
 
+  // A run that had stopped early is finished: resuming it must not train on
+  // (an uninterrupted run would not have).
+  if (resume && cfg.patience > 0 && st.bad_evals >= cfg.patience) {
+    early_stopped = true;
+    prog.message(fmt::format("the run stopped early at step {} ({} evaluations without improvement, eval.patience = "
+                             "{}): nothing left to train",
+                             st.step, st.bad_evals, cfg.patience));
+  }
+
   ProgressState last_ps;
   std::int64_t start_step = st.step_in_epoch;
   for (; st.epoch < cfg.epochs && !g_stop_signal && !early_stopped; ++st.epoch, start_step = 0) {
