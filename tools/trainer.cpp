@@ -632,6 +632,10 @@ int run_train(RunConfig cfg) {
       if (st.step % cfg.log_interval == 0 || last_of_epoch) {
         MF_NVTX_RANGE("log");
         const model::StepMetrics m = ts.read_metrics(stream);  // the one sync per interval
+        // Fold the finished timing events back into the timer's pool now that
+        // the stream has caught up (no extra wait): otherwise an epoch holds
+        // (and creates) events for every step it has timed.
+        if (dev.is_cuda()) timer.collect();
         const double dt = seconds_since(interval_t0);
         const double sps = dt > 0 ? double(interval_samples) / dt : 0;
         interval_t0 = std::chrono::steady_clock::now();
