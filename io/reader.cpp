@@ -132,6 +132,10 @@ struct BatchReader::Impl {
   Tensor data, all_labels, all_leak, all_file, epoch_idx;
   std::int64_t epoch_idx_epoch = -1;
 
+  // Also when the constructor throws after starting the workers (joinable
+  // threads must not be destroyed); a no-op after ~BatchReader stopped them.
+  ~Impl() { stop_workers(); }
+
   ReaderState state_of(std::int64_t seq) const {
     const std::int64_t pos = base.position + seq;
     return {base.epoch + pos / bpe, pos % bpe};

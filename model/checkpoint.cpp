@@ -341,7 +341,8 @@ void write_checkpoint(const fs::path& path, const Checkpoint& c) {
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) {
-    fs::remove(tmp, ec);
+    std::error_code rm;
+    fs::remove(tmp, rm);
     MF_THROW("checkpoint: renaming {} to {}: {}", tmp.string(), path.string(), ec.message());
   }
   fsync_path(dir, true);
@@ -355,7 +356,8 @@ std::int64_t ckpt_step(const fs::path& p) {
   const std::string n = p.filename().string();
   if (n.size() < 9 || n.rfind("ckpt-", 0) != 0 || n.substr(n.size() - 3) != ".h5") return -1;
   const std::string digits = n.substr(5, n.size() - 8);
-  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+  if (digits.empty() || digits.size() > 18 ||  // more digits would overflow std::stoll
+      !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
     return -1;
   return std::stoll(digits);
 }
@@ -414,6 +416,8 @@ std::optional<FoundCheckpoint> newest_good_checkpoint(const fs::path& dir) {
       return FoundCheckpoint{p, std::move(c)};
     } catch (const Error& e) {
       log_warn("skipping checkpoint {}: {}", p.string(), e.message());
+    } catch (const std::exception& e) {  // e.g. std::bad_alloc for a damaged file's absurd array shape
+      log_warn("skipping checkpoint {}: {}", p.string(), e.what());
     }
   }
   return std::nullopt;

@@ -21,6 +21,10 @@ nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlo
 double roc_auc(std::span<const float> scores, std::span<const std::int32_t> labels) {
   MF_CHECK(scores.size() == labels.size(), "roc_auc: {} scores but {} labels", scores.size(), labels.size());
   const std::size_t n = scores.size();
+  // A NaN score has no rank (and would break the sort's ordering and the tie
+  // scan below): the AUC is undefined.
+  for (float v : scores)
+    if (std::isnan(v)) return kNaN;
   std::vector<std::size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return scores[a] < scores[b]; });

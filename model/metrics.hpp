@@ -9,7 +9,8 @@
 //   predictions; balanced accuracy averages recall over the classes present in
 //   the labels;
 // - ROC-AUC of the leak probability is the Mann-Whitney statistic with tied
-//   scores counted one half (midranks); NaN when only one leak label occurs;
+//   scores counted one half (midranks); NaN when only one leak label occurs
+//   or a score is NaN;
 // - false-alarm rate: share of non-leak samples decided "leak" (NaN without
 //   non-leak samples); detection rate: share of leak samples decided "leak".
 // NaN is written as null in JSON.

@@ -82,7 +82,8 @@ void write_safetensors(const fs::path& path, const SafeTensors& st) {
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) {
-    fs::remove(tmp, ec);
+    std::error_code rm;
+    fs::remove(tmp, rm);
     MF_THROW("safetensors: renaming {} to {}: {}", tmp.string(), path.string(), ec.message());
   }
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <fstream>
 #include <limits>
 
@@ -50,9 +51,15 @@ std::vector<double> nice_ticks(double lo, double hi, int target) {
       step = m * mag;
       break;
     }
+  // Counted by an integer index: `v += step` stalls (an endless loop) when the
+  // step is below half the spacing of doubles near v (a range tiny next to its magnitude).
+  const double k0 = std::ceil(lo / step - 1e-9), k1 = std::floor(hi / step + 1e-9);
+  const std::int64_t n = k1 >= k0 ? std::min<std::int64_t>(std::int64_t(k1 - k0), 1000) + 1 : 0;
   std::vector<double> t;
-  for (double v = std::ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double v = (k0 + double(i)) * step;
     t.push_back(std::fabs(v) < step * 1e-9 ? 0.0 : v);
+  }
   return t;
 }
 

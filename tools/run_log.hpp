@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 namespace mf::tools {
@@ -28,7 +29,12 @@ class JsonlWriter {
 // Every parsable line of a JSONL file (a torn last line is skipped).
 std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path);
 
-// Writes pretty JSON to a temporary file in the same folder, then renames it.
+// Writes `text` to a temporary file in the same folder, fsyncs it, renames it
+// over `path` and fsyncs the folder: a crash leaves the old file or the new
+// one, complete. Throws mf::Error naming the file and the system's reason.
+void write_text_atomic(const std::filesystem::path& path, const std::string& text);
+
+// Pretty JSON through write_text_atomic.
 void write_json_atomic(const std::filesystem::path& path, const nlohmann::json& j);
 
 }  // namespace mf::tools

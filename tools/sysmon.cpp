@@ -1,5 +1,6 @@
 #include "tools/sysmon.hpp"
 
+#include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -30,6 +31,7 @@ struct SystemMonitor::Nvml {
   nvmlReturn_t (*init)();
   nvmlReturn_t (*shutdown)();
   nvmlReturn_t (*handle_by_index)(unsigned int, nvmlDevice_t*);
+  nvmlReturn_t (*handle_by_pci)(const char*, nvmlDevice_t*);  // optional
   nvmlReturn_t (*utilization)(nvmlDevice_t, nvmlUtilization_t*);
   nvmlReturn_t (*memory)(nvmlDevice_t, nvmlMemory_t*);
   nvmlDevice_t device = nullptr;
@@ -49,9 +51,21 @@ SystemMonitor::SystemMonitor(int gpu_index) {
   }
   auto n = new Nvml{};
   auto sym = [&](const char* name) { return ::dlsym(lib_, name); };
+  // NVML numbers devices by PCI bus order over all GPUs; a CUDA index counts
+  // only the devices CUDA_VISIBLE_DEVICES leaves, fastest first unless
+  // CUDA_DEVICE_ORDER=PCI_BUS_ID. The PCI bus id names the same GPU in both;
+  // the index is the fallback when it cannot be had.
+  auto find_device = [&] {
+    char bus[64] = {0};
+    if (n->handle_by_pci && cudaDeviceGetPCIBusId(bus, int(sizeof(bus)), gpu_index) == cudaSuccess)
+      return n->handle_by_pci(bus, &n->device) == kNvmlSuccess;
+    (void)cudaGetLastError();  // clear a failure of the lookup above
+    return n->handle_by_index(unsigned(gpu_index), &n->device) == kNvmlSuccess;
+  };
   n->init = reinterpret_cast<nvmlReturn_t (*)()>(sym("nvmlInit_v2"));
   n->shutdown = reinterpret_cast<nvmlReturn_t (*)()>(sym("nvmlShutdown"));
   n->handle_by_index = reinterpret_cast<nvmlReturn_t (*)(unsigned int, nvmlDevice_t*)>(sym("nvmlDeviceGetHandleByIndex_v2"));
+  n->handle_by_pci = reinterpret_cast<nvmlReturn_t (*)(const char*, nvmlDevice_t*)>(sym("nvmlDeviceGetHandleByPciBusId_v2"));
   n->utilization = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, nvmlUtilization_t*)>(sym("nvmlDeviceGetUtilizationRates"));
   n->memory = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*)>(sym("nvmlDeviceGetMemoryInfo"));
   if (!n->init || !n->shutdown || !n->handle_by_index || !n->utilization || !n->memory) {
@@ -59,9 +73,8 @@ SystemMonitor::SystemMonitor(int gpu_index) {
   } else if (n->init() != kNvmlSuccess) {
     nvml_status_ = "nvmlInit failed";
     n->shutdown = nullptr;
-  } else if (n->handle_by_index(unsigned(gpu_index), &n->device) != kNvmlSuccess) {
-    // CUDA and NVML number devices alike unless CUDA_VISIBLE_DEVICES reorders them.
-    nvml_status_ = "nvmlDeviceGetHandleByIndex failed";
+  } else if (!find_device()) {
+    nvml_status_ = "no NVML device matches the CUDA device";
   } else {
     nvml_ = n;
     return;

@@ -503,11 +503,7 @@ int run_train(RunConfig cfg) {
   std::error_code ec;
   fs::create_directories(out, ec);
   MF_CHECK(!ec, "run.out: cannot create {}: {}", out.string(), ec.message());
-  {
-    const fs::path tmp = out / fmt::format(".tmp-config.toml.{}", ::getpid());
-    std::ofstream(tmp) << model::to_toml(cfg);
-    fs::rename(tmp, out / "config.toml");
-  }
+  write_text_atomic(out / "config.toml", model::to_toml(cfg));
   if (!resume) fs::remove(out / "metrics.jsonl", ec);
   JsonlWriter mlog(out / "metrics.jsonl", resume ? st.step : -1);
   model::CheckpointDir ckpts(ckpt_dir, cfg.keep_last);
@@ -572,6 +568,15 @@ int run_train(RunConfig cfg) {
     return ps;
   };
 
+  // A run that had stopped early is finished: resuming it must not train on
+  // (an uninterrupted run would not have).
+  if (resume && cfg.patience > 0 && st.bad_evals >= cfg.patience) {
+    early_stopped = true;
+    prog.message(fmt::format("the run stopped early at step {} ({} evaluations without improvement, eval.patience = "
+                             "{}): nothing left to train",
+                             st.step, st.bad_evals, cfg.patience));
+  }
+
   ProgressState last_ps;
   std::int64_t start_step = st.step_in_epoch;
   for (; st.epoch < cfg.epochs && !g_stop_signal && !early_stopped; ++st.epoch, start_step = 0) {
@@ -627,6 +632,10 @@ int run_train(RunConfig cfg) {
       if (st.step % cfg.log_interval == 0 || last_of_epoch) {
         MF_NVTX_RANGE("log");
         const model::StepMetrics m = ts.read_metrics(stream);  // the one sync per interval
+        // Fold the finished timing events back into the timer's pool now that
+        // the stream has caught up (no extra wait): otherwise an epoch holds
+        // (and creates) events for every step it has timed.
+        if (dev.is_cuda()) timer.collect();
         const double dt = seconds_since(interval_t0);
         const double sps = dt > 0 ? double(interval_samples) / dt : 0;
         interval_t0 = std::chrono::steady_clock::now();

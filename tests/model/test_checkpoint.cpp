@@ -110,6 +110,16 @@ TEST_CASE("corrupt, truncated and foreign files are errors naming the file") {
   fs::remove_all(d);
 }
 
+TEST_CASE("a failed rename reports the rename's own error and leaves no temporary file") {
+  const fs::path d = fresh_dir("rename");
+  fs::create_directories(d / "taken.h5" / "inside");  // a non-empty folder where the file should go
+  const std::string eisdir = std::error_code(EISDIR, std::generic_category()).message();
+  CHECK_THROWS_WITH_AS(write_checkpoint(d / "taken.h5", sample(1)),
+                       doctest::Contains(eisdir.c_str()), Error);
+  for (const auto& e : fs::directory_iterator(d)) CHECK(e.path().filename() == "taken.h5");
+  fs::remove_all(d);
+}
+
 TEST_CASE("keep the last N plus the best; newest_good skips a corrupt newest one") {
   const fs::path d = fresh_dir("keep");
   CheckpointDir cd(d, 2);
@@ -130,6 +140,10 @@ TEST_CASE("keep the last N plus the best; newest_good skips a corrupt newest one
   CHECK(found->path.filename() == "ckpt-0000000030.h5");
   CHECK(found->checkpoint.get_int("step") == 30);
   CHECK_FALSE(newest_good_checkpoint(fresh_dir("empty")).has_value());
+  // A stray file whose step does not fit in 64 bits is not a checkpoint (and no crash).
+  std::ofstream(d / "ckpt-99999999999999999999999.h5") << "x";
+  CHECK(cd.list().size() == 2);
+  CHECK(newest_good_checkpoint(d)->checkpoint.get_int("step") == 30);
   fs::remove_all(d);
 }
 

@@ -30,6 +30,12 @@ TEST_CASE("ROC-AUC counts tied scores one half") {
   CHECK(std::isnan(roc_auc(s3, std::vector<std::int32_t>{1, 1, 1, 1})));
 }
 
+TEST_CASE("ROC-AUC of NaN scores (a diverged model) is NaN, not a hang") {
+  const std::vector<std::int32_t> y{0, 1, 0, 1};
+  CHECK(std::isnan(roc_auc(std::vector<float>{0.1f, NAN, 0.3f, 0.9f}, y)));
+  CHECK(std::isnan(roc_auc(std::vector<float>(4, NAN), y)));
+}
+
 TEST_CASE("class metrics match a hand-computed 3-class case") {
   const std::vector<std::int32_t> t{0, 0, 1, 1, 2, 2}, p{0, 1, 1, 1, 2, 0};
   const std::vector<std::int32_t> leak_y{0, 0, 1, 1, 1, 1}, leak_d{0, 1, 1, 0, 1, 1};

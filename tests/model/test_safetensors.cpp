@@ -58,4 +58,11 @@ TEST_CASE("malformed safetensors files are errors naming the file") {
   CHECK_THROWS_WITH_AS(read_safetensors(p), doctest::Contains("does not fit"), Error);
   CHECK_THROWS_WITH_AS(sample().at("nope"), doctest::Contains("no tensor 'nope'"), Error);
   fs::remove(p);
+  // A failed rename reports the rename's error (not that of removing the temporary file).
+  const fs::path d = fs::temp_directory_path() / fmt::format("mf_st_dir_{}", ::getpid());
+  fs::create_directories(d / "taken.safetensors" / "inside");
+  const std::string eisdir = std::error_code(EISDIR, std::generic_category()).message();
+  CHECK_THROWS_WITH_AS(write_safetensors(d / "taken.safetensors", sample()),
+                       doctest::Contains(eisdir.c_str()), Error);
+  fs::remove_all(d);
 }

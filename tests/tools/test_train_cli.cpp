@@ -195,6 +195,27 @@ TEST_CASE("resume: an interrupted run continued with --resume auto is bit-identi
   CHECK(has(r, "already holds checkpoints"));
 }
 
+TEST_CASE("resume of a run that stopped early does not train on") {
+  TempDir d("early");
+  write_easy(d / "train.h5", 12, 11);
+  write_easy(d / "val.h5", 6, 12);
+  // No evaluation after the first counts as an improvement: the second stops the run.
+  const std::string cmd = fmt::format("train --train {} --val {} --out {} --epochs 20 {} --set eval.patience=1 "
+                                      "--set eval.min_delta=100",
+                                      d / "train.h5", d / "val.h5", d / "run", kModel);
+  Result r = run(cmd);
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const json first = read_json(d / "run/report.json");
+  REQUIRE(first["early_stopped"] == true);
+  r = run(cmd + " --resume auto");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const json again = read_json(d / "run/report.json");
+  CHECK(again["early_stopped"] == true);
+  CHECK(again["steps"] == first["steps"]);
+}
+
 TEST_CASE("SIGINT finishes the step, writes a checkpoint and exits 0; a bad dataset leaves it intact") {
   TempDir d("sigint");
   write_easy(d / "train.h5", 90, 5);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/error.hpp"
 #include "tools/perf.hpp"
 #include "tools/plot.hpp"
 #include "tools/progress.hpp"
@@ -147,6 +148,17 @@ TEST_CASE("metrics.jsonl: resume drops lines after the checkpoint's step; torn l
   write_json_atomic(d / "report.json", {{"a", 1}});
   CHECK(read_jsonl(d / "report.json").empty());  // pretty JSON spans lines; the file exists
   CHECK(fs::exists(d / "report.json"));
+  write_text_atomic(d / "config.toml", "[train]\nepochs = 3\n");
+  write_text_atomic(d / "config.toml", "[train]\nepochs = 4\n");
+  {
+    std::ifstream in(d / "config.toml");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(text == "[train]\nepochs = 4\n");
+  }
+  for (const auto& e : fs::directory_iterator(d)) CHECK(e.path().filename().string().rfind(".tmp-", 0) != 0);
+  // A failure is an error naming the file and the reason, never a silent empty file.
+  CHECK_THROWS_WITH_AS(write_text_atomic(d / "missing" / "config.toml", "x"),
+                       doctest::Contains("missing/.tmp-config.toml"), mf::Error);
   fs::remove_all(d);
 }
 
@@ -157,6 +169,11 @@ TEST_CASE("plots: nice ticks and well-formed SVG from a run's metrics") {
   const auto t = nice_ticks(3, 987, 6);
   CHECK(t.front() == 200);
   CHECK(t.back() == 800);
+  // A range far below the spacing of doubles at its magnitude: a few ticks, not an endless loop.
+  const auto tiny = nice_ticks(1000.0, 1000.0 + 1e-13, 6);
+  CHECK(tiny.size() <= 1001);
+  Chart flat{"flat", "step", "loss", {Series{"loss", {1, 2}, {1000.0, 1000.0 + 1e-13}, false}}};
+  CHECK(render_svg(flat).find("</svg>") != std::string::npos);
   const fs::path d = fs::temp_directory_path() / fmt::format("mf_plot_{}", ::getpid());
   fs::create_directories(d);
   {
