@@ -3,7 +3,8 @@
 // - the limit: a plain sequential read of the same file (pread, 4 MiB blocks,
 //   1 and N threads; the best is the limit on this machine),
 // - h5py reading the same batches one segment at a time (what a PyTorch
-//   Dataset does; bench/h5py_reader.py, Debian's python3),
+//   Dataset does; bench/h5py_reader.py, run by $MELFORGE_PYTHON, else Debian's
+//   /usr/bin/python3),
 // - what a training step consumes: segments/s = FLOP/s / 246 MFLOP per sample
 //   (design.md's LeakCNN-64 step), with FLOP/s measured here on the CPU (an
 //   fp32 matmul microkernel: an optimistic ceiling for a CPU step) or assumed
@@ -19,6 +20,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -236,8 +238,9 @@ void run_reader(const Opts& o) {
         f.write(reinterpret_cast<const char*>(rows.data()), std::streamsize(rows.size() * 8));
       }
     }
-    const std::string cmd = fmt::format("/usr/bin/python3 {}/bench/h5py_reader.py {} {} {}", MELFORGE_SOURCE_DIR,
-                                        path, idx_path, o.batch);
+    const char* py = std::getenv("MELFORGE_PYTHON");  // a python3 with h5py (tools/gpu-check.sh sets it)
+    const std::string cmd = fmt::format("{} {}/bench/h5py_reader.py {} {} {}", py && *py ? py : "/usr/bin/python3",
+                                        MELFORGE_SOURCE_DIR, path, idx_path, o.batch);
     std::string out;
     if (FILE* p = popen(cmd.c_str(), "r")) {
       char buf[512];
