@@ -119,6 +119,14 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 json nan_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
+// Why eval.metric can be NaN on a validation set (for the warning).
+std::string undefined_metric_reason(const std::string& metric) {
+  if (metric.find("leak_auc") != std::string::npos)
+    return "the leak AUC needs both leak and non-leak examples, and the set holds a single leak label";
+  if (metric.find("loss") != std::string::npos) return "the loss is not a number (diverged weights or inputs)";
+  return "the metric has no examples to average over (an empty set or classes without examples)";
+}
+
 }  // namespace
 
 // ---- evaluation --------------------------------------------------------------
@@ -535,6 +543,7 @@ int run_train(RunConfig cfg) {
 
   json last_eval = nullptr, last_bottleneck = nullptr, last_phases = nullptr;
   bool early_stopped = false, interrupted = false;
+  bool warned_undefined_metric = false;  // eval.metric was NaN once: warned
   double train_wall_s = 0;
   std::int64_t train_samples_timed = 0;
   double time_to_first_step_s = -1;  // launch to the end of this process's first step
@@ -824,6 +833,7 @@ int run_train(RunConfig cfg) {
       last_eval = j;
       const double v = model::metric_value(ev.result, cfg.metric);
       const bool higher = cfg.metric_higher_is_better();
+      const bool undefined = std::isnan(v);
       const bool improved = std::isfinite(v) && (!std::isfinite(st.best_metric) ||
                                                  (higher ? v > st.best_metric + cfg.min_delta
                                                          : v < st.best_metric - cfg.min_delta));
@@ -832,6 +842,23 @@ int run_train(RunConfig cfg) {
         st.best_step = st.step;
         st.bad_evals = 0;
         best = true;
+      } else if (undefined) {
+        // An undefined metric (NaN) says nothing about progress: it never
+        // counts toward eval.patience, and until a finite value exists the
+        // newest checkpoint is also the best (the test set never falls back to
+        // the final weights for want of a best.h5).
+        if (!warned_undefined_metric) {
+          warned_undefined_metric = true;
+          log_warn("eval.metric {} is undefined (NaN) on the {} set at epoch {}: {}; undefined evaluations do not "
+                   "count toward early stopping (eval.patience) and, until the metric has a value, the newest "
+                   "checkpoint is kept as the best",
+                   cfg.metric, overfit_rd ? "overfit" : "validation", st.epoch + 1,
+                   undefined_metric_reason(cfg.metric));
+        }
+        if (!std::isfinite(st.best_metric)) {
+          st.best_step = st.step;
+          best = true;
+        }
       } else {
         ++st.bad_evals;
       }

@@ -275,3 +275,27 @@ TEST_CASE("fast-dev-run and overfit-batches") {
   CHECK(rep["val"]["segment"]["count"] == 30);  // 2 batches of 16, cut to whole files of 6
   CHECK(rep["val"]["segment"]["accuracy"].get<double>() >= 0.9);
 }
+
+TEST_CASE("an undefined eval.metric (leak AUC of a single-label validation set) never stops the run early") {
+  TempDir d("nanmetric");
+  write_easy(d / "train.h5", 12, 21);
+  write_easy(d / "val.h5", 1, 22);  // one file of class 0: no leak label, leak AUC is NaN
+  write_easy(d / "test.h5", 6, 23);
+  const Result r = run(fmt::format("train --train {} --val {} --test {} --out {} --epochs 3 {} "
+                                   "--set eval.metric=val.segment.leak_auc --set eval.patience=1",
+                                   d / "train.h5", d / "val.h5", d / "test.h5", d / "run", kModel));
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  // Warned once, naming the metric and why.
+  const auto first = r.out.find("eval.metric val.segment.leak_auc is undefined (NaN)");
+  CHECK(first != std::string::npos);
+  CHECK(r.out.find("is undefined (NaN)", first + 1) == std::string::npos);
+  CHECK(has(r, "single leak label"));
+  const json rep = read_json(d / "run/report.json");
+  CHECK(rep["early_stopped"] == false);
+  CHECK(rep["steps"].get<std::int64_t>() > 0);
+  // Without a finite value the newest checkpoint is the best: the test set uses it.
+  CHECK(fs::exists(d / "run/checkpoints/best.h5"));
+  CHECK(rep["best_metric"]["step"] == rep["steps"]);
+  CHECK(rep["test_weights"].get<std::string>().rfind("best", 0) == 0);
+}
