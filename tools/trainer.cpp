@@ -421,7 +421,7 @@ int run_train(RunConfig cfg) {
   }
   if (!resume && !cfg.fast_dev_run) {
     model::CheckpointDir existing(ckpt_dir, 1);
-    MF_CHECK(existing.list().empty(),
+    MF_CHECK(existing.list().empty() && !fs::exists(existing.best_path()),
              "run.out {} already holds checkpoints of an earlier run: continue it with --resume auto, or choose "
              "another --out",
              out.string());
@@ -553,6 +553,7 @@ int run_train(RunConfig cfg) {
   const bool profiling = dev.is_cuda() && cfg.profile_begin() >= 0;
 
   std::int64_t saved_step = -1;
+  bool best_written = false;  // this process wrote checkpoints/best.h5
   auto save = [&](bool best) {
     if (cfg.fast_dev_run) return;
     st.elapsed_s += seconds_since(run_t0);
@@ -561,6 +562,7 @@ int run_train(RunConfig cfg) {
     st.elapsed_s -= seconds_since(run_t0);
     const fs::path p = ckpts.save(c, st.step, best);
     saved_step = st.step;
+    if (best) best_written = true;
     prog.message(fmt::format("checkpoint {}{}", p.string(), best ? " (best so far)" : ""));
   };
 
@@ -878,6 +880,7 @@ int run_train(RunConfig cfg) {
       }
     } else if (!vr && (st.epoch + 1) % cfg.val_every == 0) {
       best = true;  // without validation the newest is the best
+      st.best_step = st.step;
     }
     const bool due = (st.epoch + 1) % cfg.checkpoint_every == 0 || last_epoch || early_stopped || best;
     if (due) {
@@ -915,8 +918,22 @@ int run_train(RunConfig cfg) {
                  {"val", last_eval}};
   if (peak) report["peak_tflops"] = {{"value", peak_tf}, {"source", peak->source}, {"table_entry", peak->device}};
   if (test_ds && !interrupted) {
-    if (fs::exists(ckpts.best_path())) {
-      restore_checkpoint(ts, model::read_checkpoint(ckpts.best_path()), stream);
+    // best.h5 is trusted only when it belongs to this run: written by this
+    // process, or (resumed) the checkpoint of the best step the resumed state
+    // records. Anything else (a leftover of an earlier run) is ignored.
+    std::optional<model::Checkpoint> best_ckpt;
+    if (fs::exists(ckpts.best_path()) && (best_written || (resume && st.best_step >= 0))) {
+      model::Checkpoint c = model::read_checkpoint(ckpts.best_path());
+      if (best_written || c.get_int("step") == st.best_step)
+        best_ckpt = std::move(c);
+      else
+        log_warn("{} holds step {}, not this run's best step {}: the test set uses the final weights",
+                 ckpts.best_path().string(), c.get_int("step"), st.best_step);
+    } else if (fs::exists(ckpts.best_path())) {
+      log_warn("{} was not written by this run: the test set uses the final weights", ckpts.best_path().string());
+    }
+    if (best_ckpt) {
+      restore_checkpoint(ts, *best_ckpt, stream);
       report["test_weights"] = fmt::format("best ({} at step {})", cfg.metric, st.best_step);
     } else {
       report["test_weights"] = "final";

@@ -299,3 +299,30 @@ TEST_CASE("an undefined eval.metric (leak AUC of a single-label validation set) 
   CHECK(rep["best_metric"]["step"] == rep["steps"]);
   CHECK(rep["test_weights"].get<std::string>().rfind("best", 0) == 0);
 }
+
+TEST_CASE("a best.h5 left by an earlier run in --out is refused by a fresh run and never used for the test set") {
+  TempDir d("stalebest");
+  write_easy(d / "train.h5", 12, 31);
+  write_easy(d / "val.h5", 6, 32);
+  write_easy(d / "test.h5", 6, 33);
+  const std::string sets = fmt::format("--train {} --val {} --test {} --out {} {}", d / "train.h5", d / "val.h5",
+                                       d / "test.h5", d / "run", kModel);
+  Result r = run("train --epochs 1 " + sets);
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  REQUIRE(fs::exists(d / "run/checkpoints/best.h5"));
+  // Only best.h5 is left (the ckpt-*.h5 removed): still an earlier run's checkpoint.
+  for (const auto& e : fs::directory_iterator(d / "run/checkpoints"))
+    if (e.path().filename() != "best.h5") fs::remove(e.path());
+  r = run("train --epochs 1 " + sets);
+  INFO(r.out);
+  CHECK(r.code == 1);
+  CHECK(has(r, "already holds checkpoints"));
+  // --fast-dev-run writes no checkpoint and skips that check: the leftover
+  // best.h5 must not stand in for its best weights.
+  r = run("train --fast-dev-run " + sets);
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK(read_json(d / "run/report.json")["test_weights"] == "final");
+  CHECK(has(r, "was not written by this run"));
+}
