@@ -470,6 +470,9 @@ int run_train(RunConfig cfg) {
   if (cfg.limit_batches > 0) steps_per_epoch = std::min(steps_per_epoch, cfg.limit_batches);
   if (cfg.overfit_batches > 0) steps_per_epoch = std::min(steps_per_epoch, cfg.overfit_batches);
   const std::int64_t total_steps = cfg.epochs * steps_per_epoch;
+  MF_CHECK(total_steps <= std::numeric_limits<std::int32_t>::max(),
+           "train.epochs: {} epochs of {} optimizer steps make {} steps; the schedule accepts at most {}", cfg.epochs,
+           steps_per_epoch, total_steps, std::numeric_limits<std::int32_t>::max());
 
   model::TrainStep ts(step_config(cfg, mc, precision, total_steps), dev, stream);
   LoopState st;
