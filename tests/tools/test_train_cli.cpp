@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <system_error>
 
 #include "io/h5_writer.hpp"
 #include "model/checkpoint.hpp"
@@ -134,6 +136,17 @@ TEST_CASE("train end to end on the CPU: high file-level accuracy, run directory,
   r = run(fmt::format("predict --checkpoint {} --data {} --out {} --per-segment", last, d / "val.h5", d / "segs.csv"));
   REQUIRE(r.code == 0);
   CHECK(csv_rows(d / "segs.csv").size() == 18 * 6 + 1);
+  // A failed write names the file and the reason, and leaves no temporary file.
+  fs::create_directories(d / "taken.csv/inside");
+  r = run(fmt::format("predict --checkpoint {} --data {} --out {}", last, d / "val.h5", d / "taken.csv"));
+  CHECK(r.code == 1);
+  CHECK(has(r, d / "taken.csv"));
+  CHECK(has(r, std::error_code(EISDIR, std::generic_category()).message()));
+  r = run(fmt::format("predict --checkpoint {} --data {} --out {}", last, d / "val.h5", d / "missing/p.csv"));
+  CHECK(r.code == 1);
+  CHECK(has(r, std::error_code(ENOENT, std::generic_category()).message()));
+  for (const auto& e : fs::directory_iterator(d.path))
+    CHECK_MESSAGE(e.path().filename().string().rfind(".tmp-", 0) != 0, e.path().string());
 
   // export -> the PyTorch reference module gives the same predictions.
   r = run(fmt::format("export --checkpoint {} --format safetensors --out {}", last, d / "model.safetensors"));
