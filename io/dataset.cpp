@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -729,6 +730,10 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& path, const Data
     if (raw_labels[i] < 0)
       MF_THROW("{}: dataset {} holds a negative label {} at index {}: expected class indices 0..C-1", path, lab,
                raw_labels[i], i);
+    // Class counts are ints: a larger label is no class index (and would wrap max_label + 1).
+    if (raw_labels[i] >= std::numeric_limits<int>::max())
+      MF_THROW("{}: dataset {} label value {} at index {} exceeds the largest supported class index {}", path, lab,
+               raw_labels[i], i, std::numeric_limits<int>::max() - 1);
     max_label = std::max(max_label, raw_labels[i]);
   }
   std::string c_from;

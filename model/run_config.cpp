@@ -45,8 +45,20 @@ std::string type_name(const Member& m) {
 template <class T> Check at_least(T RunConfig::*m, T lo) {
   return [m, lo](const RunConfig& c) { return c.*m >= lo ? std::string{} : fmt::format(">= {}", lo); };
 }
+// Integer keys the trainer narrows to int / int32 (sizes, counts, steps) are
+// capped here, so no value wraps on the way.
+constexpr std::int64_t kMaxInt32 = 2147483647;
+
 Check positive_int(std::int64_t RunConfig::*m) {
-  return [m](const RunConfig& c) { return c.*m > 0 ? std::string{} : std::string("an integer > 0"); };
+  return [m](const RunConfig& c) {
+    if (c.*m <= 0) return std::string("an integer > 0");
+    return c.*m <= kMaxInt32 ? std::string{} : fmt::format("an integer in [1, {}]", kMaxInt32);
+  };
+}
+Check int_range(std::int64_t RunConfig::*m, std::int64_t lo, std::int64_t hi) {
+  return [=](const RunConfig& c) {
+    return c.*m >= lo && c.*m <= hi ? std::string{} : fmt::format("an integer in [{}, {}]", lo, hi);
+  };
 }
 Check positive_float(double RunConfig::*m) {
   return [m](const RunConfig& c) {
@@ -81,34 +93,39 @@ const std::vector<Field>& fields() {
     add("data.segments", &C::segments_name, "an HDF5 dataset name", "name of the segments dataset");
     add("data.labels", &C::labels_name, "an HDF5 dataset name", "name of the labels dataset");
     add("data.leak", &C::leak_name, "an HDF5 dataset name", "name of the optional 0/1 leak dataset");
-    add("data.normal_class", &C::normal_class, ">= -1",
+    add("data.normal_class", &C::normal_class, "an integer in [-1, 2147483647]",
         "class meaning 'no leak' when /leak is absent (-1: the class named normal, else 0)",
-        at_least(&C::normal_class, std::int64_t(-1)));
+        int_range(&C::normal_class, -1, kMaxInt32));
     // [model]
     add("model.arch", &C::arch, "leakcnn", "model family", one_of(&C::arch, {"leakcnn"}));
     add("model.channels", &C::channels, "a non-empty list of integers > 0", "output channels of each conv block",
         [](const C& c) {
           const bool ok = !c.channels.empty() &&
-                          std::all_of(c.channels.begin(), c.channels.end(), [](auto x) { return x > 0; });
-          return ok ? std::string{} : std::string("a non-empty list of integers > 0");
+                          std::all_of(c.channels.begin(), c.channels.end(),
+                                      [](auto x) { return x > 0 && x <= kMaxInt32; });
+          return ok ? std::string{} : fmt::format("a non-empty list of integers in [1, {}]", kMaxInt32);
         });
     add("model.pools", &C::pools, "a list of integers >= 1, one per conv block", "max-pool size of each block",
         [](const C& c) {
           const bool ok = c.pools.size() == c.channels.size() &&
-                          std::all_of(c.pools.begin(), c.pools.end(), [](auto x) { return x >= 1; });
+                          std::all_of(c.pools.begin(), c.pools.end(), [](auto x) { return x >= 1 && x <= kMaxInt32; });
           return ok ? std::string{}
-                    : fmt::format("a list of {} integers >= 1 (one per entry of model.channels)", c.channels.size());
+                    : fmt::format("a list of {} integers >= 1 (one per entry of model.channels, at most {})",
+                                  c.channels.size(), kMaxInt32);
         });
     add("model.kernel", &C::kernel, "an odd integer >= 1", "conv kernel size", [](const C& c) {
-      return c.kernel >= 1 && c.kernel % 2 == 1 ? std::string{} : std::string("an odd integer >= 1");
+      return c.kernel >= 1 && c.kernel <= kMaxInt32 && c.kernel % 2 == 1
+                 ? std::string{}
+                 : fmt::format("an odd integer in [1, {}]", kMaxInt32);
     });
     add("model.dense", &C::dense, "an integer > 0", "width of the dense layer", positive_int(&C::dense));
     add("model.dropout", &C::dropout, "a number in [0, 1)", "dropout before the heads",
         float_range(&C::dropout, 0, 1, true));
     add("model.num_classes", &C::num_classes, "0 (from the data) or an integer >= 2", "number of classes",
         [](const C& c) {
-          return c.num_classes == 0 || c.num_classes >= 2 ? std::string{}
-                                                          : std::string("0 (from the data) or an integer >= 2");
+          return c.num_classes == 0 || (c.num_classes >= 2 && c.num_classes <= kMaxInt32)
+                     ? std::string{}
+                     : fmt::format("0 (from the data) or an integer in [2, {}]", kMaxInt32);
         });
     // [train]
     add("train.epochs", &C::epochs, "an integer > 0", "number of epochs", positive_int(&C::epochs));
@@ -142,8 +159,8 @@ const std::vector<Field>& fields() {
     add("optim.lr", &C::lr, "a finite number > 0", "peak learning rate", positive_float(&C::lr));
     add("optim.schedule", &C::schedule, "one of cosine, linear, constant", "learning-rate schedule after warmup",
         one_of(&C::schedule, {"cosine", "linear", "constant"}));
-    add("optim.warmup_steps", &C::warmup_steps, ">= 0", "linear warmup steps",
-        at_least(&C::warmup_steps, std::int64_t(0)));
+    add("optim.warmup_steps", &C::warmup_steps, "an integer in [0, 2147483647]", "linear warmup steps",
+        int_range(&C::warmup_steps, 0, kMaxInt32));
     add("optim.min_lr_ratio", &C::min_lr_ratio, "a number in [0, 1]", "final lr as a share of optim.lr",
         float_range(&C::min_lr_ratio, 0, 1, false));
     add("optim.weight_decay", &C::weight_decay, "a number >= 0", "decoupled weight decay (not on biases)",
@@ -274,7 +291,9 @@ void assign(RunConfig& cfg, const Field& f, const toml::node& n, std::string_vie
           cfg.*m = *n.value<std::int64_t>();
         } else if constexpr (std::is_same_v<T, double>) {
           if (!n.is_integer() && !n.is_floating_point()) wrong();
-          cfg.*m = *n.value<double>();
+          // An integer converts even where a double cannot hold it exactly
+          // (above 2^53), where value<double>() would be empty.
+          cfg.*m = n.is_integer() ? double(*n.value<std::int64_t>()) : *n.value<double>();
         } else if constexpr (std::is_same_v<T, bool>) {
           if (!n.is_boolean()) wrong();
           cfg.*m = *n.value<bool>();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "engine/error.hpp"
@@ -132,16 +133,25 @@ SafeTensors read_safetensors(const fs::path& path) {
     MF_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
              "{}: expected dtype, shape and data_offsets", tctx);
     SafeTensor t;
+    MF_CHECK(v["dtype"].is_string(), "{}: dtype must be a string (e.g. \"F32\"), found {}", tctx,
+             v["dtype"].dump());
     t.dtype = parse_st_dtype(v["dtype"].get<std::string>(), tctx);
+    MF_CHECK(v["shape"].is_array(), "{}: shape must be a list of non-negative integers, found {}", tctx,
+             v["shape"].dump());
+    // The byte count, with every product checked: a crafted shape must not wrap.
+    std::uint64_t want = dtype_size(t.dtype);
     for (const auto& d : v["shape"]) {
       MF_CHECK(d.is_number_unsigned(), "{}: shape entries must be non-negative integers", tctx);
-      t.shape.push_back(d.get<std::int64_t>());
+      const std::uint64_t dim = d.get<std::uint64_t>();
+      MF_CHECK(dim <= std::uint64_t(std::numeric_limits<std::int64_t>::max()) &&
+                   !__builtin_mul_overflow(want, dim, &want),
+               "{}: shape {} is too large (its byte count overflows 64 bits)", tctx, v["shape"].dump());
+      t.shape.push_back(std::int64_t(dim));
     }
     const auto& off = v["data_offsets"];
     MF_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(),
              "{}: data_offsets must be [begin, end]", tctx);
     const std::uint64_t b = off[0].get<std::uint64_t>(), e = off[1].get<std::uint64_t>();
-    const std::uint64_t want = std::uint64_t(shape_numel(t.shape)) * dtype_size(t.dtype);
     MF_CHECK(b <= e && e <= data_size, "{}: data_offsets [{}, {}] outside the {}-byte data", tctx, b, e, data_size);
     MF_CHECK(e - b == want, "{}: {} bytes for shape {} {}, expected {}", tctx, e - b, shape_str(t.shape),
              dtype_name(t.dtype), want);

@@ -14,6 +14,7 @@
 #include "model/torch_layout.hpp"
 #include "tools/commands.hpp"
 #include "tools/plot.hpp"
+#include "tools/run_log.hpp"
 #include "tools/trainer.hpp"
 
 namespace fs = std::filesystem;
@@ -187,23 +188,23 @@ void register_predict(CLI::App& app) {
     auto name = [&](int c) { return std::size_t(c) < lm.class_names.size() ? lm.class_names[std::size_t(c)] : fmt::format("class_{}", c); };
     std::string probs_header;
     for (int c = 0; c < C; ++c) probs_header += ",prob_" + name(c);
-    const fs::path tmp = fs::path(a.out).parent_path() / fmt::format(".tmp-{}", fs::path(a.out).filename().string());
-    std::ofstream f(tmp, std::ios::trunc);
-    MF_CHECK(f.is_open(), "--out: cannot write {}", a.out);
+    // The whole CSV in memory, then one atomic write (temporary file, fsync,
+    // rename): a failure leaves no partial file and names the file and reason.
+    std::string f;
     std::int64_t rows = 0;
     if (r.vote && !a.per_segment) {
       const model::FileVote& v = *r.vote;
-      f << "file,label,label_name,pred,pred_name,leak,leak_prob" << probs_header << "\n";
+      f += "file,label,label_name,pred,pred_name,leak,leak_prob" + probs_header + "\n";
       for (std::int64_t i = 0; i < v.files; ++i) {
         const int y = info.file_labels[std::size_t(i)], p = v.klass[std::size_t(i)];
-        f << fmt::format("{},{},{},{},{},{},{:.7g}", i, y, name(y), p, name(p), v.leak[std::size_t(i)],
+        f += fmt::format("{},{},{},{},{},{},{:.7g}", i, y, name(y), p, name(p), v.leak[std::size_t(i)],
                          v.leak_prob[std::size_t(i)]);
-        for (int c = 0; c < C; ++c) f << fmt::format(",{:.7g}", v.probs[std::size_t(i * C + c)]);
-        f << "\n";
+        for (int c = 0; c < C; ++c) f += fmt::format(",{:.7g}", v.probs[std::size_t(i * C + c)]);
+        f += "\n";
         ++rows;
       }
     } else {
-      f << "segment,file,long,short,label,pred,pred_name,leak,leak_prob" << probs_header << "\n";
+      f += "segment,file,long,short,label,pred,pred_name,leak,leak_prob" + probs_header + "\n";
       for (std::int64_t i = 0; i < r.segments.size(); ++i) {
         const float* p = r.segments.class_probs.data() + i * C;
         int best = 0;
@@ -211,17 +212,19 @@ void register_predict(CLI::App& app) {
           if (p[c] > p[best]) best = c;
         const float q = r.segments.leak_probs[std::size_t(i)];
         const std::int64_t file = info.file_of(i), within = i % info.segments_per_file;
-        f << fmt::format("{},{},{},{},{},{},{},{},{:.7g}", i, file, within / info.short_per_long,
+        f += fmt::format("{},{},{},{},{},{},{},{},{:.7g}", i, file, within / info.short_per_long,
                          within % info.short_per_long, r.segments.labels[std::size_t(i)], best, name(best),
                          q >= float(thr) ? 1 : 0, q);
-        for (int c = 0; c < C; ++c) f << fmt::format(",{:.7g}", p[c]);
-        f << "\n";
+        for (int c = 0; c < C; ++c) f += fmt::format(",{:.7g}", p[c]);
+        f += "\n";
         ++rows;
       }
     }
-    f.close();
-    MF_CHECK(f.good() || !f.bad(), "--out: writing {} failed", a.out);
-    fs::rename(tmp, a.out);
+    try {
+      tools::write_text_atomic(a.out, f);
+    } catch (const Error& e) {
+      MF_THROW("--out {}: {}", a.out, e.message());
+    }
     fmt::print(stderr, "melforge predict: {} rows ({}) to {}\n", rows, r.vote && !a.per_segment ? "files" : "segments",
                a.out);
   });

@@ -119,6 +119,14 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 json nan_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
+// Why eval.metric can be NaN on a validation set (for the warning).
+std::string undefined_metric_reason(const std::string& metric) {
+  if (metric.find("leak_auc") != std::string::npos)
+    return "the leak AUC needs both leak and non-leak examples, and the set holds a single leak label";
+  if (metric.find("loss") != std::string::npos) return "the loss is not a number (diverged weights or inputs)";
+  return "the metric has no examples to average over (an empty set or classes without examples)";
+}
+
 }  // namespace
 
 // ---- evaluation --------------------------------------------------------------
@@ -413,7 +421,7 @@ int run_train(RunConfig cfg) {
   }
   if (!resume && !cfg.fast_dev_run) {
     model::CheckpointDir existing(ckpt_dir, 1);
-    MF_CHECK(existing.list().empty(),
+    MF_CHECK(existing.list().empty() && !fs::exists(existing.best_path()),
              "run.out {} already holds checkpoints of an earlier run: continue it with --resume auto, or choose "
              "another --out",
              out.string());
@@ -462,6 +470,9 @@ int run_train(RunConfig cfg) {
   if (cfg.limit_batches > 0) steps_per_epoch = std::min(steps_per_epoch, cfg.limit_batches);
   if (cfg.overfit_batches > 0) steps_per_epoch = std::min(steps_per_epoch, cfg.overfit_batches);
   const std::int64_t total_steps = cfg.epochs * steps_per_epoch;
+  MF_CHECK(total_steps <= std::numeric_limits<std::int32_t>::max(),
+           "train.epochs: {} epochs of {} optimizer steps make {} steps; the schedule accepts at most {}", cfg.epochs,
+           steps_per_epoch, total_steps, std::numeric_limits<std::int32_t>::max());
 
   model::TrainStep ts(step_config(cfg, mc, precision, total_steps), dev, stream);
   LoopState st;
@@ -535,6 +546,7 @@ int run_train(RunConfig cfg) {
 
   json last_eval = nullptr, last_bottleneck = nullptr, last_phases = nullptr;
   bool early_stopped = false, interrupted = false;
+  bool warned_undefined_metric = false;  // eval.metric was NaN once: warned
   double train_wall_s = 0;
   std::int64_t train_samples_timed = 0;
   double time_to_first_step_s = -1;  // launch to the end of this process's first step
@@ -544,6 +556,7 @@ int run_train(RunConfig cfg) {
   const bool profiling = dev.is_cuda() && cfg.profile_begin() >= 0;
 
   std::int64_t saved_step = -1;
+  bool best_written = false;  // this process wrote checkpoints/best.h5
   auto save = [&](bool best) {
     if (cfg.fast_dev_run) return;
     st.elapsed_s += seconds_since(run_t0);
@@ -552,6 +565,7 @@ int run_train(RunConfig cfg) {
     st.elapsed_s -= seconds_since(run_t0);
     const fs::path p = ckpts.save(c, st.step, best);
     saved_step = st.step;
+    if (best) best_written = true;
     prog.message(fmt::format("checkpoint {}{}", p.string(), best ? " (best so far)" : ""));
   };
 
@@ -824,6 +838,7 @@ int run_train(RunConfig cfg) {
       last_eval = j;
       const double v = model::metric_value(ev.result, cfg.metric);
       const bool higher = cfg.metric_higher_is_better();
+      const bool undefined = std::isnan(v);
       const bool improved = std::isfinite(v) && (!std::isfinite(st.best_metric) ||
                                                  (higher ? v > st.best_metric + cfg.min_delta
                                                          : v < st.best_metric - cfg.min_delta));
@@ -832,6 +847,23 @@ int run_train(RunConfig cfg) {
         st.best_step = st.step;
         st.bad_evals = 0;
         best = true;
+      } else if (undefined) {
+        // An undefined metric (NaN) says nothing about progress: it never
+        // counts toward eval.patience, and until a finite value exists the
+        // newest checkpoint is also the best (the test set never falls back to
+        // the final weights for want of a best.h5).
+        if (!warned_undefined_metric) {
+          warned_undefined_metric = true;
+          log_warn("eval.metric {} is undefined (NaN) on the {} set at epoch {}: {}; undefined evaluations do not "
+                   "count toward early stopping (eval.patience) and, until the metric has a value, the newest "
+                   "checkpoint is kept as the best",
+                   cfg.metric, overfit_rd ? "overfit" : "validation", st.epoch + 1,
+                   undefined_metric_reason(cfg.metric));
+        }
+        if (!std::isfinite(st.best_metric)) {
+          st.best_step = st.step;
+          best = true;
+        }
       } else {
         ++st.bad_evals;
       }
@@ -851,6 +883,7 @@ int run_train(RunConfig cfg) {
       }
     } else if (!vr && (st.epoch + 1) % cfg.val_every == 0) {
       best = true;  // without validation the newest is the best
+      st.best_step = st.step;
     }
     const bool due = (st.epoch + 1) % cfg.checkpoint_every == 0 || last_epoch || early_stopped || best;
     if (due) {
@@ -888,8 +921,22 @@ int run_train(RunConfig cfg) {
                  {"val", last_eval}};
   if (peak) report["peak_tflops"] = {{"value", peak_tf}, {"source", peak->source}, {"table_entry", peak->device}};
   if (test_ds && !interrupted) {
-    if (fs::exists(ckpts.best_path())) {
-      restore_checkpoint(ts, model::read_checkpoint(ckpts.best_path()), stream);
+    // best.h5 is trusted only when it belongs to this run: written by this
+    // process, or (resumed) the checkpoint of the best step the resumed state
+    // records. Anything else (a leftover of an earlier run) is ignored.
+    std::optional<model::Checkpoint> best_ckpt;
+    if (fs::exists(ckpts.best_path()) && (best_written || (resume && st.best_step >= 0))) {
+      model::Checkpoint c = model::read_checkpoint(ckpts.best_path());
+      if (best_written || c.get_int("step") == st.best_step)
+        best_ckpt = std::move(c);
+      else
+        log_warn("{} holds step {}, not this run's best step {}: the test set uses the final weights",
+                 ckpts.best_path().string(), c.get_int("step"), st.best_step);
+    } else if (fs::exists(ckpts.best_path())) {
+      log_warn("{} was not written by this run: the test set uses the final weights", ckpts.best_path().string());
+    }
+    if (best_ckpt) {
+      restore_checkpoint(ts, *best_ckpt, stream);
       report["test_weights"] = fmt::format("best ({} at step {})", cfg.metric, st.best_step);
     } else {
       report["test_weights"] = "final";

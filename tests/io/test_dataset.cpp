@@ -367,3 +367,26 @@ TEST_CASE("convert_floats: unchecked f32 -> bf16 and copies keep NaN/Inf bit for
   io::convert_floats(h.data(), DType::f16, h2.data(), DType::f16, 77, false);
   CHECK(h == h2);
 }
+
+TEST_CASE("a label too large for a class index is reported as such, with file and dataset") {
+  testing::TempDir tmp("io_biglabel");
+  io::WriteSpec ws;
+  ws.shape = {3, 5, 7};
+  ws.dtype = DType::f32;
+  ws.labels = {0, std::int64_t(1) << 31, 1};  // no class_names: the class count comes from the largest label
+  const std::string path = tmp / "big.h5";
+  std::vector<float> v(static_cast<std::size_t>(shape_numel(ws.shape)), 0.5f);
+  {
+    io::H5Writer w(path, ws);
+    w.write_segments(0, 3, v.data());
+  }
+  std::string msg = "<no error>";
+  try {
+    io::Dataset::open(path);
+  } catch (const Error& e) {
+    msg = e.message();
+  }
+  CHECK_MESSAGE(msg.find("big.h5: dataset /labels label value 2147483648 at index 1 exceeds the largest supported "
+                         "class index 2147483646") != std::string::npos,
+                msg);
+}

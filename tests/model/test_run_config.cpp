@@ -135,3 +135,32 @@ TEST_CASE("the resolved TOML reloads to the same configuration") {
   // Every key is written.
   for (const auto& k : config_keys()) CHECK(text.find(k.key.substr(k.key.find('.') + 1) + " = ") != std::string::npos);
 }
+
+TEST_CASE("integers narrowed by the trainer are range-checked; huge integers convert to floats") {
+  auto check = [](const std::string& set, const std::string& want) {
+    RunConfig c;
+    c.train_path = "t.h5";
+    apply_override(c, set);
+    const std::string e = error_of([&] { validate(c); });
+    CHECK_MESSAGE(e.find(want) != std::string::npos, set, " -> ", e);
+  };
+  check("optim.warmup_steps=2147483648", "optim.warmup_steps: expected an integer in [0, 2147483647], found 2147483648");
+  check("optim.loss_scale_window=4294967297",
+        "optim.loss_scale_window: expected an integer in [1, 2147483647], found 4294967297");
+  check("model.dense=2147483648", "model.dense: expected an integer in [1, 2147483647], found 2147483648");
+  check("model.kernel=4294967297", "model.kernel: expected an odd integer in [1, 2147483647], found 4294967297");
+  check("model.channels=[8, 4294967304, 8]", "model.channels: expected a non-empty list of integers in [1, 2147483647]");
+  check("model.num_classes=4294967298", "model.num_classes: expected 0 (from the data) or an integer in [2, 2147483647]");
+  check("train.batch_size=9223372036854775807", "train.batch_size: expected an integer in [1, 2147483647]");
+  check("data.normal_class=4294967296", "data.normal_class: expected an integer in [-1, 2147483647], found 4294967296");
+  RunConfig ok;
+  ok.train_path = "t.h5";
+  apply_override(ok, "model.dense=2147483647");
+  CHECK(error_of([&] { validate(ok); }) == "<no error>");
+  // Above 2^53 an integer has no exact double: it still reads (rounded), not as an empty value.
+  RunConfig c;
+  apply_override(c, "optim.loss_scale=9007199254740993");
+  CHECK(c.loss_scale == doctest::Approx(9007199254740992.0));
+  load_toml_string(c, "[optim]\nloss_scale = 9223372036854775807\n", "r.toml");
+  CHECK(c.loss_scale == doctest::Approx(9223372036854775807.0));
+}

@@ -66,3 +66,24 @@ TEST_CASE("malformed safetensors files are errors naming the file") {
                        doctest::Contains(eisdir.c_str()), Error);
   fs::remove_all(d);
 }
+
+TEST_CASE("a non-string dtype and shapes whose size overflows are errors naming the file and tensor") {
+  const fs::path p = fs::temp_directory_path() / fmt::format("mf_st_crafted_{}.safetensors", ::getpid());
+  auto write = [&](const std::string& header, std::size_t data_bytes) {
+    std::string len(8, '\0');
+    for (int i = 0; i < 8; ++i) len[std::size_t(i)] = char((header.size() >> (8 * i)) & 0xff);
+    std::ofstream(p, std::ios::binary) << len << header << std::string(data_bytes, '\0');
+  };
+  write(R"({"w":{"dtype":5,"shape":[1],"data_offsets":[0,4]}})", 4);
+  CHECK_THROWS_WITH_AS(read_safetensors(p), doctest::Contains("tensor 'w': dtype must be a string"), Error);
+  write(R"({"w":{"dtype":"F32","shape":7,"data_offsets":[0,4]}})", 4);
+  CHECK_THROWS_WITH_AS(read_safetensors(p), doctest::Contains("tensor 'w': shape must be a list"), Error);
+  // 2^62 x 4 elements x 4 bytes wraps to 0 bytes: it must not pass as an empty tensor.
+  write(R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})", 0);
+  CHECK_THROWS_WITH_AS(read_safetensors(p), doctest::Contains("tensor 'w': shape [4611686018427387904,4] is too large"),
+                       Error);
+  write(R"({"w":{"dtype":"U8","shape":[9223372036854775808],"data_offsets":[0,0]}})", 0);
+  CHECK_THROWS_WITH_AS(read_safetensors(p), doctest::Contains("is too large"), Error);
+  CHECK_THROWS_WITH_AS(read_safetensors(p), doctest::Contains(p.string().c_str()), Error);
+  fs::remove(p);
+}

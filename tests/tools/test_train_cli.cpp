@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <system_error>
 
 #include "io/h5_writer.hpp"
 #include "model/checkpoint.hpp"
@@ -134,6 +136,17 @@ TEST_CASE("train end to end on the CPU: high file-level accuracy, run directory,
   r = run(fmt::format("predict --checkpoint {} --data {} --out {} --per-segment", last, d / "val.h5", d / "segs.csv"));
   REQUIRE(r.code == 0);
   CHECK(csv_rows(d / "segs.csv").size() == 18 * 6 + 1);
+  // A failed write names the file and the reason, and leaves no temporary file.
+  fs::create_directories(d / "taken.csv/inside");
+  r = run(fmt::format("predict --checkpoint {} --data {} --out {}", last, d / "val.h5", d / "taken.csv"));
+  CHECK(r.code == 1);
+  CHECK(has(r, d / "taken.csv"));
+  CHECK(has(r, std::error_code(EISDIR, std::generic_category()).message()));
+  r = run(fmt::format("predict --checkpoint {} --data {} --out {}", last, d / "val.h5", d / "missing/p.csv"));
+  CHECK(r.code == 1);
+  CHECK(has(r, std::error_code(ENOENT, std::generic_category()).message()));
+  for (const auto& e : fs::directory_iterator(d.path))
+    CHECK_MESSAGE(e.path().filename().string().rfind(".tmp-", 0) != 0, e.path().string());
 
   // export -> the PyTorch reference module gives the same predictions.
   r = run(fmt::format("export --checkpoint {} --format safetensors --out {}", last, d / "model.safetensors"));
@@ -274,4 +287,56 @@ TEST_CASE("fast-dev-run and overfit-batches") {
   CHECK(rep["val"]["split"] == "train-overfit");
   CHECK(rep["val"]["segment"]["count"] == 30);  // 2 batches of 16, cut to whole files of 6
   CHECK(rep["val"]["segment"]["accuracy"].get<double>() >= 0.9);
+}
+
+TEST_CASE("an undefined eval.metric (leak AUC of a single-label validation set) never stops the run early") {
+  TempDir d("nanmetric");
+  write_easy(d / "train.h5", 12, 21);
+  write_easy(d / "val.h5", 1, 22);  // one file of class 0: no leak label, leak AUC is NaN
+  write_easy(d / "test.h5", 6, 23);
+  const Result r = run(fmt::format("train --train {} --val {} --test {} --out {} --epochs 3 {} "
+                                   "--set eval.metric=val.segment.leak_auc --set eval.patience=1",
+                                   d / "train.h5", d / "val.h5", d / "test.h5", d / "run", kModel));
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  // Warned once, naming the metric and why.
+  const std::string warning = "eval.metric val.segment.leak_auc is undefined (NaN)";
+  const auto first = r.out.find(warning);
+  CHECK(first != std::string::npos);
+  CHECK(r.out.find(warning, first + 1) == std::string::npos);
+  CHECK(has(r, "single leak label"));
+  const json rep = read_json(d / "run/report.json");
+  CHECK(rep["early_stopped"] == false);
+  CHECK(rep["steps"].get<std::int64_t>() > 0);
+  // Without a finite value the newest checkpoint is the best: the test set uses it.
+  CHECK(fs::exists(d / "run/checkpoints/best.h5"));
+  CHECK(rep["best_metric"]["step"] == rep["steps"]);
+  CHECK(rep["test_weights"].get<std::string>().rfind("best", 0) == 0);
+}
+
+TEST_CASE("a best.h5 left by an earlier run in --out is refused by a fresh run and never used for the test set") {
+  TempDir d("stalebest");
+  write_easy(d / "train.h5", 12, 31);
+  write_easy(d / "val.h5", 6, 32);
+  write_easy(d / "test.h5", 6, 33);
+  const std::string sets = fmt::format("--train {} --val {} --test {} --out {} {}", d / "train.h5", d / "val.h5",
+                                       d / "test.h5", d / "run", kModel);
+  Result r = run("train --epochs 1 " + sets);
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  REQUIRE(fs::exists(d / "run/checkpoints/best.h5"));
+  // Only best.h5 is left (the ckpt-*.h5 removed): still an earlier run's checkpoint.
+  for (const auto& e : fs::directory_iterator(d / "run/checkpoints"))
+    if (e.path().filename() != "best.h5") fs::remove(e.path());
+  r = run("train --epochs 1 " + sets);
+  INFO(r.out);
+  CHECK(r.code == 1);
+  CHECK(has(r, "already holds checkpoints"));
+  // --fast-dev-run writes no checkpoint and skips that check: the leftover
+  // best.h5 must not stand in for its best weights.
+  r = run("train --fast-dev-run " + sets);
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK(read_json(d / "run/report.json")["test_weights"] == "final");
+  CHECK(has(r, "was not written by this run"));
 }
