@@ -90,8 +90,25 @@ struct BatchReader::Impl {
   ReaderStats st;
 
   // Device output buffers (two: a batch stays valid until the following next()).
-  struct DevBuf {
+  // One batch's tensors, as handed out in a Batch.
+  struct BatchTensors {
     Tensor x, labels, leak, index, file;
+    void allocate(std::int64_t b, const DatasetInfo& in, DType dtype, Device device, cudaStream_t stream) {
+      x = Tensor::empty({b, in.n_mels, in.frames, 1}, dtype, device, Layout::nhwc, stream);
+      labels = Tensor::empty({b}, DType::i32, device, Layout::plain, stream);
+      leak = Tensor::empty({b}, DType::f32, device, Layout::plain, stream);
+      index = Tensor::empty({b}, DType::i32, device, Layout::plain, stream);
+      file = Tensor::empty({b}, DType::i32, device, Layout::plain, stream);
+    }
+    void give(Batch& out) const {
+      out.x = x;
+      out.labels = labels;
+      out.leak = leak;
+      out.index = index;
+      out.file = file;
+    }
+  };
+  struct DevBuf : BatchTensors {
     std::int64_t seq = -1, valid = 0;
     Event ready;
   };
@@ -100,7 +117,7 @@ struct BatchReader::Impl {
   // ---- streaming
   struct Slot {
     PinnedBuffer pinned;                   // GPU: x | labels | leak | index | file
-    Tensor tx, tl, tk, ti, tf;             // CPU: the batch itself
+    BatchTensors t;                        // CPU: the batch itself
     void* x = nullptr;
     std::int32_t* labels = nullptr;
     float* leak = nullptr;
@@ -166,11 +183,7 @@ struct BatchReader::Impl {
   void alloc_dev(cudaStream_t s) {
     const auto& in = ds->info();
     for (auto& d : dev) {
-      d.x = Tensor::empty({B, in.n_mels, in.frames, 1}, cfg.dtype, cfg.device, Layout::nhwc, s);
-      d.labels = Tensor::empty({B}, DType::i32, cfg.device, Layout::plain, s);
-      d.leak = Tensor::empty({B}, DType::f32, cfg.device, Layout::plain, s);
-      d.index = Tensor::empty({B}, DType::i32, cfg.device, Layout::plain, s);
-      d.file = Tensor::empty({B}, DType::i32, cfg.device, Layout::plain, s);
+      d.allocate(B, in, cfg.dtype, cfg.device, s);
       if (gpu) d.ready = Event(cfg.device);
     }
   }
@@ -192,19 +205,15 @@ struct BatchReader::Impl {
         s.file = reinterpret_cast<std::int32_t*>(p + xb + 3 * mb);
         s.copy_done = Event(cfg.device);
       } else {
-        s.tx = Tensor::empty({B, in.n_mels, in.frames, 1}, cfg.dtype, Device::cpu(), Layout::nhwc);
-        s.tl = Tensor::empty({B}, DType::i32);
-        s.tk = Tensor::empty({B}, DType::f32);
-        s.ti = Tensor::empty({B}, DType::i32);
-        s.tf = Tensor::empty({B}, DType::i32);
-        s.x = s.tx.raw();
-        s.labels = s.tl.data<std::int32_t>();
-        s.leak = s.tk.data<float>();
-        s.index = s.ti.data<std::int32_t>();
-        s.file = s.tf.data<std::int32_t>();
+        s.t.allocate(B, in, cfg.dtype, Device::cpu(), nullptr);
+        s.x = s.t.x.raw();
+        s.labels = s.t.labels.data<std::int32_t>();
+        s.leak = s.t.leak.data<float>();
+        s.index = s.t.index.data<std::int32_t>();
+        s.file = s.t.file.data<std::int32_t>();
         // Touch the slot once now: its pages are then mapped before the first
         // batch (no page faults inside the read path).
-        std::memset(s.x, 0, s.tx.nbytes());
+        std::memset(s.x, 0, s.t.x.nbytes());
       }
     }
     if (gpu) {
@@ -339,11 +348,7 @@ struct BatchReader::Impl {
       wait_slot(seq, true);
       out.wait_ms = now_ms() - t0;
       Slot& s = slots[std::size_t(seq % R)];
-      out.x = s.tx;
-      out.labels = s.tl;
-      out.leak = s.tk;
-      out.index = s.ti;
-      out.file = s.tf;
+      s.t.give(out);
       out.valid = s.valid;
       given_cpu = seq;
     } else {
@@ -357,11 +362,7 @@ struct BatchReader::Impl {
       schedule(seq + R);  // the slot refills once its copy is done (workers wait on its event)
       if (wait_slot(seq + 1, false)) issue_copy(seq + 1, stream);  // overlap the next copy with this step
       out.wait_ms = now_ms() - t0;
-      out.x = d.x;
-      out.labels = d.labels;
-      out.leak = d.leak;
-      out.index = d.index;
-      out.file = d.file;
+      d.give(out);
       out.valid = d.valid;
     }
     return out;
@@ -486,11 +487,7 @@ struct BatchReader::Impl {
       std::memcpy(d.index.raw(), idx, std::size_t(B) * 4);
     Batch out;
     out.wait_ms = now_ms() - t0;
-    out.x = d.x;
-    out.labels = d.labels;
-    out.leak = d.leak;
-    out.index = d.index;
-    out.file = d.file;
+    d.give(out);
     out.valid = std::min(B, N - w.position * B);
     return out;
   }
