@@ -17,6 +17,22 @@ unsigned norm_blocks(std::int64_t n) {
   return unsigned(b < 1 ? 1 : (b > kAdamWNormBlocks ? kAdamWNormBlocks : b));
 }
 
+// Tree-sums (acc, nb) over the block into sh[0] / shb[0], in a fixed order
+// (deterministic). Every thread of the block must call it.
+template <class A, class C>
+__device__ __forceinline__ void block_sum_pair(A* sh, C* shb, A acc, C nb) {
+  sh[threadIdx.x] = acc;
+  shb[threadIdx.x] = nb;
+  __syncthreads();
+  for (int s = kAdamWBlock / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      sh[threadIdx.x] += sh[threadIdx.x + s];
+      shb[threadIdx.x] += shb[threadIdx.x + s];
+    }
+    __syncthreads();
+  }
+}
+
 __global__ void __launch_bounds__(kAdamWBlock) norm_partials(std::int64_t n, const float* __restrict__ grad,
                                                              const AdamWState* __restrict__ state,
                                                              float* __restrict__ part, int* __restrict__ bad) {
@@ -31,16 +47,7 @@ __global__ void __launch_bounds__(kAdamWBlock) norm_partials(std::int64_t n, con
     if (!isfinite(g)) ++nb;
     else acc += g * g;
   }
-  sh[threadIdx.x] = acc;
-  shb[threadIdx.x] = nb;
-  __syncthreads();
-  for (int s = kAdamWBlock / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) {
-      sh[threadIdx.x] += sh[threadIdx.x + s];
-      shb[threadIdx.x] += shb[threadIdx.x + s];
-    }
-    __syncthreads();
-  }
+  block_sum_pair(sh, shb, acc, nb);
   if (threadIdx.x == 0) {
     part[blockIdx.x] = sh[0];
     bad[blockIdx.x] = shb[0];
@@ -57,16 +64,7 @@ __global__ void __launch_bounds__(kAdamWBlock) finalize(AdamWConfig c, int block
     acc += part[i];
     nb += bad[i];
   }
-  sh[threadIdx.x] = acc;
-  shb[threadIdx.x] = nb;
-  __syncthreads();
-  for (int s = kAdamWBlock / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) {
-      sh[threadIdx.x] += sh[threadIdx.x + s];
-      shb[threadIdx.x] += shb[threadIdx.x + s];
-    }
-    __syncthreads();
-  }
+  block_sum_pair(sh, shb, acc, nb);
   if (threadIdx.x == 0) detail::finalize_step(c, *state, sh[0], shb[0]);
 }
 
