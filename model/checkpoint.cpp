@@ -1,16 +1,13 @@
 #include "model/checkpoint.hpp"
 
-#include <fcntl.h>
 #include <hdf5.h>
-#include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/atomic_file.hpp"
 #include "engine/error.hpp"
 #include "engine/log.hpp"
 #include "io/h5_error.hpp"
@@ -240,14 +237,6 @@ std::vector<std::string> member_names(hid_t group, const std::string& ctx) {
   return names;
 }
 
-void fsync_path(const fs::path& p, bool directory) {
-  const int fd = ::open(p.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-  MF_CHECK(fd >= 0, "opening {} to sync it: {}", p.string(), std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  MF_CHECK(rc == 0, "fsync of {}: {}", p.string(), std::strerror(err));
-}
 
 }  // namespace
 
@@ -326,26 +315,7 @@ Checkpoint read_checkpoint(const fs::path& path) {
 }
 
 void write_checkpoint(const fs::path& path, const Checkpoint& c) {
-  const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
-  const fs::path tmp = dir / fmt::format(".tmp-{}.{}", path.filename().string(), ::getpid());
-  try {
-    write_h5(tmp, c);  // closes the file on return
-    fsync_path(tmp, false);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw;
-  }
-  if (const char* crash = std::getenv("MELFORGE_TEST_CRASH_BEFORE_RENAME"); crash && std::string(crash) == "1")
-    ::kill(::getpid(), SIGKILL);
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code rm;
-    fs::remove(tmp, rm);
-    MF_THROW("checkpoint: renaming {} to {}: {}", tmp.string(), path.string(), ec.message());
-  }
-  fsync_path(dir, true);
+  write_file_atomic(path, [&](const fs::path& tmp) { write_h5(tmp, c); });  // write_h5 closes the file
 }
 
 // ---- CheckpointDir ------------------------------------------------------------
@@ -390,18 +360,13 @@ fs::path CheckpointDir::save(const Checkpoint& c, std::int64_t step, bool best) 
   const fs::path path = dir_ / fmt::format("ckpt-{:010d}.h5", step);
   write_checkpoint(path, c);
   if (best) {
-    // best.h5 becomes a second name of the file just written (atomic rename of a
-    // fresh hard link); a copy where hard links are not supported.
-    const fs::path tmp = dir_ / fmt::format(".tmp-best.h5.{}", ::getpid());
-    fs::remove(tmp, ec);
-    fs::create_hard_link(path, tmp, ec);
-    if (ec) {
-      write_checkpoint(best_path(), c);
-    } else {
-      fs::rename(tmp, best_path(), ec);
-      MF_CHECK(!ec, "checkpoint: renaming {} to {}: {}", tmp.string(), best_path().string(), ec.message());
-      fsync_path(dir_, true);
-    }
+    // best.h5 becomes a second name of the file just written (an atomically
+    // renamed hard link); a copy where hard links are not supported.
+    write_file_atomic(best_path(), [&](const fs::path& tmp) {
+      std::error_code e;
+      fs::create_hard_link(path, tmp, e);
+      if (e) fs::copy_file(path, tmp, fs::copy_options::overwrite_existing);
+    });
   }
   const auto all = list();
   for (std::size_t i = std::size_t(keep_last_); i < all.size(); ++i) fs::remove(all[i], ec);

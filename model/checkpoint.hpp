@@ -63,10 +63,8 @@ class Checkpoint {
 
 inline constexpr int kCheckpointVersion = 1;
 
-// Writes `c` to `path` atomically (see above). The folder must exist.
-// Test hook: with MELFORGE_TEST_CRASH_BEFORE_RENAME=1 in the environment the
-// process kills itself (SIGKILL) after the temporary file is complete and
-// synced, before the rename.
+// Writes `c` to `path` atomically (engine/atomic_file.hpp, which also has the
+// crash-before-rename test hook). The folder must exist.
 void write_checkpoint(const std::filesystem::path& path, const Checkpoint& c);
 
 // Reads and verifies a checkpoint; throws mf::Error naming the file and what is wrong.

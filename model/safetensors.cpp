@@ -1,6 +1,5 @@
 #include "model/safetensors.hpp"
 
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -8,6 +7,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "engine/atomic_file.hpp"
 #include "engine/error.hpp"
 
 namespace fs = std::filesystem;
@@ -64,8 +64,7 @@ void write_safetensors(const fs::path& path, const SafeTensors& st) {
   }
   std::string h = header.dump();
   h.resize((h.size() + 7) / 8 * 8, ' ');
-  const fs::path tmp = path.parent_path() / fmt::format(".tmp-{}.{}", path.filename().string(), ::getpid());
-  {
+  write_file_atomic(path, [&](const fs::path& tmp) {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     MF_CHECK(f.good(), "safetensors: cannot create {}", tmp.string());
     unsigned char len[8];
@@ -77,16 +76,9 @@ void write_safetensors(const fs::path& path, const SafeTensors& st) {
       const SafeTensor& t = st.at(name);
       f.write(reinterpret_cast<const char*>(t.bytes.data()), std::streamsize(t.bytes.size()));
     }
-    f.flush();
-    MF_CHECK(f.good(), "safetensors: writing {} failed", tmp.string());
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code rm;
-    fs::remove(tmp, rm);
-    MF_THROW("safetensors: renaming {} to {}: {}", tmp.string(), path.string(), ec.message());
-  }
+    f.close();
+    MF_CHECK(!f.fail(), "safetensors: writing {} failed", tmp.string());
+  });
 }
 
 SafeTensors read_safetensors(const fs::path& path) {

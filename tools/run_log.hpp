@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/atomic_file.hpp"
+
 namespace mf::tools {
 
 class JsonlWriter {
@@ -29,10 +31,8 @@ class JsonlWriter {
 // Every parsable line of a JSONL file (a torn last line is skipped).
 std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path);
 
-// Writes `text` to a temporary file in the same folder, fsyncs it, renames it
-// over `path` and fsyncs the folder: a crash leaves the old file or the new
-// one, complete. Throws mf::Error naming the file and the system's reason.
-void write_text_atomic(const std::filesystem::path& path, const std::string& text);
+// Atomic text files: engine/atomic_file.hpp.
+using ::mf::write_text_atomic;
 
 // Pretty JSON through write_text_atomic.
 void write_json_atomic(const std::filesystem::path& path, const nlohmann::json& j);
