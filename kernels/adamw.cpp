@@ -41,13 +41,13 @@ void adamw_step_cpu(const AdamWDims& d, const AdamWConfig& c, DType work_dtype, 
   std::vector<long long> bad(std::size_t(chunks), 0);
   parallel_for(chunks, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t ch = c0; ch < c1; ++ch) {
-      float acc = 0.f;
+      double acc = 0.0;  // double, like the CUDA partials: the clip coefficient scales every gradient
       long long nb = 0;
       const std::int64_t e = std::min(d.n, (ch + 1) * kChunk);
       for (std::int64_t i = ch * kChunk; i < e; ++i) {
         const float g = grad[i] * inv_scale;
         if (!std::isfinite(g)) ++nb;
-        else acc += g * g;
+        else acc += double(g) * double(g);
       }
       part[std::size_t(ch)] = acc;
       bad[std::size_t(ch)] = nb;

@@ -85,7 +85,7 @@ struct AdamWDims {
 };
 
 // Scratch bytes for the norm partials (device memory on GPU).
-inline std::size_t adamw_scratch_bytes() { return std::size_t(kAdamWNormBlocks) * 8; }
+inline std::size_t adamw_scratch_bytes() { return std::size_t(kAdamWNormBlocks) * 12; }  // double + int per block
 
 void adamw_step_cpu(const AdamWDims& d, const AdamWConfig& c, DType work_dtype, float* master,
                     const float* grad, float* m, float* v, void* work, AdamWState* state,

@@ -50,7 +50,9 @@ enum class Mode { forward, dx };
 template <class D>
 __device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
                                           std::uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(MELFORGE_CUDA_EMU)
+  mf_emu::mma_m16n8k16<D>(c, a, b0, b1, __FILE__, __LINE__);  // the CPU emulator's (tests/cudaemu/emu_mma.hpp)
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   if constexpr (std::is_same_v<D, __nv_bfloat16>) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "

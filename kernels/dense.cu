@@ -45,8 +45,11 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
 };
 
-// (m, n, k, opA, opB, in type, out type, epilogue, alignment of A, B, D in bytes)
-using PlanKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, int, int, int, int, int, int, int, int>;
+// (m, n, k, opA, opB, in type, out type, epilogue, alignment of A, B, D and of
+// the bias in bytes). The bias pointer set before the heuristic tells cuBLASLt
+// the bias alignment to expect, so two layers of one shape whose biases differ
+// in alignment need two plans (found by the CUDA emulator's cuBLASLt).
+using PlanKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, int, int, int, int, int, int, int, int, int>;
 
 // The largest power of two (<= 256) dividing the address. cuBLASLt's heuristic
 // assumes 256-byte aligned buffers unless told otherwise, and the parameter
@@ -86,7 +89,8 @@ void matmul(std::int64_t m, std::int64_t n, std::int64_t k, cublasOperation_t op
   std::lock_guard<std::mutex> lock(g_mutex);
   Context& ctx = context();
   const int al_a = alignment_of(a), al_b = alignment_of(b), al_d = alignment_of(d);
-  const PlanKey key{m, n, k, int(opa), int(opb), int(in), int(out), int(epi), al_a, al_b, al_d};
+  const int al_bias = bias ? alignment_of(bias) : 256;
+  const PlanKey key{m, n, k, int(opa), int(opb), int(in), int(out), int(epi), al_a, al_b, al_d, al_bias};
   auto it = ctx.plans.find(key);
   if (it == ctx.plans.end()) {
     Plan p;
