@@ -33,6 +33,8 @@ enum class Wait { none, block, warp, done };
 
 struct Fiber {
   ucontext_t ctx{};
+  void* jb[5] = {};
+  bool started = false;
   char* stack = nullptr;  // mmap'd, with a guard page below
   Idx3 tid;
   int linear = 0;
@@ -67,7 +69,7 @@ struct BlockState {
 
 struct Executor {
   std::vector<Fiber> fibers;
-  ucontext_t sched{};
+  void* sched_jb[5] = {};
   BlockState block;
   Fiber* current = nullptr;
   std::mt19937 rng{12345};
@@ -119,19 +121,15 @@ std::string who(const Fiber& f) {
   return buf;
 }
 
-void yield(Fiber& f) {
-  Executor& e = exec();
-  swapcontext(&f.ctx, &e.sched);
+// Switching: a fiber's first start goes through makecontext/swapcontext;
+// every later switch is a __builtin_setjmp/__builtin_longjmp pair (no signal
+// mask syscall), and a fiber that finishes a CUDA thread parks in its loop to
+// run the next thread given to it, so a block costs no context set-up.
+[[gnu::noinline]] void yield(Fiber& f) {
+  if (__builtin_setjmp(f.jb) == 0) __builtin_longjmp(exec().sched_jb, 1);
 }
 
-void entry() {
-  Executor& e = exec();
-  Fiber& f = *e.current;
-  try {
-    (*e.block.body)();
-  } catch (const std::exception& ex) {
-    if (e.block.fault.empty()) e.block.fault = who(f) + ": " + ex.what();
-  }
+void finish_thread(Executor& e, Fiber& f) {
   // Exit: the thread no longer counts for barriers or its warp.
   BlockState& b = e.block;
   f.wait = Wait::done;
@@ -146,16 +144,38 @@ void entry() {
   if (w.arrived_mask != 0 && (w.mask & bit) != 0 && (w.arrived_mask & bit) == 0)
     if (e.block.fault.empty())
       e.block.fault = who(f) + " exited while its warp waits for it in a collective at " + where(w.file, w.line);
-  swapcontext(&f.ctx, &e.sched);
+  if (w.arrived_mask != 0 && w.arrived_mask == (w.mask & w.live_mask) && (w.mask & ~w.live_mask) == 0) {
+    std::memcpy(w.result, w.data, 32 * w.bytes);
+    w.arrived_mask = 0;
+    ++w.gen;
+  }
 }
 
-// getcontext returns twice: kept out of run_grid (whose locals it would clobber).
-[[gnu::noinline]] void init_fiber(Fiber& f) {
+void fiber_main() {
+  for (;;) {
+    Executor& e = exec();
+    Fiber& f = *e.current;
+    try {
+      (*e.block.body)();
+    } catch (const std::exception& ex) {
+      if (e.block.fault.empty()) e.block.fault = who(f) + ": " + ex.what();
+    }
+    finish_thread(e, f);
+    yield(f);  // resumed later for another CUDA thread
+  }
+}
+
+[[gnu::noinline]] void resume(Executor& e, Fiber& f) {
+  if (__builtin_setjmp(e.sched_jb) != 0) return;  // the fiber yielded
+  if (f.started) __builtin_longjmp(f.jb, 1);
+  f.started = true;
   getcontext(&f.ctx);
   f.ctx.uc_stack.ss_sp = f.stack;
   f.ctx.uc_stack.ss_size = kStackBytes;
   f.ctx.uc_link = nullptr;
-  makecontext(&f.ctx, entry, 0);
+  makecontext(&f.ctx, fiber_main, 0);
+  ucontext_t here;
+  swapcontext(&here, &f.ctx);  // never resumed: the fiber comes back by longjmp
 }
 
 }  // namespace
@@ -220,6 +240,8 @@ void warp_exchange(unsigned mask, const void* mine, std::size_t bytes, void* all
   std::memcpy(all, w.result, 32 * bytes);
 }
 
+void set_schedule(Schedule s) { exec().policy = s == Schedule::forward ? 0 : (s == Schedule::reverse ? 1 : 2); }
+
 void kernel_fault(const char* what, const char* file, int line) {
   if (t_fiber) die(who(*t_fiber) + ": " + what + " at " + where(file, line));
   die(std::string(what) + " at " + where(file, line));
@@ -264,7 +286,6 @@ void run_grid(const Idx3& grid, const Idx3& block, const std::function<void()>& 
           f.linear = i;
           f.tid = {unsigned(i) % block.x, (unsigned(i) / block.x) % block.y, unsigned(i) / (block.x * block.y)};
           f.wait = Wait::none;
-          init_fiber(f);
         }
         t_block = &b;
         int done = 0;
@@ -283,7 +304,7 @@ void run_grid(const Idx3& grid, const Idx3& block, const std::function<void()>& 
             f.wait = Wait::none;
             e.current = &f;
             t_fiber = &f;
-            swapcontext(&e.sched, &f.ctx);
+            resume(e, f);
             t_fiber = nullptr;
             progress = true;
             if (!b.fault.empty()) die(b.fault);

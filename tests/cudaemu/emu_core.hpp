@@ -32,6 +32,13 @@ void syncthreads(const char* file, int line);
 // emulator aborts on a mismatch, like an illegal __shfl_sync on hardware).
 void warp_exchange(unsigned mask, const void* mine, std::size_t bytes, void* all, const char* file, int line);
 
+// The order in which a block's threads are resumed between synchronization
+// points (default: MELFORGE_EMU_SCHEDULE=forward|reverse|shuffle, else
+// forward). A result that changes with the order reveals a race: threads
+// communicating through memory without a barrier between them.
+enum class Schedule { forward, reverse, shuffle };
+void set_schedule(Schedule s);
+
 // Abort the running kernel with a message (emulates __trap / illegal use).
 [[noreturn]] void kernel_fault(const char* what, const char* file, int line);
 

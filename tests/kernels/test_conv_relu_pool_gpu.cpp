@@ -154,8 +154,10 @@ TEST_CASE("every CUDA variant matches the CPU twin on fresh random inputs and od
 
 TEST_CASE("CUDA variants on a large batch (many dw/db chunks)") {
   Stream s(Device::cuda(0), "conv-test");
-  const ConvReluPoolDims shapes[] = {{512, 64, 64, 1, 32, 3, 2}, {256, 32, 32, 32, 64, 3, 2},
-                                     {256, 16, 16, 64, 128, 3, 2}};
+  using testing::emu_scaled;  // the emulated build runs 1/32 of the batch
+  const ConvReluPoolDims shapes[] = {{emu_scaled(512, 32), 64, 64, 1, 32, 3, 2},
+                                     {emu_scaled(256, 32), 32, 32, 32, 64, 3, 2},
+                                     {emu_scaled(256, 32), 16, 16, 64, 128, 3, 2}};
   for (ConvAlgo a : {ConvAlgo::direct, ConvAlgo::automatic})
     for (const auto& d : shapes) compare_random(d, DType::bf16, a, s);
   compare_random(shapes[0], DType::f32, ConvAlgo::cin1, s);  // Cin = 1 at batch 512: 1024 dw chunks
@@ -193,7 +195,8 @@ TEST_CASE("exact small-integer cases: every variant equals the CPU twin bit for 
 
 TEST_CASE("CUDA results are bit-identical run after run") {
   Stream s(Device::cuda(0), "conv-test");
-  const ConvReluPoolDims shapes[] = {{64, 32, 32, 32, 64, 3, 2}, {128, 64, 64, 1, 32, 3, 2}};
+  const ConvReluPoolDims shapes[] = {{testing::emu_scaled(64, 16), 32, 32, 32, 64, 3, 2},
+                                     {testing::emu_scaled(128, 32), 64, 64, 1, 32, 3, 2}};
   for (ConvAlgo a : kAlgos) {
     for (DType dt : kTypes) {
       for (const auto& d : shapes) {

@@ -15,6 +15,19 @@
 
 namespace mf::testing {
 
+// True in the emulated build (MELFORGE_CUDA_EMU, tests/cudaemu): "GPU" work
+// runs on the CPU emulator, so GPU suites scale their largest shapes down.
+#if defined(MELFORGE_CUDA_EMU)
+inline constexpr bool kEmulatedGpu = true;
+#else
+inline constexpr bool kEmulatedGpu = false;
+#endif
+// n, or n / div (at least 1) in the emulated build.
+inline std::int64_t emu_scaled(std::int64_t n, std::int64_t div) {
+  return kEmulatedGpu ? (n / div > 0 ? n / div : 1) : n;
+}
+
+
 inline std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float lo = -1.f, float hi = 1.f) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> d(lo, hi);
