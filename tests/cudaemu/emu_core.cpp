@@ -73,13 +73,13 @@ struct Executor {
   BlockState block;
   Fiber* current = nullptr;
   std::mt19937 rng{12345};
-  int policy = 0;  // 0 forward, 1 reverse, 2 shuffle
+  Schedule policy = Schedule::forward;
 
   Executor() {
     const char* s = std::getenv("MELFORGE_EMU_SCHEDULE");
     const std::string v = s ? s : "forward";
-    if (v == "reverse") policy = 1;
-    else if (v == "shuffle") policy = 2;
+    if (v == "reverse") policy = Schedule::reverse;
+    else if (v == "shuffle") policy = Schedule::shuffle;
     else if (v != "forward") {
       std::fprintf(stderr, "melforge CUDA emulator: MELFORGE_EMU_SCHEDULE must be forward, reverse or shuffle, found '%s'\n",
                    v.c_str());
@@ -222,7 +222,7 @@ void warp_exchange(unsigned mask, const void* mine, std::size_t bytes, void* all
     w.bytes = bytes;
     w.file = file;
     w.line = line;
-    std::memset(w.data, 0, sizeof w.data);
+    std::memset(w.data, 0, 32 * bytes);  // lanes outside the mask read zeros
   } else if (w.mask != mask || w.bytes != bytes || w.line != line || std::strcmp(w.file, file) != 0) {
     die(who(f) + " reached a warp collective at " + where(file, line) + " while lanes of its warp wait at " +
         where(w.file, w.line) + " (divergent or mismatched collective)");
@@ -240,7 +240,7 @@ void warp_exchange(unsigned mask, const void* mine, std::size_t bytes, void* all
   std::memcpy(all, w.result, 32 * bytes);
 }
 
-void set_schedule(Schedule s) { exec().policy = s == Schedule::forward ? 0 : (s == Schedule::reverse ? 1 : 2); }
+void set_schedule(Schedule s) { exec().policy = s; }
 
 void kernel_fault(const char* what, const char* file, int line) {
   if (t_fiber) die(who(*t_fiber) + ": " + what + " at " + where(file, line));
@@ -262,7 +262,7 @@ void run_grid(const Idx3& grid, const Idx3& block, const std::function<void()>& 
   }
   std::vector<int> order(static_cast<std::size_t>(nthreads));
   for (int i = 0; i < nthreads; ++i) order[std::size_t(i)] = i;
-  if (e.policy == 1) std::reverse(order.begin(), order.end());
+  if (e.policy == Schedule::reverse) std::reverse(order.begin(), order.end());
 
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
@@ -276,10 +276,13 @@ void run_grid(const Idx3& grid, const Idx3& block, const std::function<void()>& 
         b.body = &body;
         b.kernel = kernel;
         b.fault.clear();
-        b.warps.assign(std::size_t((nthreads + 31) / 32), WarpState{});
+        b.warps.resize(std::size_t((nthreads + 31) / 32));  // buffers are reset per exchange
         for (int wi = 0; wi < int(b.warps.size()); ++wi) {
           const int lanes = std::min(32, nthreads - wi * 32);
-          b.warps[std::size_t(wi)].live_mask = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1u);
+          WarpState& w = b.warps[std::size_t(wi)];
+          w.live_mask = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1u);
+          w.arrived_mask = w.mask = 0;
+          w.gen = 0;
         }
         for (int i = 0; i < nthreads; ++i) {
           Fiber& f = e.fibers[std::size_t(i)];
@@ -290,7 +293,7 @@ void run_grid(const Idx3& grid, const Idx3& block, const std::function<void()>& 
         t_block = &b;
         int done = 0;
         while (done < nthreads) {
-          if (e.policy == 2) std::shuffle(order.begin(), order.end(), e.rng);
+          if (e.policy == Schedule::shuffle) std::shuffle(order.begin(), order.end(), e.rng);
           bool progress = false;
           done = 0;
           for (int i : order) {

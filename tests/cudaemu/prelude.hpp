@@ -107,12 +107,6 @@ Launcher<F> launch(const LaunchConfig& cfg, const char* name, F call) {
   return Launcher<F>{cfg, name, call};
 }
 
-// ---- device intrinsics with no host definition in CUDA's headers
-template <class T>
-T ldg(const T* p) {
-  return *p;
-}
-
 }  // namespace mf_emu
 
 template <class T>
