@@ -51,7 +51,7 @@ namespace {
 struct ConvOptions {
   std::vector<std::int64_t> batches{256, 1024, 4096, 8192};
   std::vector<std::string> dtypes{"f32", "bf16", "f16"};
-  std::vector<std::string> algos{"direct", "tiled", "mma", "cin1"};
+  std::vector<std::string> algos{"direct", "tiled", "mma", "cin1", "resident"};
   std::vector<int> layers{1, 2, 3};
   int reps = 20;
   double peak_gbps = 0, peak_tflops = 0, peak_fp32_tflops = 0;
@@ -362,6 +362,7 @@ void run_conv() {
                                     : an == "tiled" ? kernels::ConvAlgo::tiled
                                     : an == "mma"   ? kernels::ConvAlgo::mma
                                     : an == "cin1"  ? kernels::ConvAlgo::cin1
+                                    : an == "resident" ? kernels::ConvAlgo::resident
                                                     : kernels::ConvAlgo::automatic;
         const kernels::ConvAlgo ran = kernels::conv_relu_pool_resolve_algo(dims(l, 4), dt, a);
         if (ran != a && a != kernels::ConvAlgo::automatic) {
@@ -451,8 +452,8 @@ void register_conv(CLI::App& app) {
   auto& o = opts();
   cmd->add_option("--batch", o.batches, "Batch sizes")->capture_default_str();
   cmd->add_option("--dtype", o.dtypes, "Precisions: f32, bf16, f16")->capture_default_str();
-  cmd->add_option("--algo", o.algos, "Variants: direct, tiled, mma, cin1, auto")
-      ->check(CLI::IsMember({"direct", "tiled", "mma", "cin1", "auto"}))
+  cmd->add_option("--algo", o.algos, "Variants: direct, tiled, mma, cin1, resident, auto")
+      ->check(CLI::IsMember({"direct", "tiled", "mma", "cin1", "resident", "auto"}))
       ->capture_default_str();
   cmd->add_option("--layers", o.layers, "LeakCNN-64 layers: 1 (1->32 @64x64), 2 (32->64 @32x32), 3 (64->128 @16x16)")
       ->capture_default_str();

@@ -32,7 +32,9 @@
 #include <vector>
 
 #include "engine/error.hpp"
+#include "engine/log.hpp"
 #include "engine/parallel.hpp"
+#include "kernels/conv_relu_pool_cuda.cuh"
 
 namespace mf::kernels {
 
@@ -48,7 +50,8 @@ ConvAlgo algo_from_env() {
   if (v == "tiled" || v == "2") return ConvAlgo::tiled;
   if (v == "mma" || v == "3") return ConvAlgo::mma;
   if (v == "cin1" || v == "4") return ConvAlgo::cin1;
-  MF_THROW("MELFORGE_CONV_ALGO='{}': expected auto, direct, tiled, mma or cin1", v);
+  if (v == "resident" || v == "5") return ConvAlgo::resident;
+  MF_THROW("MELFORGE_CONV_ALGO='{}': expected auto, direct, tiled, mma, cin1 or resident", v);
 }
 std::atomic<int>& algo_slot() {
   static std::atomic<int> a{int(algo_from_env())};
@@ -58,6 +61,15 @@ std::atomic<int>& algo_slot() {
 
 void set_conv_relu_pool_algo(ConvAlgo algo) { algo_slot().store(int(algo)); }
 ConvAlgo conv_relu_pool_algo() { return ConvAlgo(algo_slot().load()); }
+void note_conv_fp32_fallback(const ConvReluPoolDims& d, DType dtype, const char* direction, const char* why) {
+  static std::atomic<bool> said_forward{false}, said_backward{false};
+  std::atomic<bool>& said = std::string_view(direction) == "forward" ? said_forward : said_backward;
+  if (d.cin == 1 || said.exchange(true)) return;
+  log_warn("conv {} ({}x{}x{} -> {}, k {}, pool {}, {}): the tensor-core path cannot run it ({}); running the FP32 "
+           "CUDA-core kernel, about 10x slower",
+           direction, d.h, d.w, d.cin, d.cout, d.k, d.pool, dtype_name(dtype), why);
+}
+
 const char* conv_algo_name(ConvAlgo algo) {
   switch (algo) {
     case ConvAlgo::automatic: return "auto";
@@ -65,6 +77,7 @@ const char* conv_algo_name(ConvAlgo algo) {
     case ConvAlgo::tiled: return "tiled";
     case ConvAlgo::mma: return "mma";
     case ConvAlgo::cin1: return "cin1";
+    case ConvAlgo::resident: return "resident";
   }
   return "?";
 }

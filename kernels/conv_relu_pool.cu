@@ -26,13 +26,15 @@
 //   dw/db:    grid (chunk, co); each thread owns some (r, s, ci) of its co (and
 //             one thread the bias) and sums over the chunk's conv positions;
 //             partials [chunk][co][k*k*Cin + 1] in a stream-ordered workspace,
-//             then reduce_partials sums them in chunk order.
-// Faster variants (tiled FP32, tensor-core mma, the Cin = 1 input layer's cin1)
-// live in their own files and are
+//             then reduce_partials sums them in a fixed order.
+// Faster variants (tiled FP32, tensor-core mma, the Cin = 1 input layer's cin1,
+// the workload-shaped tensor-core resident) live in their own files and are
 // chosen by conv_relu_pool_algo() (kernels/conv_relu_pool.hpp).
 #include "kernels/conv_relu_pool.hpp"
 
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include "engine/error.hpp"
 #include "engine/memory.hpp"
@@ -64,17 +66,30 @@ WeightPartials::~WeightPartials() {
 }
 
 namespace {
-__global__ void reduce_partials_kernel(const float* __restrict__ part, int chunks, int cout, int kkc,
-                                       float* __restrict__ dw, float* __restrict__ db) {
+// A block finishes 32 consecutive weights with 8 chunk slices: slice j sums
+// chunks j, j + 8, j + 16, ... in order, then the 8 slice sums are added in
+// slice order. Coalesced 128-byte reads, 8x the parallelism of one thread per
+// weight, and the order (so the bits) depends on the chunk count only.
+constexpr int kReduceWeights = 32, kReduceSlices = 8;
+
+__global__ void __launch_bounds__(kReduceWeights * kReduceSlices)
+    reduce_partials_kernel(const float* __restrict__ part, int chunks, int cout, int kkc, float* __restrict__ dw,
+                           float* __restrict__ db) {
+  __shared__ float slice_sum[kReduceSlices][kReduceWeights];
   const std::int64_t total = std::int64_t(cout) * (kkc + 1);
-  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total;
-       i += std::int64_t(gridDim.x) * blockDim.x) {
-    float acc = 0.f;
-    for (int c = 0; c < chunks; ++c) acc += part[std::int64_t(c) * total + i];
-    const int co = int(i / (kkc + 1)), j = int(i % (kkc + 1));
-    if (j < kkc) dw[std::int64_t(co) * kkc + j] = acc;
-    else db[co] = acc;
-  }
+  const std::int64_t i = std::int64_t(blockIdx.x) * kReduceWeights + threadIdx.x;
+  float acc = 0.f;
+  if (i < total)
+    for (int c = int(threadIdx.y); c < chunks; c += kReduceSlices) acc += part[std::int64_t(c) * total + i];
+  slice_sum[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || i >= total) return;
+  float sum = 0.f;
+#pragma unroll
+  for (int j = 0; j < kReduceSlices; ++j) sum += slice_sum[j][threadIdx.x];
+  const int co = int(i / (kkc + 1)), j = int(i % (kkc + 1));
+  if (j < kkc) dw[std::int64_t(co) * kkc + j] = sum;
+  else db[co] = sum;
 }
 }  // namespace
 
@@ -82,8 +97,9 @@ void launch_reduce_partials(const ConvReluPoolDims& d, const float* part, int ch
                             cudaStream_t stream) {
   const int kkc = d.k * d.k * d.cin;
   const std::int64_t total = std::int64_t(d.cout) * (kkc + 1);
-  constexpr unsigned block = 256;
-  reduce_partials_kernel<<<cuda::grid_for(total, block), block, 0, stream>>>(part, chunks, d.cout, kkc, dw, db);
+  const auto blocks = unsigned((total + kReduceWeights - 1) / kReduceWeights);
+  reduce_partials_kernel<<<blocks, dim3(kReduceWeights, kReduceSlices), 0, stream>>>(part, chunks, d.cout, kkc, dw,
+                                                                                      db);
   MF_CUDA_CHECK_LAUNCH();
 }
 
@@ -240,16 +256,35 @@ void direct_backward(const ConvReluPoolDims& d, const void* x, const void* w, co
 }
 
 template <class T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, bf16>) return DType::bf16;
+  else if constexpr (std::is_same_v<T, f16>) return DType::f16;
+  else return DType::f32;
+}
+
+// A bf16/f16 conv that cannot take the tensor-core path runs an FP32 CUDA-core
+// kernel, about 10x slower: note_fp32_fallback says so once (conv_relu_pool.cpp).
+template <class T>
+void note_fp32_fallback(const ConvReluPoolDims& d, const char* direction) {
+  if constexpr (!std::is_same_v<T, float>) {
+    const DType dt = dtype_of<T>();
+    note_conv_fp32_fallback(d, dt, direction,
+                            mma_can_run(d, dt) ? "a tensor is not 16-byte aligned"
+                                               : "it needs k 1 or 3, pool 1 or 2, Cin and Cout multiples of 16, sm_80+");
+  }
+}
+
+template <class T>
 void forward_t(const ConvReluPoolDims& d, const void* x, const void* w, const void* b, void* y,
                std::uint8_t* code, cudaStream_t stream) {
   const ConvAlgo algo = conv_relu_pool_algo();
+  if (algo == ConvAlgo::resident && resident_forward<T>(d, x, w, b, y, code, stream)) return;
   if ((algo == ConvAlgo::automatic || algo == ConvAlgo::cin1) && cin1_forward<T>(d, x, w, b, y, code, stream))
     return;
-  if ((algo == ConvAlgo::automatic || algo == ConvAlgo::mma) && mma_forward<T>(d, x, w, b, y, code, stream))
-    return;
-  if ((algo == ConvAlgo::automatic || algo == ConvAlgo::mma || algo == ConvAlgo::tiled || algo == ConvAlgo::cin1) &&
-      tiled_forward<T>(d, x, w, b, y, code, stream))
-    return;
+  const bool tensor_cores = algo == ConvAlgo::automatic || algo == ConvAlgo::mma || algo == ConvAlgo::resident;
+  if (tensor_cores && mma_forward<T>(d, x, w, b, y, code, stream)) return;
+  if (tensor_cores) note_fp32_fallback<T>(d, "forward");
+  if (algo != ConvAlgo::direct && tiled_forward<T>(d, x, w, b, y, code, stream)) return;
   direct_forward<T>(d, x, w, b, y, code, stream);
 }
 
@@ -257,15 +292,20 @@ template <class T>
 void backward_t(const ConvReluPoolDims& d, const void* x, const void* w, const void* dy,
                 const std::uint8_t* code, void* dx, float* dw, float* db, cudaStream_t stream) {
   const ConvAlgo algo = conv_relu_pool_algo();
+  if (algo == ConvAlgo::resident && resident_can_run(d, dtype_of<T>())) {
+    // dx and dw are separate kernels here. When dx ran, a refused dw falls back
+    // alone (the fallbacks skip a null dx); a refused dx falls back together
+    // with dw, which the fallback then recomputes.
+    if (dx && resident_dx<T>(d, w, dy, code, dx, stream)) dx = nullptr;
+    if (resident_dw<T>(d, x, dy, code, dw, db, stream) && !dx) return;
+  }
   if ((algo == ConvAlgo::automatic || algo == ConvAlgo::cin1) &&
       cin1_backward<T>(d, x, w, dy, code, dx, dw, db, stream))
     return;
-  if ((algo == ConvAlgo::automatic || algo == ConvAlgo::mma) &&
-      mma_backward<T>(d, x, w, dy, code, dx, dw, db, stream))
-    return;
-  if ((algo == ConvAlgo::automatic || algo == ConvAlgo::mma || algo == ConvAlgo::tiled || algo == ConvAlgo::cin1) &&
-      tiled_backward<T>(d, x, w, dy, code, dx, dw, db, stream))
-    return;
+  const bool tensor_cores = algo == ConvAlgo::automatic || algo == ConvAlgo::mma || algo == ConvAlgo::resident;
+  if (tensor_cores && mma_backward<T>(d, x, w, dy, code, dx, dw, db, stream)) return;
+  if (tensor_cores) note_fp32_fallback<T>(d, "backward");
+  if (algo != ConvAlgo::direct && tiled_backward<T>(d, x, w, dy, code, dx, dw, db, stream)) return;
   direct_backward<T>(d, x, w, dy, code, dx, dw, db, stream);
 }
 
@@ -273,12 +313,13 @@ void backward_t(const ConvReluPoolDims& d, const void* x, const void* w, const v
 
 ConvAlgo conv_relu_pool_resolve_algo(const ConvReluPoolDims& d, DType dtype, ConvAlgo requested) {
   const bool any = requested == ConvAlgo::automatic;
+  // resident's launchers may still refuse a part (alignment, shared memory), which then falls back to mma.
+  if (requested == ConvAlgo::resident && resident_can_run(d, dtype)) return ConvAlgo::resident;
   // cin1 also needs 16-byte aligned y/code/dy (true for device_alloc'd tensors); it is not checked here.
   if ((any || requested == ConvAlgo::cin1) && cin1_can_run(d)) return ConvAlgo::cin1;
-  if ((any || requested == ConvAlgo::mma) && mma_can_run(d, dtype)) return ConvAlgo::mma;
-  if ((any || requested == ConvAlgo::mma || requested == ConvAlgo::tiled || requested == ConvAlgo::cin1) &&
-      tiled_can_run(d))
-    return ConvAlgo::tiled;
+  const bool tensor_cores = any || requested == ConvAlgo::mma || requested == ConvAlgo::resident;
+  if (tensor_cores && mma_can_run(d, dtype)) return ConvAlgo::mma;
+  if (requested != ConvAlgo::direct && tiled_can_run(d)) return ConvAlgo::tiled;
   return ConvAlgo::direct;
 }
 

@@ -54,13 +54,18 @@ void conv_relu_pool_backward_cpu(const ConvReluPoolDims& d, DType dtype, const v
 
 // Which CUDA implementation conv_relu_pool_*_cuda runs (the CPU twin has one).
 // automatic picks the fastest variant valid for the shape and the GPU; an
-// explicit variant that cannot run a shape (e.g. mma with Cin % 8 != 0, or on a
-// GPU older than sm_80) falls back to the next simpler one, ending at direct.
+// explicit variant that cannot run a shape (e.g. mma with Cin % 16 != 0, or on
+// a GPU older than sm_80) falls back to the next simpler one, ending at direct.
 // Process-wide; the environment variable MELFORGE_CONV_ALGO (auto, direct,
-// tiled, mma, cin1) sets the initial value. cin1 is the Cin = 1 input layer's
-// path (k = 3, pool 1 or 2, Cout a power of two in [16, 256]); automatic takes
-// it first when it can run, and an explicit cin1 falls back to tiled, then direct.
-enum class ConvAlgo : int { automatic = 0, direct = 1, tiled = 2, mma = 3, cin1 = 4 };
+// tiled, mma, cin1, resident) sets the initial value. cin1 is the Cin = 1
+// input layer's path (k = 3, pool 1 or 2, Cout a power of two in [16, 256]);
+// automatic takes it first when it can run, and an explicit cin1 falls back to
+// tiled, then direct. resident is the workload-shaped tensor-core variant
+// (bf16/f16, sm_80+: weights resident in shared memory, cp.async-staged
+// inputs, ldmatrix fragments, all k*k taps of dw in one block); it falls back
+// to mma, tiled, direct. automatic does not pick it until a GPU measurement
+// says it wins (docs/decisions.md).
+enum class ConvAlgo : int { automatic = 0, direct = 1, tiled = 2, mma = 3, cin1 = 4, resident = 5 };
 void set_conv_relu_pool_algo(ConvAlgo algo);
 ConvAlgo conv_relu_pool_algo();
 const char* conv_algo_name(ConvAlgo algo);

@@ -34,7 +34,8 @@ class WeightPartials {
 };
 
 // part[(chunk * cout + co) * (k*k*cin + 1) + j] -> dw[co * k*k*cin + j] (j < k*k*cin)
-// and db[co] (j = k*k*cin), summed over chunk = 0, 1, ... in that order.
+// and db[co] (j = k*k*cin), summed over the chunks in a fixed order that depends
+// on the chunk count only (reduce_partials_kernel in conv_relu_pool.cu).
 // chunks == 0 writes zeros.
 void launch_reduce_partials(const ConvReluPoolDims& d, const float* part, int chunks, float* dw, float* db,
                             cudaStream_t stream);
@@ -44,6 +45,15 @@ void launch_reduce_partials(const ConvReluPoolDims& d, const float* part, int ch
 bool tiled_can_run(const ConvReluPoolDims& d);
 bool mma_can_run(const ConvReluPoolDims& d, DType dtype);
 bool cin1_can_run(const ConvReluPoolDims& d);
+// The resident variant's common conditions: bf16/f16, k in {1, 3}, pool in
+// {1, 2}, Cin and Cout multiples of 16, an sm_80+ GPU. Each of its launchers
+// may refuse more (alignment, shared memory) by returning false.
+bool resident_can_run(const ConvReluPoolDims& d, DType dtype);
+
+// Logs once per process and direction ("forward" / "backward") that a bf16/f16
+// conv runs an FP32 CUDA-core kernel instead of tensor cores, and why. Cin = 1
+// (the memory-bound input layer) is not reported.
+void note_conv_fp32_fallback(const ConvReluPoolDims& d, DType dtype, const char* direction, const char* why);
 
 // Variant 2: tiled shared-memory FP32-accumulating kernels (any T). Variant 3:
 // tensor-core implicit GEMM (bf16/f16, sm_80+). T is float, mf::f16 or mf::bf16.
@@ -68,5 +78,20 @@ bool cin1_forward(const ConvReluPoolDims& d, const void* x, const void* w, const
 template <class T>
 bool cin1_backward(const ConvReluPoolDims& d, const void* x, const void* w, const void* dy,
                    const std::uint8_t* code, void* dx, float* dw, float* db, cudaStream_t stream);
+
+// Variant 5, "resident" (bf16/f16 only; float returns false). Forward and dx
+// (conv_relu_pool_resident.cu): persistent implicit-GEMM blocks with their
+// output-channel slice of the weights resident in shared memory. dw/db
+// (conv_relu_pool_resident_dw.cu): all k*k taps per block from one input halo,
+// per-block partials over many pixel tiles, then launch_reduce_partials.
+template <class T>
+bool resident_forward(const ConvReluPoolDims& d, const void* x, const void* w, const void* b, void* y,
+                      std::uint8_t* code, cudaStream_t stream);
+template <class T>
+bool resident_dx(const ConvReluPoolDims& d, const void* w, const void* dy, const std::uint8_t* code, void* dx,
+                 cudaStream_t stream);
+template <class T>
+bool resident_dw(const ConvReluPoolDims& d, const void* x, const void* dy, const std::uint8_t* code, float* dw,
+                 float* db, cudaStream_t stream);
 
 }  // namespace mf::kernels

@@ -33,6 +33,7 @@
 #include "engine/error.hpp"
 #include "kernels/conv_relu_pool_cuda.cuh"
 #include "kernels/cuda_types.cuh"
+#include "kernels/mma.cuh"
 
 namespace mf::kernels {
 
@@ -47,29 +48,7 @@ constexpr int kHalo = kT + kMaxK - 1;
 
 enum class Mode { forward, dx };
 
-template <class D>
-__device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
-                                          std::uint32_t b1) {
-#if defined(MELFORGE_CUDA_EMU)
-  mf_emu::mma_m16n8k16<D>(c, a, b0, b1, __FILE__, __LINE__);  // the CPU emulator's (tests/cudaemu/emu_mma.hpp)
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if constexpr (std::is_same_v<D, __nv_bfloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-#else
-  __trap();  // never launched: the host checks the compute capability first
-#endif
-}
+using mma::mma_16816;
 
 __device__ __forceinline__ std::uint32_t ld32(const void* p) { return *static_cast<const std::uint32_t*>(p); }
 

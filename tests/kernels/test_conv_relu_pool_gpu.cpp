@@ -14,6 +14,7 @@
 
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/stream.hpp"
@@ -101,8 +102,8 @@ struct AlgoGuard {
 
 void compare_random(const ConvReluPoolDims& d, DType dt, ConvAlgo algo, Stream& s) {
   const std::uint64_t seed = fresh_seed();
-  INFO("algo ", kernels::conv_algo_name(algo), " (runs ",
-       kernels::conv_algo_name(kernels::conv_relu_pool_resolve_algo(d, dt, algo)), ") dtype ", dtype_name(dt),
+  INFO("algo ", std::string(kernels::conv_algo_name(algo)), " (runs ",
+       std::string(kernels::conv_algo_name(kernels::conv_relu_pool_resolve_algo(d, dt, algo))), ") dtype ", dtype_name(dt),
        " n ", d.n, " h ", d.h, " w ", d.w, " cin ", d.cin, " cout ", d.cout, " k ", d.k, " p ", d.pool,
        " seed ", seed);
   const Inputs in = make_inputs(d, dt, seed, false);
@@ -125,7 +126,8 @@ void compare_random(const ConvReluPoolDims& d, DType dt, ConvAlgo algo, Stream& 
   CHECK(testing::rel_l2(g.db.to_floats(), c.db.to_floats()) <= 1e-4);
 }
 
-const ConvAlgo kAlgos[] = {ConvAlgo::direct, ConvAlgo::tiled, ConvAlgo::mma, ConvAlgo::cin1, ConvAlgo::automatic};
+const ConvAlgo kAlgos[] = {ConvAlgo::direct,   ConvAlgo::tiled,    ConvAlgo::mma,
+                           ConvAlgo::cin1,     ConvAlgo::resident, ConvAlgo::automatic};
 const DType kTypes[] = {DType::f32, DType::bf16, DType::f16};
 
 }  // namespace
@@ -158,7 +160,7 @@ TEST_CASE("CUDA variants on a large batch (many dw/db chunks)") {
   const ConvReluPoolDims shapes[] = {{emu_scaled(512, 32), 64, 64, 1, 32, 3, 2},
                                      {emu_scaled(256, 32), 32, 32, 32, 64, 3, 2},
                                      {emu_scaled(256, 32), 16, 16, 64, 128, 3, 2}};
-  for (ConvAlgo a : {ConvAlgo::direct, ConvAlgo::automatic})
+  for (ConvAlgo a : {ConvAlgo::direct, ConvAlgo::resident, ConvAlgo::automatic})
     for (const auto& d : shapes) compare_random(d, DType::bf16, a, s);
   compare_random(shapes[0], DType::f32, ConvAlgo::cin1, s);  // Cin = 1 at batch 512: 1024 dw chunks
   compare_random(shapes[1], DType::f32, ConvAlgo::automatic, s);
@@ -177,7 +179,7 @@ TEST_CASE("exact small-integer cases: every variant equals the CPU twin bit for 
     for (DType dt : kTypes) {
       for (const auto& d : shapes) {
         const std::uint64_t seed = fresh_seed();
-        INFO("algo ", kernels::conv_algo_name(a), " dtype ", dtype_name(dt), " n ", d.n, " h ", d.h, " w ", d.w,
+        INFO("algo ", std::string(kernels::conv_algo_name(a)), " dtype ", dtype_name(dt), " n ", d.n, " h ", d.h, " w ", d.w,
              " cin ", d.cin, " cout ", d.cout, " k ", d.k, " p ", d.pool, " seed ", seed);
         const Inputs in = make_inputs(d, dt, seed, true);
         AlgoGuard guard(a);
@@ -200,7 +202,7 @@ TEST_CASE("CUDA results are bit-identical run after run") {
   for (ConvAlgo a : kAlgos) {
     for (DType dt : kTypes) {
       for (const auto& d : shapes) {
-        INFO("algo ", kernels::conv_algo_name(a), " dtype ", dtype_name(dt), " cin ", d.cin);
+        INFO("algo ", std::string(kernels::conv_algo_name(a)), " dtype ", dtype_name(dt), " cin ", d.cin);
         AlgoGuard guard(a);
         const Inputs in = make_inputs(d, dt, fresh_seed(), false);
         const Outputs r1 = run(in, Device::cuda(0), s), r2 = run(in, Device::cuda(0), s);
