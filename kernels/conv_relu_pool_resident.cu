@@ -1,20 +1,677 @@
-// conv_relu_pool variant 5, "resident": forward and dx. (Being written: until
-// then both launchers refuse every shape, so the dispatcher falls back to mma.)
+// conv_relu_pool variant 5, "resident": forward and dx (dw/db are in
+// conv_relu_pool_resident_dw.cu). BF16/FP16 implicit GEMM on tensor cores,
+// shaped for LeakCNN-64's layers 2/3 at a large batch (32x32x32 -> 64 and
+// 16x16x64 -> 128, k 3, pool 2): tiny weights, a huge batch.
+//
+// One kernel, resident_kernel<D, K, P, NT, Mode>, runs both directions as a
+// forward-style convolution of a 16-channel-sliced input with weights laid out
+// [out channel][K*K*in channels] (OHWI):
+//   forward  input x [N,H,W,Cin], weights w as given, output y/code [N,PH,PW,Cout]
+//            through the fused bias + ReLU + p x p max + argmax-code epilogue
+//            (the mma variant's rules exactly: ties to the first element in
+//            row-major order, NaN wins, a winner <= 0 gives kNoGrad).
+//   dx       input g = dy routed through the codes (g[n][oh][ow][co] = dy at the
+//            pooled cell when its code names (oh % p, ow % p), else 0), weights
+//            w' [Cin][K][K][Cout] with w'[ci][r][s][co] = w[co][K-1-r][K-1-s][ci]
+//            (flip_weights_kernel, once per call into a stream-ordered
+//            workspace), output dx [N,H,W,Cin]: dx = correlation of g with w'.
+//
+// GEMM per block: M = a 16 x 16 tile of output pixels, N = one slice of NT*8
+// output channels, K = K*K*in_c in 16-channel stages. NT (pick_nt): 4 when
+// the layer has <= 32 output channels (layer 2's dx: no half-empty MMAs),
+// else 8, unless only 4 keeps two blocks per SM or fits at all.
+//   threads  256 = 8 warps, all along M. Warp w owns tile rows 2w, 2w+1, as
+//            two m16 tiles (cols 0..7 and 8..15; fragment row g -> row 2w,
+//            g + 8 -> row 2w+1, col g: the 2 x 2 pool window is the fragment's
+//            two rows and lane ^ 4), and the whole N slice: warp tile 32 x 64
+//            (NT 8) or 32 x 32 (NT 4); 2*NT*4 f32 accumulators per thread.
+//   per tap  (r, s) and 16-channel stage: 2 ldmatrix.x4 (A, from the halo) +
+//            NT/2 ldmatrix.x4 (B, resident weights) feed 2*NT mma.m16n8k16:
+//            NT 8: 6 x 512 B per 16 MMAs (32768 MACs) = 0.094 B/MAC from shared
+//            memory; NT 4: 0.125 B/MAC (the mma variant: 0.156 B/MAC, 32-bit loads).
+//   smem     (dynamic; opt-in above 48 KB, refused when over the device's limit)
+//            weights  NT*8 rows x (K*K*in_c + 8) halves, loaded once per block
+//                     by cp.async and kept for all its tiles (the 8-half pad
+//                     makes the row stride an odd number of 16-byte units:
+//                     ldmatrix is bank-conflict-free);
+//            halo     2 stages x (16+K-1)^2 pixels x 24 halves (16 channels +
+//                     8 pad = 48 B: conflict-free ldmatrix rows).
+//            bf16/f16 k 3 on sm_90 (227 KB per block, 228 KB per SM):
+//              layer 2 forward NT 8, 1 slice:  37,888 + 31,104 =  68,992 B
+//              layer 3 forward NT 8, 2 slices: 74,752 + 31,104 = 105,856 B
+//              layer 2 dx      NT 4, 1 slice:  37,376 + 31,104 =  68,480 B
+//              layer 3 dx      NT 4, 2 slices: 74,240 + 31,104 = 105,344 B
+//            (NT 8 would be 179,584 B: one block per SM), so 2 blocks per SM
+//            each. On sm_80 (163 KB) layer 3 forward takes NT 4 too; on
+//            sm_86/89/120 (99 KB) layer 3 forward runs NT 4 with one block per
+//            SM and layer 3 dx does not fit (the mma variant runs it).
+//   pipeline persistent: grid = (SMs x blocks per SM (<= 2, from the shared
+//            memory each needs) / slices, slices); a block walks tiles
+//            blockIdx.x, + gridDim.x, ... and within each tile its 16-channel
+//            stages, as one flat sequence (the next tile's first stage loads
+//            during the current tile's last). Forward: the next stage's halo is
+//            copied by cp.async (16 B, zero-filled outside the image) while the
+//            current one is multiplied (2 stages, one barrier per stage). dx:
+//            the next stage's dy (16 B = 8 channels) and codes (8 B) are loaded
+//            into registers before the current stage's MMAs and routed into
+//            shared memory after them (g is computed, so cp.async cannot write it).
+//   epilogue 16-byte stores: each quad of lanes transposes its 4 x 4 words by
+//            shuffles so that a lane holds 8 consecutive channels of one pixel
+//            (16 B of y/dx, 8 B of codes).
+//   L2       per 16 x 16 tile and slice: the (16+K-1)^2 x in_c halo (k 3:
+//            1.27x the tile's input) and the weight slice once per block:
+//            layer 2 forward ~0.0044 B/MAC read + 0.0026 B/MAC written;
+//            layer 3 forward the same read per slice (x is read twice).
+//   registers ptxas -v, sm_90, CUDA 13.0, same for bf16 and f16, no spills
+//            (__launch_bounds__(256, 2) caps at 128):
+//              forward K3 P2 NT8 128, K3 P1 NT8 124-125, K3 NT4 96,
+//                      K1 NT8 114-118, K1 NT4 77-78;
+//              dx      K3 NT8 127, K3 NT4 112, K1 NT8 123-125, K1 NT4 83-85;
+//              flip_weights_kernel 32.
+//            (sm_100/sm_120: forward K3 NT8 spills 4-16 bytes; sm_80/86/89 none.)
+//   occupancy predicted (not measured): 2 blocks = 16 warps per SM for
+//            layers 2/3, both directions, on sm_90.
+// Index arithmetic: K, P and the tile are template constants (halo indexing
+// divides by constants); the tile cursor divides once per tile; no float
+// atomics; a tile's result depends only on its inputs (deterministic, and the
+// grid size never changes the bits).
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
+#include "engine/error.hpp"
 #include "kernels/conv_relu_pool_cuda.cuh"
+#include "kernels/cuda_types.cuh"
+#include "kernels/mma.cuh"
 
 namespace mf::kernels {
 
-template <class T>
-bool resident_forward(const ConvReluPoolDims&, const void*, const void*, const void*, void*, std::uint8_t*,
-                      cudaStream_t) {
-  return false;
+namespace {
+
+constexpr int kThreads = 256;  // 8 warps
+constexpr int kTile = 16;      // output tile side (pixels)
+constexpr int kKC = 16;        // input channels per stage
+constexpr int kRowA = kKC + 8; // halves per halo pixel in shared memory (48 B)
+constexpr int kStages = 2;     // halo buffers
+constexpr unsigned kFull = 0xffffffffu;
+
+enum class Mode { forward, dx };
+
+// Compile-time halo geometry for a k x k conv.
+template <int K>
+struct Halo {
+  static constexpr int kPad = K / 2;
+  static constexpr int kHW = kTile + K - 1;           // halo side
+  static constexpr int kHaloPix = kHW * kHW;
+  static constexpr int kItems = kHaloPix * 2;         // 16-byte pieces per stage (2 per pixel)
+  static constexpr int kPerThread = (kItems + kThreads - 1) / kThreads;
+  static constexpr int kStageHalves = kHaloPix * kRowA;
+};
+
+// Everything a block needs; built by the launcher. "in" is the GEMM's input
+// (x, or dy routed by code_in), "out" its output (y + code_out, or dx).
+template <class D>
+struct Args {
+  const D* in;
+  const std::uint8_t* code_in;  // dx: the forward's codes [N,PH,PW,Cout]
+  const D* wgt;                 // [out_c][K*K*in_c]
+  const D* bias;                // forward: [Cout]
+  D* out;
+  std::uint8_t* code_out;       // forward: may be null
+  int h, w, ph, pw;             // the layer's dims (conv H x W, pooled PH x PW)
+  int in_c, out_c;
+  int row_w;                    // K*K*in_c + 8: the resident weight row (halves)
+  int out_h, out_w;             // output pixel grid tiled by 16 x 16
+  int src_h, src_w;             // where the input is non-zero (x: H x W; g: PH*p x PW*p)
+  int tiles_x, tiles_per_img, tiles, chunks;  // chunks = in_c / 16 stages per tile
+};
+
+// Walks a block's (tile, stage) sequence: tiles blockIdx.x, + gridDim.x, ...
+struct Cursor {
+  int tile = 0, chunk = 0, img = 0, oh0 = 0, ow0 = 0;
+  template <class D>
+  __device__ void set(int t, const Args<D>& a) {
+    tile = t;
+    chunk = 0;
+    img = t / a.tiles_per_img;
+    const int r = t - img * a.tiles_per_img, ty = r / a.tiles_x;
+    oh0 = ty * kTile;
+    ow0 = (r - ty * a.tiles_x) * kTile;
+  }
+  template <class D>
+  __device__ void next(const Args<D>& a) {
+    if (++chunk == a.chunks) set(tile + int(gridDim.x), a);
+  }
+};
+
+// ---- staging --------------------------------------------------------------
+
+// The block's weight slice (rows n0 .. n0 + kN - 1, zero beyond out_c) into
+// shared memory, once: 16-byte cp.async pieces, one group (the caller commits).
+template <class D, int NT>
+__device__ void stage_weights(const Args<D>& a, D* sw, int n0) {
+  constexpr int kN = NT * 8;
+  const int per_row = (a.row_w - 8) / 8;  // K*K*in_c / 8
+  for (int e = threadIdx.x; e < kN * per_row; e += kThreads) {
+    const int n = e / per_row, part = e - n * per_row;
+    const bool ok = n0 + n < a.out_c;
+    const D* src = ok ? a.wgt + std::int64_t(n0 + n) * (a.row_w - 8) + part * 8 : a.wgt;
+    mma::cp_async16(sw + n * a.row_w + part * 8, src, ok);
+  }
+}
+
+// Forward: one stage of the x halo (16 channels from c0) by cp.async, zero
+// outside the image.
+template <class D, int K>
+__device__ void issue_x_halo(const Args<D>& a, const Cursor& c, D* sa) {
+  using G = Halo<K>;
+  const int c0 = c.chunk * kKC;
+#pragma unroll
+  for (int i = 0; i < G::kPerThread; ++i) {
+    const int e = threadIdx.x + i * kThreads;
+    if (G::kItems % kThreads != 0 && e >= G::kItems) break;
+    const int pix = e >> 1, part = e & 1, hr = pix / G::kHW, hc = pix - hr * G::kHW;
+    const int ih = c.oh0 - G::kPad + hr, iw = c.ow0 - G::kPad + hc;
+    const bool ok = unsigned(ih) < unsigned(a.src_h) && unsigned(iw) < unsigned(a.src_w);
+    const D* src = ok ? a.in + ((std::int64_t(c.img) * a.h + ih) * a.w + iw) * a.in_c + c0 + part * 8 : a.in;
+    mma::cp_async16(sa + pix * kRowA + part * 8, src, ok);
+  }
+}
+
+// dx: one stage of the routed-gradient halo, in two steps so that the global
+// loads overlap the MMAs: fetch (dy and code vectors into registers), then
+// route_and_store (g into shared memory).
+template <int K>
+struct Fetched {
+  uint4 dy[Halo<K>::kPerThread];
+  uint2 code[Halo<K>::kPerThread];
+};
+
+template <class D, int K, int P>
+__device__ void fetch_g(const Args<D>& a, const Cursor& c, Fetched<K>& f) {
+  using G = Halo<K>;
+  constexpr int kShift = P == 2 ? 1 : 0;
+  const int c0 = c.chunk * kKC;
+#pragma unroll
+  for (int i = 0; i < G::kPerThread; ++i) {
+    const int e = threadIdx.x + i * kThreads;
+    f.dy[i] = make_uint4(0, 0, 0, 0);
+    f.code[i] = make_uint2(0, 0);
+    if (G::kItems % kThreads != 0 && e >= G::kItems) break;
+    const int pix = e >> 1, part = e & 1, hr = pix / G::kHW, hc = pix - hr * G::kHW;
+    const int oh = c.oh0 - G::kPad + hr, ow = c.ow0 - G::kPad + hc;
+    if (unsigned(oh) < unsigned(a.src_h) && unsigned(ow) < unsigned(a.src_w)) {
+      const std::int64_t o =
+          ((std::int64_t(c.img) * a.ph + (oh >> kShift)) * a.pw + (ow >> kShift)) * a.in_c + c0 + part * 8;
+      f.dy[i] = *reinterpret_cast<const uint4*>(a.in + o);
+      f.code[i] = *reinterpret_cast<const uint2*>(a.code_in + o);
+    }
+  }
+}
+
+// Keeps the halves of v whose code byte equals pos (8 channels).
+__device__ __forceinline__ uint4 route8(uint4 v, uint2 code, unsigned pos) {
+  std::uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int h = 0; h < 8; ++h) {
+    const unsigned byte = ((h < 4 ? code.x : code.y) >> (8 * (h & 3))) & 0xffu;
+    if (byte != pos) w[h >> 1] &= (h & 1) ? 0x0000ffffu : 0xffff0000u;
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+template <class D, int K, int P>
+__device__ void route_and_store_g(const Fetched<K>& f, D* sa) {
+  using G = Halo<K>;
+#pragma unroll
+  for (int i = 0; i < G::kPerThread; ++i) {
+    const int e = threadIdx.x + i * kThreads;
+    if (G::kItems % kThreads != 0 && e >= G::kItems) break;
+    const int pix = e >> 1, part = e & 1, hr = pix / G::kHW, hc = pix - hr * G::kHW;
+    // Tiles start at multiples of 16, so a pixel's place in its pool window
+    // depends on its halo position only. Out-of-range pixels fetched zeros.
+    const unsigned pos = P == 2 ? unsigned(((hr - G::kPad) & 1) * 2 + ((hc - G::kPad) & 1)) : 0u;
+    *reinterpret_cast<uint4*>(sa + pix * kRowA + part * 8) = route8(f.dy[i], f.code[i], pos);
+  }
+}
+
+// ---- the MMAs of one stage --------------------------------------------------
+
+// acc[i][j] += A(m16 tile i of this warp) x B(n-tile j) over the K*K taps and
+// the stage's 16 channels. a_lane / w_lane: this lane's ldmatrix row address
+// for tap (0, 0) of the stage / for weight column 0.
+template <class D, int K, int NT>
+__device__ __forceinline__ void mma_stage(float (&acc)[2][NT][4], const D* a_lane, const D* w_lane, int row_w,
+                                          int in_c, int c0) {
+  using G = Halo<K>;
+#pragma unroll 1  // rolled: unrolling all k*k taps lets ptxas hoist fragment loads and spill
+  for (int r = 0; r < K; ++r) {
+#pragma unroll
+    for (int s = 0; s < K; ++s) {
+      std::uint32_t a[2][4];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) mma::ldmatrix_x4<false>(a[i], a_lane + (r * G::kHW + s + 8 * i) * kRowA);
+      const D* wp = w_lane + (r * K + s) * in_c + c0;
+#pragma unroll
+      for (int p = 0; p < NT / 2; ++p) {
+        std::uint32_t b[4];  // b[0], b[1]: n-tile 2p; b[2], b[3]: n-tile 2p + 1
+        mma::ldmatrix_x4<false>(b, wp + 16 * p * row_w);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          mma::mma_16816<D>(acc[i][2 * p], a[i], b[0], b[1]);
+          mma::mma_16816<D>(acc[i][2 * p + 1], a[i], b[2], b[3]);
+        }
+      }
+    }
+  }
+}
+
+// ---- epilogue ---------------------------------------------------------------
+
+template <class D>
+__device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
+  const D l = cuda::store_f32<D>(lo), h = cuda::store_f32<D>(hi);
+  std::uint16_t bl, bh;
+  std::memcpy(&bl, &l, 2);
+  std::memcpy(&bh, &h, 2);
+  return std::uint32_t(bl) | (std::uint32_t(bh) << 16);
+}
+
+__device__ __forceinline__ std::uint32_t sel4(const std::uint32_t (&w)[4], int i) {
+  return (i & 2) ? ((i & 1) ? w[3] : w[2]) : ((i & 1) ? w[1] : w[0]);
+}
+
+// Lane t of each quad holds w[j] = channels 8j + 2t, 8j + 2t + 1 of one pixel
+// (j < 4). Returns lane t's n-tile t: channels 8t .. 8t + 7, in order.
+__device__ __forceinline__ uint4 quad_transpose(const std::uint32_t (&w)[4], int t) {
+  std::uint32_t recv[4];  // recv[x]: lane t ^ x's word of n-tile t
+  recv[0] = sel4(w, t);
+#pragma unroll
+  for (int x = 1; x < 4; ++x) recv[x] = __shfl_xor_sync(kFull, sel4(w, t ^ x), x);
+  return make_uint4(sel4(recv, t), sel4(recv, t ^ 1), sel4(recv, t ^ 2), sel4(recv, t ^ 3));
+}
+
+// Stores one pixel's NT*8 channels (this quad's words) as 16-byte pieces;
+// px points at the pixel's channel n0. Every lane must call (shuffles).
+template <class D, int NT>
+__device__ __forceinline__ void store_values(const std::uint32_t (&yw)[NT], bool ok, D* px, int n_left, int t) {
+#pragma unroll
+  for (int jj = 0; jj < NT; jj += 4) {
+    const std::uint32_t w[4] = {yw[jj], yw[jj + 1], yw[jj + 2], yw[jj + 3]};
+    const uint4 v = quad_transpose(w, t);
+    const int c = 8 * (jj + t);
+    if (ok && c < n_left) *reinterpret_cast<uint4*>(px + c) = v;
+  }
+}
+
+// The codes of the same channels, cw[j] = 2 code bytes (channel 8j + 2t low):
+// 8 bytes per lane and n-tile.
+template <int NT>
+__device__ __forceinline__ void store_codes(const std::uint32_t (&cw)[NT], bool ok, std::uint8_t* px, int n_left,
+                                            int t) {
+  std::uint32_t w[4];  // n-tile j in the low half, j + 4 in the high half
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    w[j] = cw[j];
+    if constexpr (NT == 8) w[j] |= cw[j + 4] << 16;
+  }
+  const uint4 v = quad_transpose(w, t);
+  if (!ok) return;
+  if (8 * t < n_left)
+    *reinterpret_cast<uint2*>(px + 8 * t) =
+        make_uint2((v.x & 0xffffu) | (v.y << 16), (v.z & 0xffffu) | (v.w << 16));
+  if (NT == 8 && 8 * (t + 4) < n_left)
+    *reinterpret_cast<uint2*>(px + 8 * (t + 4)) =
+        make_uint2((v.x >> 16) | (v.y & 0xffff0000u), (v.z >> 16) | (v.w & 0xffff0000u));
+}
+
+// Forward: bias + ReLU + p x p max + code for this warp's 2 x 16 pixels.
+template <class D, int P, int NT>
+__device__ void epilogue_forward(const float (&acc)[2][NT][4], const Args<D>& a, const Cursor& c, int n0) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int n_left = a.out_c - n0;
+  const int oh = c.oh0 + 2 * warp;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int ow = c.ow0 + 8 * i + g;
+#pragma unroll
+    for (int rr = 0; rr < (P == 2 ? 1 : 2); ++rr) {
+      std::uint32_t yw[NT], cw[NT];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int co = n0 + 8 * j + 2 * t;  // out_c % 16 == 0: co and co + 1 together
+        const float bias[2] = {co < a.out_c ? cuda::load_f32(a.bias[co]) : 0.f,
+                               co < a.out_c ? cuda::load_f32(a.bias[co + 1]) : 0.f};
+        float res[2];
+        std::uint32_t cd[2];
+#pragma unroll
+        for (int cc = 0; cc < 2; ++cc) {
+          float best;
+          int bpos = 0;
+          if constexpr (P == 2) {
+            // Window rows oh, oh + 1 = fragment rows g, g + 8; its right column is lane ^ 4's.
+            const float v0 = acc[i][j][cc] + bias[cc], v2 = acc[i][j][2 + cc] + bias[cc];
+            const float win[4] = {v0, __shfl_xor_sync(kFull, v0, 4), v2, __shfl_xor_sync(kFull, v2, 4)};
+            best = win[0];
+#pragma unroll
+            for (int q = 1; q < 4; ++q)
+              if (win[q] > best || isnan(win[q])) {
+                best = win[q];
+                bpos = q;
+              }
+          } else {
+            best = acc[i][j][2 * rr + cc] + bias[cc];
+          }
+          const bool pass = best > 0.f || isnan(best);
+          res[cc] = pass ? best : 0.f;
+          cd[cc] = pass ? std::uint32_t(bpos) : std::uint32_t(kNoGrad);
+        }
+        yw[j] = pack2<D>(res[0], res[1]);
+        cw[j] = cd[0] | (cd[1] << 8);
+      }
+      const int py = P == 2 ? oh / 2 : oh + rr, px = P == 2 ? ow / 2 : ow;
+      const bool ok = (P == 1 || (g & 1) == 0) && py < a.ph && px < a.pw;
+      const std::int64_t o = ((std::int64_t(c.img) * a.ph + py) * a.pw + px) * a.out_c + n0;
+      store_values<D, NT>(yw, ok, a.out + (ok ? o : 0), n_left, t);
+      if (a.code_out) store_codes<NT>(cw, ok, a.code_out + (ok ? o : 0), n_left, t);
+    }
+  }
+}
+
+// dx: the f32 sums rounded to D, this warp's 2 x 16 pixels.
+template <class D, int NT>
+__device__ void epilogue_dx(const float (&acc)[2][NT][4], const Args<D>& a, const Cursor& c, int n0) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int ih = c.oh0 + 2 * warp + rr, iw = c.ow0 + 8 * i + g;
+      std::uint32_t yw[NT];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) yw[j] = pack2<D>(acc[i][j][2 * rr], acc[i][j][2 * rr + 1]);
+      const bool ok = ih < a.h && iw < a.w;
+      const std::int64_t o = ((std::int64_t(c.img) * a.h + ih) * a.w + iw) * a.out_c + n0;
+      store_values<D, NT>(yw, ok, a.out + (ok ? o : 0), a.out_c - n0, t);
+    }
+  }
+}
+
+// ---- the kernel ---------------------------------------------------------------
+
+// Registers and shared memory per instantiation: the file's header comment.
+template <class D, int K, int P, int NT, Mode M>
+__global__ void __launch_bounds__(kThreads, 2) resident_kernel(const Args<D> a) {
+  using G = Halo<K>;
+  constexpr int kN = NT * 8;  // output channels per block (slice)
+  extern __shared__ __align__(16) uint4 smem_raw[];
+  D* const sw = reinterpret_cast<D*>(smem_raw);  // [kN][row_w] resident weights
+  D* const sa = sw + kN * a.row_w;            // [kStages][kHaloPix][kRowA] halos
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n0 = blockIdx.y * kN;
+
+  stage_weights<D, NT>(a, sw, n0);
+  mma::cp_async_commit();
+
+  // ldmatrix row addresses. A (m16 tile i, tap (0,0)): matrix lane >> 3 holds
+  // fragment rows (lane >> 3 & 1) * 8 .. +7 (tile row 2w or 2w + 1), channels
+  // (lane >> 4) * 8 .. +7. B: matrix lane >> 3 holds n rows (lane >> 4) * 8 .. +7,
+  // k columns (lane >> 3 & 1) * 8 .. +7.
+  const int a_off = ((2 * warp + ((lane >> 3) & 1)) * G::kHW + (lane & 7)) * kRowA + (lane >> 4) * 8;
+  const D* const w_lane = sw + ((lane >> 4) * 8 + (lane & 7)) * a.row_w + ((lane >> 3) & 1) * 8;
+
+  Cursor load, comp;
+  load.set(blockIdx.x, a);
+  comp = load;
+  [[maybe_unused]] Fetched<K> fetched;
+  if constexpr (M == Mode::forward) {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (load.tile < a.tiles) {
+        issue_x_halo<D, K>(a, load, sa + s * G::kStageHalves);
+        load.next(a);
+      }
+      mma::cp_async_commit();
+    }
+  } else {
+    fetch_g<D, K, P>(a, load, fetched);
+    route_and_store_g<D, K, P>(fetched, sa);
+    load.next(a);
+    mma::cp_async_wait<0>();
+    __syncthreads();
+  }
+
+  float acc[2][NT][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
+
+  int stage = 0;
+  while (comp.tile < a.tiles) {
+    const bool more = load.tile < a.tiles;
+    if constexpr (M == Mode::forward) {
+      // This stage's copies (and, the first time, the weights') have landed
+      // for every thread, and every warp is done with the buffer refilled next.
+      mma::cp_async_wait<kStages - 2>();
+      __syncthreads();
+      if (more) issue_x_halo<D, K>(a, load, sa + ((stage + kStages - 1) % kStages) * G::kStageHalves);
+      mma::cp_async_commit();
+    } else {
+      if (more) fetch_g<D, K, P>(a, load, fetched);
+    }
+    mma_stage<D, K, NT>(acc, sa + stage * G::kStageHalves + a_off, w_lane, a.row_w, a.in_c, comp.chunk * kKC);
+    if (comp.chunk == a.chunks - 1) {
+      if constexpr (M == Mode::forward) epilogue_forward<D, P, NT>(acc, a, comp, n0);
+      else epilogue_dx<D, NT>(acc, a, comp, n0);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
+    }
+    if constexpr (M == Mode::dx) {
+      // The other buffer was last read before the previous barrier.
+      if (more) route_and_store_g<D, K, P>(fetched, sa + (stage ^ 1) * G::kStageHalves);
+      __syncthreads();
+    }
+    if (more) load.next(a);
+    comp.next(a);
+    stage = (stage + 1) % kStages;
+  }
+  if constexpr (M == Mode::forward) mma::cp_async_wait<0>();  // no copy outlives the block
+}
+
+// w'[ci][r][s][co] = w[co][K-1-r][K-1-s][ci]: dx's weights as an OHWI conv
+// weight with O = Cin, I = Cout (73,728 elements for layer 3: negligible).
+template <class D>
+__global__ void flip_weights_kernel(const D* __restrict__ w, D* __restrict__ wf, int k, int cin, int cout) {
+  const std::int64_t total = std::int64_t(cin) * k * k * cout;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const int co = int(i % cout);
+    const std::int64_t rest = i / cout;
+    const int rs = int(rest % (k * k)), ci = int(rest / (k * k));
+    wf[i] = w[(std::int64_t(co) * k * k + (k * k - 1 - rs)) * cin + ci];
+  }
+}
+
+// ---- launchers --------------------------------------------------------------------
+
+bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+
+std::size_t smem_bytes(int k, int nt, int row_w) {
+  const int hw = kTile + k - 1;
+  return 2 * (std::size_t(nt) * 8 * row_w + std::size_t(kStages) * hw * hw * kRowA);
+}
+
+struct DeviceLimits {
+  int sms = 0, smem_optin = 0;
+};
+DeviceLimits device_limits() {
+  int dev = 0;
+  DeviceLimits l;
+  MF_CUDA_CHECK(cudaGetDevice(&dev));
+  MF_CUDA_CHECK(cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, dev));
+  MF_CUDA_CHECK(cudaDeviceGetAttribute(&l.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return l;
+}
+
+// Blocks of `smem` bytes that fit on one SM: shared memory per SM on sm_80..sm_120
+// is the per-block opt-in limit + 1 KB, and each block reserves 1 KB; capped at
+// 2 by __launch_bounds__(256, 2)'s register budget. 0: does not fit.
+int blocks_per_sm(std::size_t smem, const DeviceLimits& lim) {
+  if (smem > std::size_t(lim.smem_optin)) return 0;
+  return std::size_t(lim.smem_optin) + 1024 >= 2 * (smem + 1024) ? 2 : 1;
+}
+
+// The N tile (n-tiles of 8 channels per block: 4 or 8), 0 when neither fits.
+// 4 when the layer has <= 32 output channels (no half-empty MMAs); else 8
+// (the wider warp tile, fewer shared-memory bytes per MAC) unless only 4 keeps
+// two blocks per SM (layer 3's dx on sm_90: 179,584 B for 8 vs 105,344 for 4;
+// a prediction to check on a GPU), or only 4 fits at all.
+int pick_nt(int k, int out_c, int row_w, const DeviceLimits& lim) {
+  const int narrow = blocks_per_sm(smem_bytes(k, 4, row_w), lim);
+  if (out_c <= 32) return narrow > 0 ? 4 : 0;
+  const int wide = blocks_per_sm(smem_bytes(k, 8, row_w), lim);
+  if (wide > 0 && wide >= narrow) return 8;
+  return narrow > 0 ? 4 : 0;
+}
+
+// Fills the geometry of Args for one direction; false when the tile count
+// does not fit an int.
+template <class D>
+bool make_args(Args<D>& a, const ConvReluPoolDims& d, Mode mode) {
+  a.h = d.h;
+  a.w = d.w;
+  a.ph = d.ph();
+  a.pw = d.pw();
+  const bool fwd = mode == Mode::forward;
+  a.in_c = fwd ? d.cin : d.cout;
+  a.out_c = fwd ? d.cout : d.cin;
+  a.row_w = d.k * d.k * a.in_c + 8;
+  a.out_h = fwd ? a.ph * d.pool : d.h;
+  a.out_w = fwd ? a.pw * d.pool : d.w;
+  a.src_h = fwd ? d.h : a.ph * d.pool;
+  a.src_w = fwd ? d.w : a.pw * d.pool;
+  a.tiles_x = (a.out_w + kTile - 1) / kTile;
+  a.tiles_per_img = ((a.out_h + kTile - 1) / kTile) * a.tiles_x;
+  const std::int64_t tiles = d.n * a.tiles_per_img;
+  if (tiles >= (std::int64_t(1) << 30)) return false;  // the cursors add gridDim.x to an int
+  a.tiles = int(tiles);
+  a.chunks = a.in_c / kKC;
+  return true;
+}
+
+// MELFORGE_RESIDENT_BLOCKS=n caps the persistent grid at n blocks per slice
+// (0 or unset: the occupancy-based size). For tests (the emulator's 132 SMs
+// would give small shapes one tile per block) and grid-size experiments on a
+// GPU; the results do not depend on it.
+int grid_cap() {
+  static const int cap = [] {
+    const char* s = std::getenv("MELFORGE_RESIDENT_BLOCKS");
+    return s ? std::atoi(s) : 0;
+  }();
+  return cap;
+}
+
+template <class D, int K, int P, int NT, Mode M>
+void launch_nt(const Args<D>& a, const DeviceLimits& lim, cudaStream_t stream) {
+  const std::size_t smem = smem_bytes(K, NT, a.row_w);
+  const int per_sm_blocks = blocks_per_sm(smem, lim);  // >= 1: pick_nt checked
+  const int slices = (a.out_c + NT * 8 - 1) / (NT * 8);
+  int gx = lim.sms * per_sm_blocks / slices;
+  if (grid_cap() > 0 && gx > grid_cap()) gx = grid_cap();
+  gx = gx < 1 ? 1 : (gx > a.tiles ? a.tiles : gx);
+  auto* kernel = resident_kernel<D, K, P, NT, M>;
+  if (smem > 48 * 1024)
+    MF_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  resident_kernel<D, K, P, NT, M><<<dim3(unsigned(gx), unsigned(slices)), kThreads, smem, stream>>>(a);
+  MF_CUDA_CHECK_LAUNCH();
+}
+
+template <class D, Mode M>
+void launch(const Args<D>& a, const ConvReluPoolDims& d, int nt, const DeviceLimits& lim, cudaStream_t stream) {
+  const bool wide = nt == 8;
+  if (d.k == 3) {
+    if (d.pool == 2) wide ? launch_nt<D, 3, 2, 8, M>(a, lim, stream) : launch_nt<D, 3, 2, 4, M>(a, lim, stream);
+    else wide ? launch_nt<D, 3, 1, 8, M>(a, lim, stream) : launch_nt<D, 3, 1, 4, M>(a, lim, stream);
+  } else {
+    if (d.pool == 2) wide ? launch_nt<D, 1, 2, 8, M>(a, lim, stream) : launch_nt<D, 1, 2, 4, M>(a, lim, stream);
+    else wide ? launch_nt<D, 1, 1, 8, M>(a, lim, stream) : launch_nt<D, 1, 1, 4, M>(a, lim, stream);
+  }
 }
 
 template <class T>
-bool resident_dx(const ConvReluPoolDims&, const void*, const void*, const std::uint8_t*, void*, cudaStream_t) {
-  return false;
+constexpr DType dtype_of() {
+  return std::is_same_v<T, bf16> ? DType::bf16 : DType::f16;
+}
+
+}  // namespace
+
+template <class T>
+bool resident_forward(const ConvReluPoolDims& d, const void* x, const void* w, const void* b, void* y,
+                      std::uint8_t* code, cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, float>) {
+    return false;
+  } else {
+    if (!resident_can_run(d, dtype_of<T>()) || !aligned16(x) || !aligned16(w) || !aligned16(y) ||
+        !aligned16(code))
+      return false;
+    using D = cuda::device_t<T>;
+    Args<D> a{};
+    if (!make_args(a, d, Mode::forward)) return false;
+    const DeviceLimits lim = device_limits();
+    const int nt = pick_nt(d.k, a.out_c, a.row_w, lim);
+    if (nt == 0) return false;  // the weight slice does not fit in shared memory
+    if (a.tiles == 0) return true;
+    a.in = static_cast<const D*>(x);
+    a.wgt = static_cast<const D*>(w);
+    a.bias = static_cast<const D*>(b);
+    a.out = static_cast<D*>(y);
+    a.code_out = code;
+    launch<D, Mode::forward>(a, d, nt, lim, stream);
+    return true;
+  }
+}
+
+template <class T>
+bool resident_dx(const ConvReluPoolDims& d, const void* w, const void* dy, const std::uint8_t* code, void* dx,
+                 cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, float>) {
+    return false;
+  } else {
+    if (!resident_can_run(d, dtype_of<T>()) || !aligned16(w) || !aligned16(dy) || !aligned16(code) ||
+        !aligned16(dx))
+      return false;
+    using D = cuda::device_t<T>;
+    Args<D> a{};
+    if (!make_args(a, d, Mode::dx)) return false;
+    const DeviceLimits lim = device_limits();
+    const int nt = pick_nt(d.k, a.out_c, a.row_w, lim);
+    if (nt == 0) return false;  // the weight slice does not fit in shared memory
+    if (a.tiles == 0) return true;
+    // The flipped weights live in a stream-ordered pool workspace (WeightPartials
+    // hands out f32 units; 2 halves each).
+    const std::int64_t elems = std::int64_t(d.cin) * d.k * d.k * d.cout;
+    WeightPartials flipped(std::size_t(elems + 1) / 2, stream);
+    D* wf = reinterpret_cast<D*>(flipped.data());
+    flip_weights_kernel<D><<<cuda::grid_for(elems, 256), 256, 0, stream>>>(static_cast<const D*>(w), wf, d.k,
+                                                                            d.cin, d.cout);
+    MF_CUDA_CHECK_LAUNCH();
+    a.in = static_cast<const D*>(dy);
+    a.code_in = code;
+    a.wgt = wf;
+    a.out = static_cast<D*>(dx);
+    launch<D, Mode::dx>(a, d, nt, lim, stream);
+    return true;
+  }
 }
 
 #define MF_INSTANTIATE(T)                                                                                  \
