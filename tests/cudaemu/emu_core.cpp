@@ -185,6 +185,7 @@ const Idx3& block_idx() { return me("blockIdx"), t_block->block_idx; }
 const Idx3& block_dim() { return me("blockDim"), t_block->block_dim; }
 const Idx3& grid_dim() { return me("gridDim"), t_block->grid_dim; }
 int lane_id() { return me("lane id").linear % 32; }
+int linear_thread_id() { return me("thread index").linear; }
 
 void syncthreads(const char* file, int line) {
   Fiber& f = me("__syncthreads");
@@ -291,6 +292,7 @@ void run_grid(const Idx3& grid, const Idx3& block, const std::function<void()>& 
           f.wait = Wait::none;
         }
         t_block = &b;
+        async_block_begin(nthreads);
         int done = 0;
         while (done < nthreads) {
           if (e.policy == Schedule::shuffle) std::shuffle(order.begin(), order.end(), e.rng);
@@ -329,6 +331,7 @@ void run_grid(const Idx3& grid, const Idx3& block, const std::function<void()>& 
             die(msg);
           }
         }
+        async_block_end();  // cp.async copies no thread waited for land now, unobserved
         t_block = nullptr;
       }
 }

@@ -11,7 +11,10 @@
 namespace mf_emu {
 
 // ---- launches: kernel<<<cfg>>>(args) becomes
-//      ::mf_emu::launch(::mf_emu::LaunchConfig(cfg), "kernel", [](auto... a) { kernel(a...); })(args)
+//      ::mf_emu::launch(::mf_emu::LaunchConfig(cfg), "kernel", [](auto... a) { kernel(a...); },
+//                       MF_EMU_KERNEL_ADDRESS(kernel))(args)
+// (prelude.hpp); the address identifies the kernel for its function attributes
+// (cudaFuncSetAttribute), as the real runtime's function pointer does.
 inline dim3 to_dim3(dim3 d) { return d; }
 template <class I, class = std::enable_if_t<std::is_integral_v<I>>>
 dim3 to_dim3(I v) {
@@ -29,7 +32,10 @@ struct LaunchConfig {
 
 // Defined by the runtime (emu_runtime.cpp): checks the configuration like the
 // driver does, then runs the grid now or records it into a stream capture.
-void submit_launch(const LaunchConfig& cfg, std::function<void()> body, const char* name);
+// `func` is the kernel's address, or null when the launch named an overload
+// set or a template whose arguments are deduced (then only the defaults apply:
+// at most 48 KiB of dynamic shared memory).
+void submit_launch(const LaunchConfig& cfg, std::function<void()> body, const char* name, const void* func);
 // Host-side work ordered on a stream like a kernel (the emulated cuBLASLt's
 // matmuls): runs now, or is recorded while the stream is being captured.
 cudaError_t enqueue_host_work(cudaStream_t stream, std::function<void()> fn, const char* what);

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -181,12 +182,76 @@ cudaError_t enqueue(cudaStream_t s, std::function<void()> fn, const char* what) 
 
 }  // namespace
 
+// ---- per-compute-capability limits ------------------------------------------
+// From the CUDA C++ Programming Guide, "Compute Capabilities", table
+// "Technical Specifications per Compute Capability" (resident blocks and
+// threads per SM, shared memory per SM, the opt-in maximum per block), and the
+// runtime's cudaDevAttrReservedSharedMemoryPerBlock (1 KiB from cc 8.0 on).
+// MELFORGE_EMU_CC picks the row; an unknown cc gets the cc 9.0 row.
+namespace {
+int emulated_cc() {
+  const char* s = std::getenv("MELFORGE_EMU_CC");
+  const int cc = s ? std::atoi(s) : 90;
+  return cc >= 50 ? cc : 90;
+}
+struct SmLimits {
+  int cc;
+  int blocks_per_sm, threads_per_sm;
+  int smem_per_sm, smem_optin, smem_reserved;  // bytes
+};
+constexpr int KiB = 1024;
+constexpr SmLimits kLimits[] = {
+    {70, 32, 2048, 96 * KiB, 96 * KiB, 0},        {75, 16, 1024, 64 * KiB, 64 * KiB, 0},
+    {80, 32, 2048, 164 * KiB, 163 * KiB, 1 * KiB}, {86, 16, 1536, 100 * KiB, 99 * KiB, 1 * KiB},
+    {87, 16, 2048, 164 * KiB, 163 * KiB, 1 * KiB}, {89, 24, 1536, 100 * KiB, 99 * KiB, 1 * KiB},
+    {90, 32, 2048, 228 * KiB, 227 * KiB, 1 * KiB}, {100, 32, 2048, 228 * KiB, 227 * KiB, 1 * KiB},
+    {120, 32, 1536, 100 * KiB, 99 * KiB, 1 * KiB},
+};
+const SmLimits& sm_limits() {
+  const int cc = emulated_cc();
+  for (const SmLimits& l : kLimits)
+    if (l.cc == cc) return l;
+  return kLimits[6];
+}
+constexpr std::size_t kDefaultSmemPerBlock = 48 * 1024;  // dynamic shared memory without an opt-in
+
+std::map<const void*, int> g_max_dyn_smem;  // cudaFuncAttributeMaxDynamicSharedMemorySize per kernel
+std::size_t allowed_dyn_smem(const void* func) {
+  auto it = func ? g_max_dyn_smem.find(func) : g_max_dyn_smem.end();
+  return it == g_max_dyn_smem.end() ? kDefaultSmemPerBlock : std::max(kDefaultSmemPerBlock, std::size_t(it->second));
+}
+}  // namespace
+
 namespace mf_emu {
 thread_local void* t_dynamic_smem = nullptr;
+thread_local std::size_t t_dynamic_smem_bytes = 0;
 void* dynamic_smem() { return t_dynamic_smem; }
+
+Located locate(const void* p) {
+  std::lock_guard lk(g_mu);
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  const auto dyn = reinterpret_cast<std::uintptr_t>(t_dynamic_smem);
+  Located r;
+  if (t_dynamic_smem && a >= dyn && a < dyn + (t_dynamic_smem_bytes + 1023) / 1024 * 1024) {
+    r.space = Space::dynamic_shared;
+    r.base = dyn;
+    r.size = t_dynamic_smem_bytes;
+    return r;
+  }
+  auto it = g_allocs.upper_bound(a);
+  if (it == g_allocs.begin()) return r;
+  --it;
+  const std::size_t padded = (std::max<std::size_t>(it->second.size, 1) + 255) / 256 * 256;  // raw_alloc's rounding
+  if (a >= it->first + padded) return r;
+  r.space = a < it->first + it->second.size ? Space::allocation : Space::past_end;
+  r.base = it->first;
+  r.size = it->second.size;
+  r.device = it->second.kind == MemKind::device;
+  return r;
+}
 }  // namespace mf_emu
 
-void mf_emu::submit_launch(const LaunchConfig& cfg, std::function<void()> body, const char* name) {
+void mf_emu::submit_launch(const LaunchConfig& cfg, std::function<void()> body, const char* name, const void* func) {
   std::lock_guard lk(g_mu);
   const dim3 g = cfg.grid, b = cfg.block;
   const unsigned long long threads = 1ull * b.x * b.y * b.z;
@@ -198,20 +263,40 @@ void mf_emu::submit_launch(const LaunchConfig& cfg, std::function<void()> body, 
                                             std::to_string(b.z) + ")");
     return;
   }
-  if (cfg.smem > 48 * 1024) {
-    fail(cudaErrorInvalidValue, std::string("launch of ") + name + " with " + std::to_string(cfg.smem) +
-                                    " bytes of dynamic shared memory (48 KiB without an opt-in)");
+  // More than 48 KiB of dynamic shared memory needs the kernel's opt-in
+  // (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, n)
+  // with n >= the launch's amount). Static shared memory is not counted.
+  if (cfg.smem > allowed_dyn_smem(func)) {
+    const bool known = func && g_max_dyn_smem.count(func);
+    fail(cudaErrorInvalidValue,
+         std::string("launch of ") + name + " with " + std::to_string(cfg.smem) + " bytes of dynamic shared memory (" +
+             (known ? "its opt-in cudaFuncAttributeMaxDynamicSharedMemorySize is " + std::to_string(g_max_dyn_smem[func])
+                    : std::string(func ? "48 KiB without an opt-in"
+                                       : "48 KiB: the emulator could not take the kernel's address to find its opt-in; "
+                                         "name the kernel with all its template arguments")) +
+             ")");
     return;
   }
   const std::size_t smem = cfg.smem;
   const std::string kname = name;
   auto run = [g, b, smem, kname, body = std::move(body)]() {
     std::lock_guard lk2(g_mu);
-    std::vector<unsigned char> dyn(std::max<std::size_t>(smem, 16), 0xFF);
+    // 1024-byte aligned (the largest alignment kernels ask of shared memory),
+    // NaN-poisoned: shared memory starts with whatever the last block left.
+    const std::size_t bytes = (std::max<std::size_t>(smem, 1) + 1023) / 1024 * 1024;
+    std::unique_ptr<void, decltype(&std::free)> dyn(std::aligned_alloc(1024, bytes), &std::free);
+    if (!dyn) {
+      note("cannot allocate " + std::to_string(bytes) + " bytes of dynamic shared memory");
+      std::abort();
+    }
+    std::memset(dyn.get(), 0xFF, bytes);
     void* saved = t_dynamic_smem;
-    t_dynamic_smem = dyn.data();
+    const std::size_t saved_bytes = t_dynamic_smem_bytes;
+    t_dynamic_smem = dyn.get();
+    t_dynamic_smem_bytes = smem;
     run_grid(Idx3{g.x, g.y, g.z}, Idx3{b.x, b.y, b.z}, body, kname.c_str());
     t_dynamic_smem = saved;
+    t_dynamic_smem_bytes = saved_bytes;
   };
   enqueue(cfg.stream, std::move(run), name);
 }
@@ -224,11 +309,6 @@ cudaError_t mf_emu::enqueue_host_work(cudaStream_t stream, std::function<void()>
 // ---- the runtime API ----------------------------------------------------------
 
 namespace {
-int emulated_cc() {
-  const char* s = std::getenv("MELFORGE_EMU_CC");
-  const int cc = s ? std::atoi(s) : 90;
-  return cc >= 50 ? cc : 90;
-}
 int device_count() {
   const char* s = std::getenv("MELFORGE_EMU_DEVICES");
   return s ? std::atoi(s) : 1;
@@ -256,7 +336,10 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   std::snprintf(p->name, sizeof p->name, "melforge CUDA emulator (sm_%d on the CPU)", emulated_cc());
   p->totalGlobalMem = kTotalMemory;
   p->sharedMemPerBlock = 48 * 1024;
-  p->sharedMemPerBlockOptin = 227 * 1024;
+  p->sharedMemPerBlockOptin = std::size_t(sm_limits().smem_optin);
+  p->sharedMemPerMultiprocessor = std::size_t(sm_limits().smem_per_sm);
+  p->reservedSharedMemPerBlock = std::size_t(sm_limits().smem_reserved);
+  p->maxBlocksPerMultiProcessor = sm_limits().blocks_per_sm;
   p->regsPerBlock = 65536;
   p->warpSize = 32;
   p->maxThreadsPerBlock = 1024;
@@ -271,7 +354,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   p->multiProcessorCount = 132;
   p->l2CacheSize = 50 << 20;
   p->memoryBusWidth = 5120;
-  p->maxThreadsPerMultiProcessor = 2048;
+  p->maxThreadsPerMultiProcessor = sm_limits().threads_per_sm;
   return cudaSuccess;
 }
 
@@ -285,7 +368,11 @@ cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr attr, int device) {
     case cudaDevAttrGlobalMemoryBusWidth: *v = 5120; return cudaSuccess;
     case cudaDevAttrClockRate: *v = 1980000; return cudaSuccess;
     case cudaDevAttrMaxThreadsPerBlock: *v = 1024; return cudaSuccess;
-    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = 227 * 1024; return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = sm_limits().smem_optin; return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *v = sm_limits().smem_per_sm; return cudaSuccess;
+    case cudaDevAttrReservedSharedMemoryPerBlock: *v = sm_limits().smem_reserved; return cudaSuccess;
+    case cudaDevAttrMaxBlocksPerMultiprocessor: *v = sm_limits().blocks_per_sm; return cudaSuccess;
+    case cudaDevAttrMaxThreadsPerMultiProcessor: *v = sm_limits().threads_per_sm; return cudaSuccess;
     case cudaDevAttrMaxSharedMemoryPerBlock: *v = 48 * 1024; return cudaSuccess;
     case cudaDevAttrL2CacheSize: *v = 50 << 20; return cudaSuccess;
     case cudaDevAttrWarpSize: *v = 32; return cudaSuccess;
@@ -702,6 +789,66 @@ cudaError_t cudaGraphDestroy(cudaGraph_t g) {
 cudaError_t cudaProfilerStart(void) { return cudaSuccess; }
 cudaError_t cudaProfilerStop(void) { return cudaSuccess; }
 
-cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int) { return cudaSuccess; }
+// cudaFuncSetAttribute (CUDA runtime API, "Execution Control"): the maximum
+// dynamic shared memory is recorded per kernel and checked at each launch of
+// it; it may not exceed cudaDevAttrMaxSharedMemoryPerBlockOptin (the runtime
+// counts the kernel's static shared memory too, which the emulator does not
+// know). The carveout is a hint (accepted, ignored); other attributes are not
+// emulated.
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+  std::lock_guard lk(g_mu);
+  if (!func) return fail(cudaErrorInvalidDeviceFunction, "cudaFuncSetAttribute of a null function");
+  switch (attr) {
+    case cudaFuncAttributeMaxDynamicSharedMemorySize:
+      if (value < 0 || value > sm_limits().smem_optin)
+        return fail(cudaErrorInvalidValue, "cudaFuncAttributeMaxDynamicSharedMemorySize " + std::to_string(value) +
+                                               " (the device allows 0.." + std::to_string(sm_limits().smem_optin) + ")");
+      g_max_dyn_smem[func] = value;
+      return cudaSuccess;
+    case cudaFuncAttributePreferredSharedMemoryCarveout:
+      if (value < -1 || value > 100)
+        return fail(cudaErrorInvalidValue, "cudaFuncAttributePreferredSharedMemoryCarveout " + std::to_string(value));
+      return cudaSuccess;
+    default:
+      return fail(cudaErrorInvalidValue, "cudaFuncSetAttribute: attribute " + std::to_string(int(attr)) + " is not emulated");
+  }
+}
+
+// cudaOccupancyMaxActiveBlocksPerMultiprocessor (CUDA runtime API,
+// "Occupancy"). The emulator's model: the number of blocks of `blockSize`
+// threads resident on one SM is the smallest of
+//   * the device's resident blocks per SM (cudaDevAttrMaxBlocksPerMultiprocessor),
+//   * resident warps per SM / warps per block (threads per SM / 32 over
+//     ceil(blockSize / 32)),
+//   * shared memory per SM / (dynSmem + the per-block reservation of
+//     cudaDevAttrReservedSharedMemoryPerBlock), no allocation granularity;
+// and 0 when the kernel may not launch with that configuration (blockSize >
+// 1024, or dynSmem over the kernel's dynamic shared memory limit: 48 KiB or
+// its opt-in). Registers are ignored (the emulator does not know how many a
+// kernel uses), as is static shared memory: on a GPU the result can be lower.
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* num_blocks, const void* func, int block_size,
+                                                                  std::size_t dyn_smem, unsigned int flags) {
+  std::lock_guard lk(g_mu);
+  if (!num_blocks) return fail(cudaErrorInvalidValue, "cudaOccupancyMaxActiveBlocksPerMultiprocessor: null numBlocks");
+  if (!func) return fail(cudaErrorInvalidDeviceFunction, "cudaOccupancyMaxActiveBlocksPerMultiprocessor of a null function");
+  if (block_size <= 0) return fail(cudaErrorInvalidValue, "cudaOccupancyMaxActiveBlocksPerMultiprocessor: block size " + std::to_string(block_size));
+  if (flags != cudaOccupancyDefault && flags != cudaOccupancyDisableCachingOverride)
+    return fail(cudaErrorInvalidValue, "cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags: flags " + std::to_string(flags));
+  const SmLimits& l = sm_limits();
+  if (block_size > 1024 || dyn_smem > allowed_dyn_smem(func)) {
+    *num_blocks = 0;
+    return cudaSuccess;
+  }
+  const int by_blocks = l.blocks_per_sm;
+  const int by_warps = (l.threads_per_sm / 32) / ((block_size + 31) / 32);
+  const int by_smem = int(std::size_t(l.smem_per_sm) / (dyn_smem + std::size_t(l.smem_reserved)));
+  *num_blocks = std::min({by_blocks, by_warps, by_smem});
+  return cudaSuccess;
+}
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* num_blocks, const void* func, int block_size,
+                                                          std::size_t dyn_smem) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(num_blocks, func, block_size, dyn_smem,
+                                                                cudaOccupancyDefault);
+}
 
 }  // extern "C"

@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "tests/cudaemu/emu_async.hpp"
 #include "tests/cudaemu/emu_core.hpp"
 #include "tests/cudaemu/emu_launch.hpp"
 #include "tests/cudaemu/emu_mma.hpp"
@@ -93,21 +94,52 @@ template <class F>
 struct Launcher {
   LaunchConfig cfg;
   const char* name;
-  F call;  // [](auto... a) { kernel(a...); }
+  F call;            // [](auto... a) { kernel(a...); }
+  const void* func;  // the kernel's address, or null (see MF_EMU_KERNEL_ADDRESS)
   template <class... A>
   void operator()(A&&... a) const {
     std::tuple<std::decay_t<A>...> args(std::forward<A>(a)...);  // copied at launch, like kernel parameters
     auto c = call;
-    submit_launch(cfg, [c, args]() { std::apply(c, args); }, name);
+    submit_launch(cfg, [c, args]() { std::apply(c, args); }, name, func);
   }
 };
 
 template <class F>
-Launcher<F> launch(const LaunchConfig& cfg, const char* name, F call) {
-  return Launcher<F>{cfg, name, call};
+Launcher<F> launch(const LaunchConfig& cfg, const char* name, F call, const void* func = nullptr) {
+  return Launcher<F>{cfg, name, call, func};
 }
 
+template <class T, class U>
+struct DependentType {
+  using type = U;
+};
+
 }  // namespace mf_emu
+
+// The address of the kernel a launch names, as cudaFuncSetAttribute(kernel, ...)
+// sees it: &kernel when that names one function (a plain kernel, or a template
+// with all its arguments given), else nullptr (an overload set, or a template
+// whose arguments the launch deduces). The requires-expression inside a
+// template lambda, with a dependent target type, turns "cannot resolve the
+// address" into false instead of an error (GCC and Clang).
+#define MF_EMU_KERNEL_ADDRESS(...)                                                                                \
+  ([]<class MfEmuT = void>() -> const void* {                                                                     \
+    if constexpr (requires { reinterpret_cast<typename ::mf_emu::DependentType<MfEmuT, const void*>::type>(&__VA_ARGS__); }) \
+      return reinterpret_cast<typename ::mf_emu::DependentType<MfEmuT, const void*>::type>(&__VA_ARGS__);         \
+    else                                                                                                          \
+      return nullptr;                                                                                             \
+  }())
+
+namespace mf_emu {
+
+}  // namespace mf_emu
+
+// The C++ overload cuda_runtime.h declares only for nvcc (__CUDACC__): a
+// kernel passed as itself, not as const void*.
+template <class T>
+cudaError_t cudaFuncSetAttribute(T* func, cudaFuncAttribute attr, int value) {
+  return ::cudaFuncSetAttribute(reinterpret_cast<const void*>(func), attr, value);
+}
 
 template <class T>
 T __ldg(const T* p) {

@@ -3,8 +3,11 @@
 as host C++ (tests/cudaemu/prelude.hpp supplies the rest).
 
     name<<<cfg>>>(args)  ->  ::mf_emu::launch(::mf_emu::LaunchConfig(cfg), "name",
-                                              [](auto... a) { name(a...); })(args)
-  (a generic lambda, so template kernels deduce their arguments as with <<<>>>)
+                                              [](auto... a) { name(a...); },
+                                              MF_EMU_KERNEL_ADDRESS(name))(args)
+  (a generic lambda, so template kernels deduce their arguments as with <<<>>>;
+  the address, null when `name` is not one function, lets the runtime find the
+  kernel's cudaFuncSetAttribute opt-ins)
 
 and `extern __shared__ T v[];` -> `T* v = static_cast<T*>(::mf_emu::dynamic_smem());`.
 A #line directive keeps diagnostics pointing at the original file.
@@ -15,14 +18,17 @@ import sys
 
 NAME = r"(?P<name>[A-Za-z_][\w:]*(?:\s*<(?:[^<>;]|<[^<>;]*>)*>)?)"
 LAUNCH = re.compile(NAME + r"\s*<<<(?P<cfg>.*?)>>>\s*\(", re.S)
-EXTERN_SMEM = re.compile(r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?(?P<type>[\w:]+)\s+(?P<var>\w+)\s*\[\s*\]\s*;")
+ALIGN = r"(?:(?:__align__|alignas)\s*\(\s*\d+\s*\)\s+)?"
+EXTERN_SMEM = re.compile(r"extern\s+" + ALIGN + r"__shared__\s+" + ALIGN +
+                         r"(?P<type>[\w:]+(?:\s+[\w:]+)*?)\s+" + ALIGN + r"(?P<var>\w+)\s*\[\s*\]\s*;")
 
 
 def rewrite(src: str) -> str:
     def launch(m):
         name = m.group("name").strip()
-        return ('::mf_emu::launch(::mf_emu::LaunchConfig(%s), "%s", [](auto... mf_emu_a) { %s(mf_emu_a...); })('
-                % (m.group("cfg").strip(), re.sub(r"\s+", " ", name).replace('"', "'"), name))
+        return ('::mf_emu::launch(::mf_emu::LaunchConfig(%s), "%s", [](auto... mf_emu_a) { %s(mf_emu_a...); }, '
+                'MF_EMU_KERNEL_ADDRESS(%s))('
+                % (m.group("cfg").strip(), re.sub(r"\s+", " ", name).replace('"', "'"), name, name))
 
     out = LAUNCH.sub(launch, src)
     out = EXTERN_SMEM.sub(lambda m: "%s* %s = static_cast<%s*>(::mf_emu::dynamic_smem());"
