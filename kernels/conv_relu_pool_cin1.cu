@@ -54,6 +54,11 @@
 //            other variants, conv_relu_pool_cuda.cuh). No atomics: bit-identical
 //            run to run. Reads dy + code + x once: the same 3.25 B per output
 //            element as the forward.
+// registers (ptxas -v, CUDA 13.0, sm_90): forward 125-128, dw 120-128, no
+//   spills for any T and P under __launch_bounds__(256, 2) (the patch is read
+//   from smem per conv value, the argmax positions are packed 4 bits per
+//   channel, 16-bit dy stays packed). sm_80 (f32 dw, p = 2) and sm_100/120
+//   (p = 2) still spill 4-28 bytes.
 // cin1_dx_kernel (only when dx is requested; the first layer passes null):
 //   one thread per dx element, gathering the routed gradient over the 9 taps
 //   and Cout channels (weights in smem). Simple, not tuned.
@@ -170,18 +175,20 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   // One pooled pixel (tile index i): computes, stores y when the pixel exists,
   // returns its 8 codes packed little-endian (channel cg*8 + j in byte j).
-  auto pixel = [&](int i, bool& valid, std::int64_t& o) -> uint2 {
-    const int lr = i / kTPW, lc = i % kTPW;
-    const int ph = ph0 + lr, pw = pw0 + lc;
-    valid = ph < ph_n && pw < pw_n;
+  // Where tile pixel i's 8 channels live in y and code; false when the pixel
+  // lies beyond the image (partial tiles).
+  auto place = [&](int i, std::int64_t& o) -> bool {
+    const int ph = ph0 + i / kTPW, pw = pw0 + i % kTPW;
     o = ((n * ph_n + ph) * pw_n + pw) * cout + cg * kCpt;
-    float pt[P + 2][P + 2];
-#pragma unroll
-    for (int a = 0; a < P + 2; ++a)
-#pragma unroll
-      for (int c = 0; c < P + 2; ++c) pt[a][c] = s_x[(lr * P + a) * HC + lc * P + c];
+    return ph < ph_n && pw < pw_n;
+  };
+  auto pixel = [&](int i) -> uint2 {
+    const int lr = i / kTPW, lc = i % kTPW;
+    // The (P+2)^2 input patch is read from smem per conv value (9 broadcast
+    // loads per 72 FMAs) rather than held: 16 registers fewer, no spill.
+    const float* patch = &s_x[(lr * P) * HC + lc * P];
     float best[kCpt] = {};
-    std::uint32_t bpos[kCpt] = {};
+    std::uint32_t bpos = 0;  // channel j's winning position in bits 4j..4j+3 (packed: fewer registers, no spill)
 #pragma unroll
     for (int dr = 0; dr < P; ++dr) {
 #pragma unroll
@@ -198,13 +205,13 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
           for (int s = 0; s < 3; ++s)
 #pragma unroll
-            for (int j = 0; j < kCpt; ++j) acc[j] += pt[dr + r][dc + s] * wr[r * 3 + s][j];
+            for (int j = 0; j < kCpt; ++j) acc[j] += patch[(dr + r) * HC + dc + s] * wr[r * 3 + s][j];
 #pragma unroll
         for (int j = 0; j < kCpt; ++j) {
           // PyTorch's rule: strictly greater wins (ties keep the first), NaN always wins.
           if ((dr == 0 && dc == 0) || acc[j] > best[j] || isnan(acc[j])) {
             best[j] = acc[j];
-            bpos[j] = std::uint32_t(dr * P + dc);
+            bpos = (bpos & ~(0xfu << (4 * j))) | (std::uint32_t(dr * P + dc) << (4 * j));
           }
         }
       }
@@ -215,31 +222,31 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int j = 0; j < kCpt; ++j) {
       const bool pass = best[j] > 0.f || isnan(best[j]);
       out[j] = pass ? best[j] : 0.f;
-      const std::uint32_t c = pass ? bpos[j] : std::uint32_t(kNoGrad);
+      const std::uint32_t c = pass ? (bpos >> (4 * j)) & 0xfu : std::uint32_t(kNoGrad);
       if (j < 4) lo |= c << (8 * j);
       else hi |= c << (8 * (j - 4));
     }
-    if (valid) store8(y + o, out);
+    std::int64_t o;
+    if (place(i, o)) store8(y + o, out);
     return make_uint2(lo, hi);
   };
 
   const bool even = (cg & 1) == 0;
   // Uniform trip count: slots divides 128, so every thread runs 128 / slots steps.
   for (int i0 = slot; i0 < kTPH * kTPW; i0 += 2 * slots) {
-    bool va = false, vb = false;
-    std::int64_t oa = 0, ob = 0;
-    const uint2 ca = pixel(i0, va, oa);
-    const uint2 cb = pixel(i0 + slots, vb, ob);
+    const uint2 ca = pixel(i0);
+    const uint2 cb = pixel(i0 + slots);
     // Lane ^ 1 is channel group cg ^ 1 of the same pixels (tid = slot * cg_n + cg, cg_n even).
     const uint2 send = even ? cb : ca;
     uint2 recv;
     recv.x = __shfl_xor_sync(0xffffffffu, send.x, 1);
     recv.y = __shfl_xor_sync(0xffffffffu, send.y, 1);
+    std::int64_t o;  // recomputed here rather than kept across the second pixel: no register spill
     if (code) {
-      if (even && va)
-        *reinterpret_cast<uint4*>(code + oa) = make_uint4(ca.x, ca.y, recv.x, recv.y);
-      else if (!even && vb)
-        *reinterpret_cast<uint4*>(code + ob - kCpt) = make_uint4(recv.x, recv.y, cb.x, cb.y);
+      if (even && place(i0, o))
+        *reinterpret_cast<uint4*>(code + o) = make_uint4(ca.x, ca.y, recv.x, recv.y);
+      else if (!even && place(i0 + slots, o))
+        *reinterpret_cast<uint4*>(code + o - kCpt) = make_uint4(recv.x, recv.y, cb.x, cb.y);
     }
   }
 }
@@ -271,8 +278,20 @@ __global__ void __launch_bounds__(kThreads, 2)
     const std::int64_t n = u / ph_n;
     const int ph = int(u % ph_n);
     const std::int64_t o = (u0 * pw_n + q) * cout + cg * kCpt;  // (u * pw_n + pw) * cout + ...
+    // dy's 8 channels: f32 as floats; 16-bit types stay packed in 4 registers
+    // and are widened where used (holding 8 floats spilled at P = 2).
     float g[kCpt];
-    load8(dy + o, g);
+    uint4 g16 = make_uint4(0, 0, 0, 0);
+    if constexpr (std::is_same_v<D, float>) load8(dy + o, g);
+    else g16 = __ldg(reinterpret_cast<const uint4*>(dy + o));
+    auto dy_f32 = [&](int j) -> float {
+      if constexpr (std::is_same_v<D, float>) {
+        return g[j];
+      } else {
+        const std::uint32_t word = j < 2 ? g16.x : (j < 4 ? g16.y : (j < 6 ? g16.z : g16.w));
+        return cuda::load_f32(from_bits16<D>(word >> (16 * (j % 2))));
+      }
+    };
     const uint2 cw = __ldg(reinterpret_cast<const uint2*>(code + o));
     const D* __restrict__ xn = x + n * d.h * d.w;
     float pt[P + 2][P + 2];
@@ -294,14 +313,14 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int dr = 0; dr < P; ++dr) {
 #pragma unroll
         for (int dc = 0; dc < P; ++dc) {
-          const float gq = cj == std::uint32_t(dr * P + dc) ? g[j] : 0.f;
+          const float gq = cj == std::uint32_t(dr * P + dc) ? dy_f32(j) : 0.f;
 #pragma unroll
           for (int r = 0; r < 3; ++r)
 #pragma unroll
             for (int s = 0; s < 3; ++s) acc[j][r * 3 + s] += gq * pt[dr + r][dc + s];
         }
       }
-      acc[j][kTaps] += cj < std::uint32_t(P * P) ? g[j] : 0.f;
+      acc[j][kTaps] += cj < std::uint32_t(P * P) ? dy_f32(j) : 0.f;
     }
   }
 
