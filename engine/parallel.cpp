@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <exception>
 #include <mutex>
+#include <system_error>
+#include <thread>
+#include <vector>
 
 namespace mf {
 
@@ -35,6 +38,35 @@ void parallel_for(std::int64_t n, const std::function<void(std::int64_t, std::in
       if (!error) error = std::current_exception();
     }
   }
+  if (error) std::rethrow_exception(error);
+}
+
+void run_on_threads(int n, const std::function<void(int)>& fn) {
+  if (n <= 0) return;
+  std::exception_ptr error;
+  std::mutex m;
+  auto call = [&](int i) noexcept {
+    try {
+      fn(i);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(m);
+      if (!error) error = std::current_exception();
+    }
+  };
+  std::vector<std::thread> pool;
+  std::vector<int> refused;
+  pool.reserve(std::size_t(n - 1));  // no reallocation (and no throw) below once started
+  refused.reserve(std::size_t(n - 1));
+  for (int i = 1; i < n; ++i) {
+    try {
+      pool.emplace_back(call, i);
+    } catch (const std::system_error&) {
+      refused.push_back(i);
+    }
+  }
+  call(0);
+  for (int i : refused) call(i);
+  for (auto& t : pool) t.join();
   if (error) std::rethrow_exception(error);
 }
 

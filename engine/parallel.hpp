@@ -17,4 +17,12 @@ void set_cpu_threads(int n);  // 0 = all cores
 void parallel_for(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& fn,
                   std::int64_t grain = 1);
 
+// Calls fn(i) for every i in [0, n): fn(0) on the calling thread, the others on
+// std::threads of their own (for I/O workers, outside OpenMP). An index whose
+// thread the system refuses (std::system_error) runs on the caller instead, so
+// every index runs exactly once. Every thread is joined however the calls end
+// (a joinable std::thread must never be destroyed: std::terminate), then the
+// first exception thrown by fn is rethrown.
+void run_on_threads(int n, const std::function<void(int)>& fn);
+
 }  // namespace mf

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "engine/memory.hpp"
@@ -19,10 +20,23 @@ std::string_view layout_name(Layout l) {
 
 std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 
-std::int64_t shape_numel(const Shape& s) {
+std::optional<std::int64_t> checked_numel(const Shape& s) {
+  if (std::any_of(s.begin(), s.end(), [](std::int64_t d) { return d < 0; })) return std::nullopt;
+  if (std::find(s.begin(), s.end(), 0) != s.end()) return 0;  // exact even where the other dims would overflow
   std::int64_t n = 1;
-  for (auto d : s) n *= d;
+  for (auto d : s)
+    if (__builtin_mul_overflow(n, d, &n)) return std::nullopt;
   return n;
+}
+
+std::int64_t shape_numel(const Shape& s) {
+  const std::optional<std::int64_t> n = checked_numel(s);
+  if (!n) [[unlikely]] {
+    const bool negative = std::any_of(s.begin(), s.end(), [](std::int64_t d) { return d < 0; });
+    MF_THROW("shape {}: expected non-negative dimensions whose product fits in 64 bits, found {}", shape_str(s),
+             negative ? "a negative dimension" : "a product that overflows");
+  }
+  return *n;
 }
 
 Storage::Storage(std::size_t bytes, Device device, cudaStream_t stream)
@@ -38,6 +52,10 @@ Storage::~Storage() {
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, Layout layout,
                      cudaStream_t stream) {
   for (auto d : shape) MF_CHECK(d >= 0, "tensor shape {} has a negative dimension", shape_str(shape));
+  std::size_t bytes = 0;
+  MF_CHECK(!__builtin_mul_overflow(std::size_t(shape_numel(shape)), dtype_size(dtype), &bytes),
+           "tensor shape {} of {}: expected a byte count that fits in 64 bits, found an overflow", shape_str(shape),
+           dtype_name(dtype));
   if (layout == Layout::nhwc || layout == Layout::nchw)
     MF_CHECK(shape.size() == 4, "layout {} needs a 4-d shape, got {}", layout_name(layout), shape_str(shape));
   Tensor t;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -24,6 +25,12 @@ std::string_view layout_name(Layout l);
 
 using Shape = std::vector<std::int64_t>;
 std::string shape_str(const Shape& s);
+// The element count of `s`, or nullopt when a dimension is negative or the
+// product does not fit in int64. Shapes read from files are untrusted: size
+// nothing from them before this says they are sane.
+std::optional<std::int64_t> checked_numel(const Shape& s);
+// The element count; throws mf::Error naming the shape when checked_numel
+// has none (a negative dimension or an overflow), never wraps.
 std::int64_t shape_numel(const Shape& s);
 
 // Owns one allocation. Device storage is freed stream-ordered on the stream it

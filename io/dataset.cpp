@@ -20,7 +20,9 @@
 #include <thread>
 #include <utility>
 
+#include "engine/parallel.hpp"
 #include "io/h5_error.hpp"
+#include "io/h5_read.hpp"
 
 namespace mf::io {
 
@@ -393,53 +395,6 @@ std::int64_t convert_floats(const void* src, DType st, void* dst, DType dt, std:
 
 namespace {
 
-// Owns one HDF5 identifier.
-class H5Id {
- public:
-  H5Id() = default;
-  H5Id(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  ~H5Id() { reset(); }
-  H5Id(const H5Id&) = delete;
-  H5Id& operator=(const H5Id&) = delete;
-  H5Id(H5Id&& o) noexcept : id_(std::exchange(o.id_, -1)), close_(o.close_) {}
-  H5Id& operator=(H5Id&& o) noexcept {
-    if (this != &o) { reset(); id_ = std::exchange(o.id_, -1); close_ = o.close_; }
-    return *this;
-  }
-  void reset() {
-    if (id_ >= 0 && close_) close_(id_);
-    id_ = -1;
-  }
-  hid_t get() const { return id_; }
-  operator hid_t() const { return id_; }
-
- private:
-  hid_t id_ = -1;
-  herr_t (*close_)(hid_t) = nullptr;
-};
-
-std::string type_desc(hid_t t) {
-  const H5T_class_t c = H5Tget_class(t);
-  const std::size_t bits = H5Tget_size(t) * 8;
-  switch (c) {
-    case H5T_INTEGER: return fmt::format("{}-bit {}integer", bits, H5Tget_sign(t) == H5T_SGN_NONE ? "unsigned " : "");
-    case H5T_FLOAT: return fmt::format("{}-bit float", bits);
-    case H5T_STRING: return "string";
-    case H5T_COMPOUND: return "compound";
-    case H5T_ENUM: return fmt::format("{}-bit enum (bool?)", bits);
-    case H5T_ARRAY: return "array";
-    default: return fmt::format("HDF5 type class {}", int(c));
-  }
-}
-
-std::vector<std::int64_t> dims_of(hid_t dset) {
-  H5Id space(H5Dget_space(dset), H5Sclose);
-  const int rank = H5Sget_simple_extent_ndims(space);
-  std::vector<hsize_t> d(std::size_t(std::max(rank, 0)));
-  if (rank > 0) H5Sget_simple_extent_dims(space, d.data(), nullptr);
-  return {d.begin(), d.end()};
-}
-
 herr_t collect_names(hid_t, const char* name, const H5L_info_t*, void* out) {
   static_cast<std::vector<std::string>*>(out)->push_back(name);
   return 0;
@@ -484,75 +439,35 @@ H5Id find_attr(hid_t dset, hid_t file, const char* name) {
   return {};
 }
 
-std::vector<std::string> read_string_attr(hid_t attr, const std::string& ctx) {
-  H5Id type(H5Aget_type(attr), H5Tclose);
-  H5Id space(H5Aget_space(attr), H5Sclose);
-  const hssize_t n = H5Sget_simple_extent_npoints(space);
-  std::vector<std::string> out;
-  if (n <= 0) return out;
-  if (H5Tget_class(type) != H5T_STRING)
-    MF_THROW("{}: attribute class_names must hold strings, found {}", ctx, type_desc(type));
-  if (H5Tis_variable_str(type) > 0) {
-    H5Id mt(H5Tcopy(H5T_C_S1), H5Tclose);
-    H5Tset_size(mt, H5T_VARIABLE);
-    H5Tset_cset(mt, H5Tget_cset(type));
-    std::vector<char*> p(std::size_t(n), nullptr);
-    MF_H5_CHECK(H5Aread(attr, mt, p.data()), "{}: reading attribute class_names", ctx);
-    for (char* s : p) out.emplace_back(s ? s : "");
-    H5Dvlen_reclaim(mt, space, H5P_DEFAULT, p.data());
-  } else {
-    const std::size_t sz = H5Tget_size(type);
-    std::vector<char> buf(sz * std::size_t(n) + 1, '\0');
-    MF_H5_CHECK(H5Aread(attr, type, buf.data()), "{}: reading attribute class_names", ctx);
-    for (hssize_t i = 0; i < n; ++i) {
-      const char* s = buf.data() + std::size_t(i) * sz;
-      out.emplace_back(s, strnlen(s, sz));
-    }
-  }
-  return out;
+// A number attribute (sample_rate, hop_length, n_mels): one finite value.
+double read_number_attr(H5Id attr, const std::string& path, const char* name) {
+  const H5Value v(std::move(attr), path, fmt::format("attribute {}", name));
+  const double x = v.read_number();
+  MF_CHECK(std::isfinite(x), "{}: expected a finite number, found {}", v.where(), x);
+  return x;
 }
 
-double read_number_attr(hid_t attr, const std::string& ctx, const char* name) {
-  H5Id type(H5Aget_type(attr), H5Tclose);
-  const H5T_class_t c = H5Tget_class(type);
-  H5Id space(H5Aget_space(attr), H5Sclose);
-  if ((c != H5T_INTEGER && c != H5T_FLOAT) || H5Sget_simple_extent_npoints(space) != 1)
-    MF_THROW("{}: attribute {} must be one number, found {} with {} elements", ctx, name, type_desc(type),
-             H5Sget_simple_extent_npoints(space));
-  double v = 0;
-  MF_H5_CHECK(H5Aread(attr, H5T_NATIVE_DOUBLE, &v), "{}: reading attribute {}", ctx, name);
-  return v;
-}
-
-// Reads an integer (or bool enum) dataset of rank 1 as int64.
+// Reads an integer (or bool enum) dataset of rank 1 and `expected` elements as int64.
 std::vector<std::int64_t> read_int_vector(hid_t file, const std::string& name, std::int64_t expected,
                                           const std::string& expected_desc, const std::string& path,
                                           bool allow_bool) {
-  H5Id d(MF_H5_CHECK(H5Dopen2(file, name.c_str(), H5P_DEFAULT), "{}: opening {}", path, name), H5Dclose);
-  H5Id type(H5Dget_type(d), H5Tclose);
-  const H5T_class_t c = H5Tget_class(type);
+  const H5Value d = H5Value::dataset(file, name, path, name);
+  const H5T_class_t c = d.type_class();
   const bool is_enum = c == H5T_ENUM;
   if (c != H5T_INTEGER && !(allow_bool && is_enum))
     MF_THROW("{}: dataset {} must hold integers{}, found {}", path, name, allow_bool ? " or bools" : "",
-             type_desc(type));
-  const auto dims = dims_of(d);
-  if (dims.size() != 1 || dims[0] != expected)
-    MF_THROW("{}: dataset {} has shape {}, expected [{}] ({}): the count does not match {}", path, name,
-             shape_str(dims), expected, expected_desc, "the segments");
-  std::vector<std::int64_t> v(static_cast<std::size_t>(expected));
-  if (is_enum) {
-    H5Id super(H5Tget_super(type), H5Tclose);
-    const std::size_t sz = H5Tget_size(super);
-    if (sz != 1) MF_THROW("{}: dataset {} is an enum of {} bytes; only 1-byte bools are supported", path, name, sz);
-    H5Id mt(H5Tget_native_type(type, H5T_DIR_ASCEND), H5Tclose);
-    std::vector<std::int8_t> b(static_cast<std::size_t>(expected));
-    MF_H5_CHECK(H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, b.data()), "{}: reading {}", path, name);
-    for (std::size_t i = 0; i < b.size(); ++i) v[i] = b[i];
-  } else {
-    MF_H5_CHECK(H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), "{}: reading {}",
-                path, name);
-  }
-  return v;
+             d.type_desc());
+  if (d.null_space() || d.dims().size() != 1 || d.dims()[0] != expected)
+    MF_THROW("{}: dataset {} has {}, expected [{}] ({}): the count does not match {}", path, name,
+             d.null_space() ? d.shape_desc() : "shape " + shape_str(d.dims()), expected, expected_desc,
+             "the segments");
+  if (!is_enum) return d.read_vector<std::int64_t>(H5T_NATIVE_INT64);
+  H5Id super(MF_H5_CHECK(H5Tget_super(d.type()), "{}: dataset {}", path, name), H5Tclose);
+  const std::size_t sz = H5Tget_size(super);
+  if (sz != 1) MF_THROW("{}: dataset {} is an enum of {} bytes; only 1-byte bools are supported", path, name, sz);
+  H5Id mt(MF_H5_CHECK(H5Tget_native_type(d.type(), H5T_DIR_ASCEND), "{}: dataset {}", path, name), H5Tclose);
+  const std::vector<std::int8_t> b = d.read_vector<std::int8_t>(mt);
+  return std::vector<std::int64_t>(b.begin(), b.end());
 }
 
 struct ChunkRec {
@@ -616,6 +531,8 @@ struct Dataset::Impl {
                     bool check) const;
   void read_hdf5(const DatasetInfo& info, std::span<const std::int64_t> rows, DType dt, void* dst,
                  bool check) const;
+  bool resolve_storage(DatasetInfo& info, hid_t h5file, hid_t ds, std::uint64_t file_size);
+  bool index_chunks(DatasetInfo& info, hid_t ds, hid_t dcpl, std::uint64_t file_size);
   [[noreturn]] void throw_nonfinite(const DatasetInfo& info, std::int64_t seg, std::int64_t elem,
                                     float v) const {
     MF_THROW("{}: {} holds a non-finite value ({}) at {}, mel {}, frame {}: expected finite log-mel values", path,
@@ -626,69 +543,44 @@ struct Dataset::Impl {
 Dataset::Dataset(std::unique_ptr<Impl> impl, DatasetInfo info) : impl_(std::move(impl)), info_(std::move(info)) {}
 Dataset::~Dataset() = default;
 
-std::shared_ptr<const Dataset> Dataset::open(const std::string& path, const DatasetNames& names) {
-  silence_hdf5_errors();
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) MF_THROW("{}: cannot open: {}", path, std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) MF_THROW("{}: not a regular file (expected an HDF5 file)", path);
-  const std::uint64_t file_size = std::uint64_t(st.st_size);
+namespace {
 
-  const htri_t is_h5 = H5Fis_hdf5(path.c_str());
-  if (is_h5 == 0)
-    MF_THROW("{}: not an HDF5 file: expected the HDF5 signature (a file written by h5py or libhdf5), found none "
-             "in {} bytes", path, file_size);
-  if (is_h5 < 0) MF_THROW("{}: cannot read as HDF5: {}", path, hdf5_error_stack());
+// The segments' element type: little-endian IEEE float16 or float32.
+void check_segment_type(hid_t dset, const std::string& path, const std::string& seg, DatasetInfo& info) {
+  H5Id type(MF_H5_CHECK(H5Dget_type(dset), "{}: reading the datatype of {}", path, seg), H5Tclose);
+  if (H5Tget_class(type) != H5T_FLOAT)
+    MF_THROW("{}: dataset {} must hold float16 or float32 values, found {}", path, seg, h5_type_desc(type));
+  const std::size_t sz = H5Tget_size(type);
+  if (sz != 2 && sz != 4)
+    MF_THROW("{}: dataset {} has an unsupported float width: expected 16 or 32 bits, found {} bits", path, seg,
+             sz * 8);
+  if (H5Tget_order(type) != H5T_ORDER_LE)
+    MF_THROW("{}: dataset {} is big-endian: expected little-endian IEEE floats", path, seg);
+  std::size_t spos, epos, esize, mpos, msize;
+  H5Tget_fields(type, &spos, &epos, &esize, &mpos, &msize);
+  const bool ieee = sz == 2 ? (spos == 15 && epos == 10 && esize == 5 && mpos == 0 && msize == 10)
+                            : (spos == 31 && epos == 23 && esize == 8 && mpos == 0 && msize == 23);
+  if (!ieee)
+    MF_THROW("{}: dataset {} is a {}-bit float with {} exponent and {} mantissa bits: expected IEEE {}", path,
+             seg, sz * 8, esize, msize, sz == 2 ? "half (5/10)" : "single (8/23)");
+  info.dtype = sz == 2 ? DType::f16 : DType::f32;
+}
 
-  auto impl = std::make_unique<Impl>();
-  impl->path = path;
-  const hid_t fid = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (fid < 0) {
-    const std::string stack = hdf5_error_stack();
-    MF_THROW("{}: cannot open as HDF5 ({}): {}", path,
-             stack.find("truncated") != std::string::npos ? "the file is truncated" : "damaged file?", stack);
-  }
-  H5Id file(fid, H5Fclose);
-
-  DatasetInfo info;
-  info.path = path;
-  info.names = names;
-  const std::string seg = dset_name(names.segments), lab = dset_name(names.labels);
-  impl->seg_name = seg;
-  if (!path_exists(file, seg))
-    MF_THROW("{}: dataset {} is missing (expected float16/float32 segments [N, n_mels, frames] or "
-             "[F, L, S, n_mels, frames]); {}", path, seg, root_members(file));
-  H5Id dset(MF_H5_CHECK(H5Dopen2(file, seg.c_str(), H5P_DEFAULT), "{}: opening {}", path, seg), H5Dclose);
-
-  // Element type.
-  {
-    H5Id type(H5Dget_type(dset), H5Tclose);
-    if (H5Tget_class(type) != H5T_FLOAT)
-      MF_THROW("{}: dataset {} must hold float16 or float32 values, found {}", path, seg, type_desc(type));
-    const std::size_t sz = H5Tget_size(type);
-    if (sz != 2 && sz != 4)
-      MF_THROW("{}: dataset {} has an unsupported float width: expected 16 or 32 bits, found {} bits", path, seg,
-               sz * 8);
-    if (H5Tget_order(type) != H5T_ORDER_LE)
-      MF_THROW("{}: dataset {} is big-endian: expected little-endian IEEE floats", path, seg);
-    std::size_t spos, epos, esize, mpos, msize;
-    H5Tget_fields(type, &spos, &epos, &esize, &mpos, &msize);
-    const bool ieee = sz == 2 ? (spos == 15 && epos == 10 && esize == 5 && mpos == 0 && msize == 10)
-                              : (spos == 31 && epos == 23 && esize == 8 && mpos == 0 && msize == 23);
-    if (!ieee)
-      MF_THROW("{}: dataset {} is a {}-bit float with {} exponent and {} mantissa bits: expected IEEE {}", path,
-               seg, sz * 8, esize, msize, sz == 2 ? "half (5/10)" : "single (8/23)");
-    info.dtype = sz == 2 ? DType::f16 : DType::f32;
-    impl->dtype = info.dtype;
-    impl->esz = sz;
-  }
-
-  // Shape.
-  info.shape = dims_of(dset);
+// The shape as the file declares it and what it means (not yet checked
+// against what the file holds: that is resolve_storage's job).
+void set_segment_shape(hid_t dset, const std::string& path, const std::string& seg, DatasetInfo& info) {
+  info.shape = h5_dims(dset, fmt::format("{}: dataset {}", path, seg));
   const auto& sh = info.shape;
   if (sh.size() != 3 && sh.size() != 5)
     MF_THROW("{}: dataset {} has the wrong rank: expected 3 ([N, n_mels, frames]) or 5 ([F, L, S, n_mels, "
              "frames]), found rank {} {}", path, seg, sh.size(), shape_str(sh));
-  if (shape_numel(sh) == 0) MF_THROW("{}: dataset {} is empty: shape {}", path, seg, shape_str(sh));
+  const std::optional<std::int64_t> numel = checked_numel(sh);
+  std::uint64_t bytes = 0;
+  if (!numel || __builtin_mul_overflow(std::uint64_t(*numel), dtype_size(info.dtype), &bytes))
+    MF_THROW("{}: dataset {} has shape {}: expected a size that fits in 64 bits, found one that overflows "
+             "(damaged file?)", path, seg, shape_str(sh));
+  if (*numel == 0) MF_THROW("{}: dataset {} is empty: shape {}", path, seg, shape_str(sh));
+  // Every partial product below is at most numel: no overflow.
   if (sh.size() == 3) {
     info.layout = SegmentLayout::flat;
     info.num_segments = sh[0];
@@ -703,28 +595,39 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& path, const Data
   }
   info.n_mels = sh[sh.size() - 2];
   info.frames = sh[sh.size() - 1];
-  const std::int64_t N = info.num_segments, F = info.num_files;
+}
 
-  // Attributes.
+// The optional attributes, on the segments dataset or the root group.
+void read_attributes(hid_t dset, hid_t file, const std::string& path, const std::string& seg, DatasetInfo& info) {
   if (H5Id a = find_attr(dset, file, "class_names"); a.get() >= 0)
-    info.class_names = read_string_attr(a, fmt::format("{}: {}", path, seg));
+    info.class_names = H5Value(std::move(a), path, fmt::format("attribute class_names (of {} or /)", seg)).read_strings();
   if (H5Id a = find_attr(dset, file, "sample_rate"); a.get() >= 0)
-    info.sample_rate = read_number_attr(a, path, "sample_rate");
-  if (H5Id a = find_attr(dset, file, "hop_length"); a.get() >= 0)
-    info.hop_length = std::int64_t(read_number_attr(a, path, "hop_length"));
+    info.sample_rate = read_number_attr(std::move(a), path, "sample_rate");
+  if (H5Id a = find_attr(dset, file, "hop_length"); a.get() >= 0) {
+    const double hop = read_number_attr(std::move(a), path, "hop_length");
+    MF_CHECK(hop >= 0 && hop <= 9007199254740992.0 && hop == std::floor(hop),
+             "{}: attribute hop_length: expected a whole number in [0, 2^53], found {}", path, hop);
+    info.hop_length = std::int64_t(hop);
+  }
   if (H5Id a = find_attr(dset, file, "n_mels"); a.get() >= 0) {
-    const double nm = read_number_attr(a, path, "n_mels");
+    const double nm = read_number_attr(std::move(a), path, "n_mels");
     if (nm != double(info.n_mels))
       MF_THROW("{}: attribute n_mels = {} disagrees with {} {}: expected n_mels = {} (the mel axis)", path, nm, seg,
-               shape_str(sh), info.n_mels);
+               shape_str(info.shape), info.n_mels);
   }
+}
 
-  // Labels.
+// The labels (one per file), the class count and names, the normal class.
+void read_labels(hid_t file, const std::string& path, const std::string& seg, const DatasetNames& names,
+                 DatasetInfo& info) {
+  const std::string lab = dset_name(names.labels);
+  const std::int64_t F = info.num_files;
   if (!path_exists(file, lab))
     MF_THROW("{}: dataset {} is missing (expected integer labels [{}]); {}", path, lab, F, root_members(file));
   const std::string per = info.layout == SegmentLayout::flat ? "one per segment of " + seg
                                                              : "one per file, the first axis of " + seg;
-  const auto raw_labels = read_int_vector(file, lab, F, fmt::format("{} {}", per, shape_str(sh)), path, false);
+  const auto raw_labels =
+      read_int_vector(file, lab, F, fmt::format("{} {}", per, shape_str(info.shape)), path, false);
   std::int64_t max_label = 0;
   for (std::size_t i = 0; i < raw_labels.size(); ++i) {
     if (raw_labels[i] < 0)
@@ -768,17 +671,20 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& path, const Data
   }
   if (info.normal_class >= info.num_classes)
     MF_THROW("{}: normal class {} is out of range: expected 0..{}", path, info.normal_class, info.num_classes - 1);
-
-  // Leak flags.
   info.file_labels.resize(std::size_t(F));
+  for (std::int64_t f = 0; f < F; ++f) info.file_labels[std::size_t(f)] = std::int32_t(raw_labels[std::size_t(f)]);
+}
+
+// The leak flags: the leak dataset when present, else "label != normal class";
+// then the per-segment labels and flags.
+void read_leak(hid_t file, const std::string& path, const DatasetNames& names, DatasetInfo& info) {
+  const std::int64_t F = info.num_files, N = info.num_segments;
   info.file_leak.resize(std::size_t(F));
-  for (std::int64_t f = 0; f < F; ++f) {
-    info.file_labels[std::size_t(f)] = std::int32_t(raw_labels[std::size_t(f)]);
-    info.file_leak[std::size_t(f)] = raw_labels[std::size_t(f)] != info.normal_class;
-  }
+  for (std::int64_t f = 0; f < F; ++f) info.file_leak[std::size_t(f)] = info.file_labels[std::size_t(f)] != info.normal_class;
   if (!names.leak.empty() && path_exists(file, dset_name(names.leak))) {
     const std::string lk = dset_name(names.leak);
-    const auto raw_leak = read_int_vector(file, lk, F, fmt::format("shaped like {}", lab), path, true);
+    const auto raw_leak =
+        read_int_vector(file, lk, F, fmt::format("shaped like {}", dset_name(names.labels)), path, true);
     for (std::size_t i = 0; i < raw_leak.size(); ++i) {
       if (raw_leak[i] != 0 && raw_leak[i] != 1)
         MF_THROW("{}: dataset {} holds {} at index {}: expected 0 or 1", path, lk, raw_leak[i], i);
@@ -792,96 +698,174 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& path, const Data
     info.labels[std::size_t(s)] = info.file_labels[std::size_t(info.file_of(s))];
     info.leak[std::size_t(s)] = info.file_leak[std::size_t(info.file_of(s))];
   }
+}
 
-  // Storage: resolve the data addresses once.
-  H5Id dcpl(H5Dget_create_plist(dset), H5Pclose);
+}  // namespace
+
+// The chunk shape, filters and (on the fast path) the address of every chunk.
+// Returns false when a filter sends reads to the H5Dread fallback.
+bool Dataset::Impl::index_chunks(DatasetInfo& info, hid_t ds, hid_t dcpl, std::uint64_t file_size) {
+  auto& stg = info.storage;
+  const auto& sh = info.shape;
+  const int rank = int(sh.size());
+  std::vector<hsize_t> cd(static_cast<std::size_t>(rank));
+  MF_H5_CHECK(H5Pget_chunk(dcpl, rank, cd.data()), "{}: reading the chunk shape of {}", path, seg_name);
+  stg.chunk.assign(cd.begin(), cd.end());
+  bool fast = true;
+  const int nf = H5Pget_nfilters(dcpl);
+  for (int i = 0; i < nf; ++i) {
+    unsigned flags = 0, fcfg = 0;
+    std::size_t nelem = 8;
+    unsigned cdv[8];
+    char name[128] = {0};
+    const H5Z_filter_t id = H5Pget_filter2(dcpl, unsigned(i), &flags, &nelem, cdv, sizeof(name), name, &fcfg);
+    const std::string fname = name[0] ? std::string(name) : fmt::format("filter {}", int(id));
+    stg.filters.push_back(fname);
+    filters.push_back(int(id));
+    if (id != H5Z_FILTER_DEFLATE && id != H5Z_FILTER_SHUFFLE) fast = false;
+    if (H5Zfilter_avail(id) <= 0) {
+      H5Eclear2(H5E_DEFAULT);
+      MF_THROW("{}: dataset {} is compressed with '{}' (HDF5 filter id {}), which this HDF5 library cannot "
+               "decode: expected no filter, gzip (deflate) or shuffle", path, seg_name, fname, int(id));
+    }
+  }
+  // The chunk grid, with every size checked: the numbers come from the file.
+  for (std::int64_t c : stg.chunk)
+    MF_CHECK(c >= 1, "{}: dataset {} has chunk shape {}: expected every chunk dimension >= 1 (damaged file?)", path,
+             seg_name, shape_str(stg.chunk));
+  dims = sh;
+  chunk = stg.chunk;
+  grid.resize(std::size_t(rank));
+  for (int k = 0; k < rank; ++k) grid[std::size_t(k)] = (sh[std::size_t(k)] - 1) / chunk[std::size_t(k)] + 1;
+  const std::optional<std::int64_t> nchunks = checked_numel(grid), chunk_elems = checked_numel(chunk);
+  std::uint64_t cbytes = 0;
+  if (!nchunks || !chunk_elems || __builtin_mul_overflow(std::uint64_t(*chunk_elems), std::uint64_t(esz), &cbytes) ||
+      cbytes / kMaxFilterRatio > file_size)
+    MF_THROW("{}: dataset {} has chunk shape {} (shape {}): expected chunks whose count and size fit in 64 bits and "
+             "whose size fits in the {}-byte file, found {} (damaged file?)", path, seg_name, shape_str(stg.chunk),
+             shape_str(sh), file_size, nchunks && chunk_elems ? fmt::format("{}-byte chunks", cbytes) : "an overflow");
+  chunk_bytes = std::size_t(cbytes);
+  // The chunks the file really stores (HDF5 walks its chunk index): the shape
+  // may declare more, and the index below is sized from this, not from it.
+  hsize_t stored = 0;
+  {
+    H5Id space(H5Dget_space(ds), H5Sclose);
+    if (H5Dget_num_chunks(ds, space, &stored) < 0) H5Eclear2(H5E_DEFAULT);
+  }
+  stg.num_chunks = std::int64_t(std::min<hsize_t>(stored, hsize_t(std::numeric_limits<std::int64_t>::max())));
+  if (!fast) return false;
+  chunks.reserve(std::size_t(std::min<std::uint64_t>(std::uint64_t(*nchunks), stored)));
+  std::vector<hsize_t> off(static_cast<std::size_t>(rank));
+  for (std::int64_t c = 0; c < *nchunks; ++c) {
+    std::int64_t r = c;
+    for (int k = rank - 1; k >= 0; --k) {
+      off[std::size_t(k)] = hsize_t((r % grid[std::size_t(k)]) * chunk[std::size_t(k)]);
+      r /= grid[std::size_t(k)];
+    }
+    unsigned mask = 0;
+    haddr_t addr = HADDR_UNDEF;
+    hsize_t size = 0;
+    if (H5Dget_chunk_info_by_coord(ds, off.data(), &mask, &addr, &size) < 0 || addr == HADDR_UNDEF ||
+        size == 0) {
+      H5Eclear2(H5E_DEFAULT);
+      MF_THROW("{}: dataset {} has a chunk at {} that was never written (partly written file?)", path, seg_name,
+               shape_str(Shape(off.begin(), off.end())));
+    }
+    if (size > file_size || addr > file_size - size)
+      MF_THROW("{}: file truncated: the chunk of {} at {} occupies {} bytes at offset {} but the file has {} bytes",
+               path, seg_name, shape_str(Shape(off.begin(), off.end())), size, addr, file_size);
+    // Distinct coordinates are distinct chunks: more than the index holds is a damaged index.
+    MF_CHECK(chunks.size() < stored, "{}: dataset {}: its chunk index lists {} chunks but lookups find more "
+             "(damaged file?)", path, seg_name, stored);
+    chunks.push_back({addr, std::uint32_t(size), mask});  // size < 2^32: HDF5 chunks are < 4 GiB
+  }
+  stg.num_chunks = *nchunks;
+  mode = Mode::chunked;
+  return true;
+}
+
+// Resolves where the data lives, once: the fast paths (pread of contiguous
+// data or of each chunk) check every address against the file's size; every
+// path checks the declared size against what the file stores before anything
+// is sized from the shape. Returns whether reads take a fast path.
+bool Dataset::Impl::resolve_storage(DatasetInfo& info, hid_t h5file, hid_t ds, std::uint64_t file_size) {
+  H5Id dcpl(MF_H5_CHECK(H5Dget_create_plist(ds), "{}: reading the storage of {}", path, seg_name), H5Pclose);
   const H5D_layout_t lay = H5Pget_layout(dcpl);
   auto& stg = info.storage;
-  stg.storage_bytes = H5Dget_storage_size(dset);
-  const std::uint64_t logical = std::uint64_t(N) * info.segment_bytes();
-  bool fast = true;
-  if (H5Pget_external_count(dcpl) > 0) fast = false;
+  stg.storage_bytes = H5Dget_storage_size(ds);
+  const std::uint64_t logical = std::uint64_t(info.num_segments) * info.segment_bytes();  // checked: set_segment_shape
+  bool fast = H5Pget_external_count(dcpl) <= 0;
   if (lay == H5D_CONTIGUOUS) {
     stg.layout = StorageLayout::contiguous;
-    const haddr_t addr = H5Dget_offset(dset);
+    const haddr_t addr = H5Dget_offset(ds);
     H5Eclear2(H5E_DEFAULT);
     if (fast) {
       if (addr == HADDR_UNDEF)
-        MF_THROW("{}: dataset {} has no data in the file (its storage was never written)", path, seg);
-      if (addr + logical > file_size)
-        MF_THROW("{}: file truncated: dataset {} occupies bytes [{}, {}) but the file has {} bytes", path, seg, addr,
-                 addr + logical, file_size);
-      impl->base = addr;
-      impl->mode = Impl::Mode::contiguous;
+        MF_THROW("{}: dataset {} has no data in the file (its storage was never written)", path, seg_name);
+      if (logical > file_size || addr > file_size - logical)
+        MF_THROW("{}: file truncated: dataset {} occupies {} bytes at offset {} but the file has {} bytes", path,
+                 seg_name, logical, addr, file_size);
+      base = addr;
+      mode = Mode::contiguous;
     }
   } else if (lay == H5D_CHUNKED) {
     stg.layout = StorageLayout::chunked;
-    const int rank = int(sh.size());
-    std::vector<hsize_t> cd(static_cast<std::size_t>(rank));
-    MF_H5_CHECK(H5Pget_chunk(dcpl, rank, cd.data()), "{}: reading the chunk shape of {}", path, seg);
-    stg.chunk.assign(cd.begin(), cd.end());
-    const int nf = H5Pget_nfilters(dcpl);
-    for (int i = 0; i < nf; ++i) {
-      unsigned flags = 0, fcfg = 0;
-      std::size_t nelem = 8;
-      unsigned cdv[8];
-      char name[128] = {0};
-      const H5Z_filter_t id = H5Pget_filter2(dcpl, unsigned(i), &flags, &nelem, cdv, sizeof(name), name, &fcfg);
-      const std::string fname = name[0] ? std::string(name) : fmt::format("filter {}", int(id));
-      stg.filters.push_back(fname);
-      impl->filters.push_back(int(id));
-      if (id != H5Z_FILTER_DEFLATE && id != H5Z_FILTER_SHUFFLE) fast = false;
-      if (H5Zfilter_avail(id) <= 0) {
-        H5Eclear2(H5E_DEFAULT);
-        MF_THROW("{}: dataset {} is compressed with '{}' (HDF5 filter id {}), which this HDF5 library cannot "
-                 "decode: expected no filter, gzip (deflate) or shuffle", path, seg, fname, int(id));
-      }
-    }
-    impl->dims = sh;
-    impl->chunk = stg.chunk;
-    impl->grid.resize(std::size_t(rank));
-    std::int64_t nchunks = 1;
-    for (int k = 0; k < rank; ++k) {
-      impl->grid[std::size_t(k)] = (sh[std::size_t(k)] + stg.chunk[std::size_t(k)] - 1) / stg.chunk[std::size_t(k)];
-      nchunks *= impl->grid[std::size_t(k)];
-    }
-    impl->chunk_bytes = std::size_t(shape_numel(stg.chunk)) * impl->esz;
-    if (fast) {
-      impl->chunks.resize(std::size_t(nchunks));
-      std::vector<hsize_t> off(static_cast<std::size_t>(rank));
-      for (std::int64_t c = 0; c < nchunks; ++c) {
-        std::int64_t r = c;
-        for (int k = rank - 1; k >= 0; --k) {
-          off[std::size_t(k)] = hsize_t((r % impl->grid[std::size_t(k)]) * stg.chunk[std::size_t(k)]);
-          r /= impl->grid[std::size_t(k)];
-        }
-        unsigned mask = 0;
-        haddr_t addr = HADDR_UNDEF;
-        hsize_t size = 0;
-        if (H5Dget_chunk_info_by_coord(dset, off.data(), &mask, &addr, &size) < 0 || addr == HADDR_UNDEF ||
-            size == 0) {
-          H5Eclear2(H5E_DEFAULT);
-          MF_THROW("{}: dataset {} has a chunk at {} that was never written (partly written file?)", path, seg,
-                   shape_str(Shape(off.begin(), off.end())));
-        }
-        if (addr + size > file_size)
-          MF_THROW("{}: file truncated: the chunk of {} at {} occupies bytes [{}, {}) but the file has {} bytes",
-                   path, seg, shape_str(Shape(off.begin(), off.end())), addr, addr + size, file_size);
-        impl->chunks[std::size_t(c)] = {addr, std::uint32_t(size), mask};
-      }
-      stg.num_chunks = nchunks;
-      impl->mode = Impl::Mode::chunked;
-    } else {
-      hsize_t n = 0;
-      H5Id space(H5Dget_space(dset), H5Sclose);
-      if (H5Dget_num_chunks(dset, space, &n) < 0) H5Eclear2(H5E_DEFAULT);
-      stg.num_chunks = std::int64_t(n);
-    }
+    fast = index_chunks(info, ds, dcpl, file_size) && fast;
   } else {
     stg.layout = lay == H5D_COMPACT ? StorageLayout::compact : StorageLayout::other;
     fast = false;
   }
-  stg.fast_path = fast;
+  // The same bound for every layout (io/h5_read.hpp): the fallback path sizes
+  // nothing else before its reads.
+  H5Value::dataset(h5file, seg_name, path, seg_name).checked_count(esz);
+  return fast;
+}
+
+std::shared_ptr<const Dataset> Dataset::open(const std::string& path, const DatasetNames& names) {
+  silence_hdf5_errors();
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) MF_THROW("{}: cannot open: {}", path, std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) MF_THROW("{}: not a regular file (expected an HDF5 file)", path);
+  const std::uint64_t file_size = std::uint64_t(st.st_size);
+
+  const htri_t is_h5 = H5Fis_hdf5(path.c_str());
+  if (is_h5 == 0)
+    MF_THROW("{}: not an HDF5 file: expected the HDF5 signature (a file written by h5py or libhdf5), found none "
+             "in {} bytes", path, file_size);
+  if (is_h5 < 0) MF_THROW("{}: cannot read as HDF5: {}", path, hdf5_error_stack());
+
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  const hid_t fid = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (fid < 0) {
+    const std::string stack = hdf5_error_stack();
+    MF_THROW("{}: cannot open as HDF5 ({}): {}", path,
+             stack.find("truncated") != std::string::npos ? "the file is truncated" : "damaged file?", stack);
+  }
+  H5Id file(fid, H5Fclose);
+
+  DatasetInfo info;
+  info.path = path;
+  info.names = names;
+  const std::string seg = dset_name(names.segments);
+  impl->seg_name = seg;
+  if (!path_exists(file, seg))
+    MF_THROW("{}: dataset {} is missing (expected float16/float32 segments [N, n_mels, frames] or "
+             "[F, L, S, n_mels, frames]); {}", path, seg, root_members(file));
+  H5Id dset(MF_H5_CHECK(H5Dopen2(file, seg.c_str(), H5P_DEFAULT), "{}: opening {}", path, seg), H5Dclose);
+
+  check_segment_type(dset, path, seg, info);
+  impl->dtype = info.dtype;
+  impl->esz = dtype_size(info.dtype);
+  set_segment_shape(dset, path, seg, info);
+  read_attributes(dset, file, path, seg, info);
+  // Storage before the labels: the per-segment arrays are sized from the
+  // shape, which must first be known to be what the file holds.
+  const bool fast = impl->resolve_storage(info, file, dset, file_size);
+  read_labels(file, path, seg, names, info);
+  read_leak(file, path, names, info);
+
+  info.storage.fast_path = fast;
   if (fast) {
     // O_NOATIME spares every pread an atime update (allowed for the file's
     // owner only: otherwise EPERM, and a plain open).
@@ -1044,7 +1028,7 @@ void Dataset::Impl::read_chunked(const DatasetInfo& info, std::span<const std::i
 void Dataset::Impl::read_hdf5(const DatasetInfo& info, std::span<const std::int64_t> rows, DType dt, void* dst,
                               bool check) const {
   // HDF5 serializes these calls with its global lock (the Debian build is thread-safe).
-  const int rank = int(dims_of(dset).size());
+  const int rank = int(info.shape.size());
   const std::int64_t elems = info.segment_elems();
   const std::size_t ob = std::size_t(elems) * dtype_size(dt);
   auto& s = scratch();
@@ -1076,10 +1060,12 @@ void Dataset::read_all(DType dt, void* dst, bool check, int threads) const {
   const std::int64_t block = std::max<std::int64_t>(1, (std::int64_t(4) << 20) / std::int64_t(info_.segment_bytes()));
   const std::int64_t nblocks = (N + block - 1) / block;
   const std::size_t ob = std::size_t(info_.segment_elems()) * dtype_size(dt);
+  MF_CHECK(threads >= 0 && threads <= kMaxReadThreads, "{}: read_all: expected 0..{} threads, found {}", info_.path,
+           kMaxReadThreads, threads);
   std::atomic<std::int64_t> next{0};
-  std::exception_ptr err;
-  std::mutex mu;
-  auto work = [&] {
+  // Blocks are taken from a shared counter, so a thread the system refuses
+  // only means fewer workers; the first error stops the others.
+  run_on_threads(std::max(1, threads), [&](int) {
     std::vector<std::int64_t> rows;
     for (;;) {
       const std::int64_t b = next.fetch_add(1);
@@ -1090,18 +1076,11 @@ void Dataset::read_all(DType dt, void* dst, bool check, int threads) const {
       try {
         read(rows, dt, static_cast<std::byte*>(dst) + std::size_t(r0) * ob, check);
       } catch (...) {
-        std::lock_guard lk(mu);
-        if (!err) err = std::current_exception();
         next.store(nblocks);
-        return;
+        throw;
       }
     }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < std::max(1, threads); ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  if (err) std::rethrow_exception(err);
+  });
 }
 
 }  // namespace mf::io

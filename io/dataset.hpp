@@ -104,6 +104,12 @@ struct DatasetInfo {
   std::string where(std::int64_t segment) const;
 };
 
+// The most reader threads melforge starts for one dataset (reader.threads is
+// range-checked against it where it is declared, model/run_config.cpp): far
+// above what a disk or the CPU's cores can use, far below what the system can
+// start.
+inline constexpr int kMaxReadThreads = 256;
+
 class Dataset {
  public:
   // Opens and validates `path`; throws mf::Error (see the top of this file).
@@ -121,8 +127,8 @@ class Dataset {
   // its position (dst is then partly written).
   void read(std::span<const std::int64_t> rows, DType dst_type, void* dst, bool check_finite) const;
 
-  // Reads everything (in blocks, `threads` at once) into a host buffer of
-  // N * n_mels * frames elements of dst_type.
+  // Reads everything (in blocks, `threads` at once, 0..kMaxReadThreads) into
+  // a host buffer of N * n_mels * frames elements of dst_type.
   void read_all(DType dst_type, void* dst, bool check_finite, int threads) const;
 
   struct Impl;

@@ -11,10 +11,12 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "engine/memory.hpp"
 #include "engine/nvtx.hpp"
+#include "engine/parallel.hpp"
 #include "engine/stream.hpp"
 #include "io/gather.hpp"
 
@@ -222,8 +224,17 @@ struct BatchReader::Impl {
       alloc_dev(copy_stream);
       copy_stream.synchronize();
     }
+    // Workers share one queue: when the system refuses a thread, fewer do the work.
     const int nt = std::max(1, cfg.threads);
-    for (int t = 0; t < nt; ++t) workers.emplace_back([this] { worker(); });
+    workers.reserve(std::size_t(nt));
+    for (int t = 0; t < nt; ++t) {
+      try {
+        workers.emplace_back([this] { worker(); });
+      } catch (const std::system_error& e) {
+        MF_CHECK(!workers.empty(), "reader: {}: cannot start a reader thread: {}", ds->info().path, e.what());
+        break;
+      }
+    }
     schedule_initial();
   }
 
@@ -442,23 +453,12 @@ struct BatchReader::Impl {
   void parallel_read(const std::vector<std::int64_t>& rows, void* dst) {
     const int nt = std::max(1, cfg.threads);
     const std::size_t per = (rows.size() + std::size_t(nt) - 1) / std::size_t(nt);
-    std::vector<std::exception_ptr> errs(static_cast<std::size_t>(nt));
-    std::vector<std::thread> pool;
-    for (int t = 0; t < nt; ++t) {
+    run_on_threads(nt, [&](int t) {
       const std::size_t b = std::size_t(t) * per, e = std::min(rows.size(), b + per);
-      if (b >= e) break;
-      pool.emplace_back([&, t, b, e] {
-        try {
-          ds->read(std::span<const std::int64_t>(rows.data() + b, e - b), cfg.dtype,
-                   static_cast<std::byte*>(dst) + b * x_row_bytes, cfg.check_finite);
-        } catch (...) {
-          errs[std::size_t(t)] = std::current_exception();
-        }
-      });
-    }
-    for (auto& th : pool) th.join();
-    for (auto& e : errs)
-      if (e) std::rethrow_exception(e);
+      if (b < e)
+        ds->read(std::span<const std::int64_t>(rows.data() + b, e - b), cfg.dtype,
+                 static_cast<std::byte*>(dst) + b * x_row_bytes, cfg.check_finite);
+    });
   }
 
   Batch next_resident(cudaStream_t stream) {
@@ -504,6 +504,8 @@ BatchReader::BatchReader(std::shared_ptr<const Dataset> dataset, const ReaderCon
   m.B = cfg.batch_size;
   MF_CHECK(m.B >= 1, "reader: batch_size must be >= 1, found {}", m.B);
   MF_CHECK(cfg.ring_slots >= 2 && cfg.ring_slots <= 8, "reader: ring_slots must be 2..8, found {}", cfg.ring_slots);
+  MF_CHECK(cfg.threads >= 1 && cfg.threads <= kMaxReadThreads, "reader: threads must be in [1, {}], found {}",
+           kMaxReadThreads, cfg.threads);
   MF_CHECK(cfg.dtype == DType::f32 || cfg.dtype == DType::bf16 || cfg.dtype == DType::f16,
            "reader: compute dtype must be f32, bf16 or f16, found {}", dtype_name(cfg.dtype));
   MF_CHECK(m.N < (std::int64_t(1) << 24), "reader: {} has {} segments; at most 2^24 are supported", in.path, m.N);

@@ -54,6 +54,9 @@ class Checkpoint {
   // Copies an array into `dst` (same dtype and element count; any device).
   void read_into(const std::string& name, Tensor& dst) const;
   std::int64_t get_int(const std::string& name) const;
+  // get_int, range-checked: values from a file are untrusted. Throws mf::Error
+  // naming the checkpoint, /ints/<name>, the range expected and the value found.
+  std::int64_t get_int_in(const std::string& name, std::int64_t lo, std::int64_t hi) const;
   double get_float(const std::string& name) const;
   const std::string& get_string(const std::string& name) const;
   bool has(const std::string& name) const;

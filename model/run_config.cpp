@@ -13,6 +13,7 @@
 #include <variant>
 
 #include "engine/error.hpp"
+#include "io/dataset.hpp"
 
 namespace mf::model {
 
@@ -181,8 +182,8 @@ const std::vector<Field>& fields() {
     add("optim.loss_scale_window", &C::loss_scale_window, "an integer > 0",
         "clean fp16 steps before the loss scale doubles", positive_int(&C::loss_scale_window));
     // [reader]
-    add("reader.threads", &C::reader_threads, "an integer > 0", "HDF5 reader threads",
-        positive_int(&C::reader_threads));
+    add("reader.threads", &C::reader_threads, fmt::format("an integer in [1, {}]", io::kMaxReadThreads),
+        "HDF5 reader threads", int_range(&C::reader_threads, 1, io::kMaxReadThreads));
     add("reader.ring", &C::reader_ring, "an integer in [2, 8]", "pinned batch slots", [](const C& c) {
       return c.reader_ring >= 2 && c.reader_ring <= 8 ? std::string{} : std::string("an integer in [2, 8]");
     });

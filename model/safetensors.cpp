@@ -26,10 +26,48 @@ std::string safetensors_dtype_name(DType t) {
 }
 
 namespace {
+// A JSON value of an untrusted header, for an error message: bounded in depth
+// (deeper arrays print as [...], objects as {...}) and in length, so a
+// deeply nested value cannot overflow the stack (json::dump recurses) and a
+// huge one cannot flood the terminal.
+std::string brief_json(const nlohmann::json& j, int depth = 0) {
+  constexpr std::size_t kMaxChars = 120;
+  constexpr int kMaxDepth = 2;
+  using T = nlohmann::json::value_t;
+  switch (j.type()) {
+    case T::object: return j.empty() ? "{}" : "{...}";
+    case T::array: {
+      if (depth >= kMaxDepth) return j.empty() ? "[]" : "[...]";
+      std::string s = "[";
+      for (std::size_t i = 0; i < j.size(); ++i) {
+        if (s.size() > kMaxChars) {
+          s += ",...";
+          break;
+        }
+        if (i) s += ',';
+        s += brief_json(j[i], depth + 1);
+      }
+      return s + "]";
+    }
+    case T::string: {
+      const auto& str = j.get_ref<const std::string&>();
+      const nlohmann::json cut = str.size() > kMaxChars ? str.substr(0, kMaxChars) : str;
+      return cut.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + (str.size() > kMaxChars ? "..." : "");
+    }
+    default: return j.dump();  // a number, a boolean or null
+  }
+}
+
+// A name from an untrusted header, cut for messages.
+std::string brief_name(const std::string& s) {
+  constexpr std::size_t kMaxChars = 120;
+  return s.size() > kMaxChars ? s.substr(0, kMaxChars) + "..." : s;
+}
+
 DType parse_st_dtype(const std::string& s, const std::string& ctx) {
   for (DType t : {DType::f32, DType::bf16, DType::f16, DType::i32, DType::u8})
     if (safetensors_dtype_name(t) == s) return t;
-  MF_THROW("{}: dtype '{}' is not supported (expected F32, BF16, F16, I32 or U8)", ctx, s);
+  MF_THROW("{}: dtype '{}' is not supported (expected F32, BF16, F16, I32 or U8)", ctx, brief_name(s));
 }
 }  // namespace
 
@@ -116,28 +154,29 @@ SafeTensors read_safetensors(const fs::path& path) {
     if (name == "__metadata__") {
       MF_CHECK(v.is_object(), "{}: __metadata__ must be an object of strings", ctx);
       for (auto& [k, s] : v.items()) {
-        MF_CHECK(s.is_string(), "{}: __metadata__.{} must be a string", ctx, k);
+        MF_CHECK(s.is_string(), "{}: __metadata__.{} must be a string", ctx, brief_name(k));
         st.metadata[k] = s.get<std::string>();
       }
       continue;
     }
-    const std::string tctx = fmt::format("{}: tensor '{}'", ctx, name);
+    const std::string tctx = fmt::format("{}: tensor '{}'", ctx, brief_name(name));
     MF_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
              "{}: expected dtype, shape and data_offsets", tctx);
     SafeTensor t;
     MF_CHECK(v["dtype"].is_string(), "{}: dtype must be a string (e.g. \"F32\"), found {}", tctx,
-             v["dtype"].dump());
+             brief_json(v["dtype"]));
     t.dtype = parse_st_dtype(v["dtype"].get<std::string>(), tctx);
     MF_CHECK(v["shape"].is_array(), "{}: shape must be a list of non-negative integers, found {}", tctx,
-             v["shape"].dump());
+             brief_json(v["shape"]));
     // The byte count, with every product checked: a crafted shape must not wrap.
     std::uint64_t want = dtype_size(t.dtype);
     for (const auto& d : v["shape"]) {
-      MF_CHECK(d.is_number_unsigned(), "{}: shape entries must be non-negative integers", tctx);
+      MF_CHECK(d.is_number_unsigned(), "{}: shape entries must be non-negative integers, found {}", tctx,
+               brief_json(d));
       const std::uint64_t dim = d.get<std::uint64_t>();
       MF_CHECK(dim <= std::uint64_t(std::numeric_limits<std::int64_t>::max()) &&
                    !__builtin_mul_overflow(want, dim, &want),
-               "{}: shape {} is too large (its byte count overflows 64 bits)", tctx, v["shape"].dump());
+               "{}: shape {} is too large (its byte count overflows 64 bits)", tctx, brief_json(v["shape"]));
       t.shape.push_back(std::int64_t(dim));
     }
     const auto& off = v["data_offsets"];
@@ -158,7 +197,7 @@ SafeTensors read_safetensors(const fs::path& path) {
   std::uint64_t at = 0;
   for (const Span& s : spans) {
     MF_CHECK(s.b == at, "{}: tensor '{}' starts at byte {}, expected {} (the data must have no holes or overlaps)",
-             ctx, s.name, s.b, at);
+             ctx, brief_name(s.name), s.b, at);
     at = s.e;
     st.order.push_back(s.name);
   }

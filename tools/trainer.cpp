@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -104,7 +105,7 @@ io::ReaderConfig reader_config(const RunConfig& cfg, Device dev, DType dtype, bo
   rc.shuffle = train && cfg.overfit_batches == 0;
   rc.seed = std::uint64_t(cfg.seed);
   rc.last_batch = train && cfg.drop_last ? io::LastBatch::drop : io::LastBatch::pad;
-  rc.threads = int(cfg.reader_threads);
+  rc.threads = int(cfg.reader_threads);  // exact: model::validate checked [1, io::kMaxReadThreads]
   rc.ring_slots = int(cfg.reader_ring);
   rc.device = dev;
   rc.dtype = dtype;
@@ -293,6 +294,42 @@ void check_same_model(const model::Checkpoint& c, const model::TrainStep& ts, co
            c.source, shape_numel(c.array("master").shape), ts.params().size());
 }
 
+// What a checkpoint says about its model, each value checked: a damaged or
+// hand-edited file gets an error naming it, the entry, what was expected and
+// what was found (never a narrowed integer or a JSON library's message).
+model::Precision checkpoint_precision(const model::Checkpoint& c) {
+  const std::string& p = c.get_string("precision");
+  try {
+    return model::parse_precision(p);
+  } catch (const Error&) {
+    MF_THROW("checkpoint {}: /strings/precision: expected fp32, bf16 or fp16, found '{}'", c.source, p);
+  }
+}
+
+model::LeakCNNConfig checkpoint_model(const model::Checkpoint& c, const RunConfig& cfg) {
+  constexpr std::int64_t kMaxInt = std::numeric_limits<int>::max();
+  const std::int64_t mels = c.get_int_in("in_mels", 1, kMaxInt), frames = c.get_int_in("in_frames", 1, kMaxInt);
+  const int classes = int(c.get_int_in("classes", 1, kMaxInt));
+  try {
+    return model_config(cfg, mels, frames, classes);
+  } catch (const Error& e) {
+    MF_THROW("checkpoint {}: the model of /ints/in_mels = {}, /ints/in_frames = {}, /ints/classes = {} and "
+             "/strings/config is not valid: {}", c.source, mels, frames, classes, e.message());
+  }
+}
+
+std::vector<std::string> checkpoint_class_names(const model::Checkpoint& c, int classes) {
+  const std::string& text = c.get_string("class_names");
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const bool ok = j.is_array() && std::all_of(j.begin(), j.end(), [](const json& x) { return x.is_string(); });
+  MF_CHECK(ok, "checkpoint {}: /strings/class_names: expected a JSON list of strings, found {}", c.source,
+           j.is_discarded() ? "text that is not JSON" : fmt::format("a JSON {}", j.type_name()) +
+                                                            (j.is_array() ? " holding a non-string" : ""));
+  MF_CHECK(j.size() == std::size_t(classes), "checkpoint {}: /strings/class_names: expected {} names (/ints/classes), "
+           "found {}", c.source, classes, j.size());
+  return j.get<std::vector<std::string>>();
+}
+
 // ---- signals ---------------------------------------------------------------------
 
 volatile std::sig_atomic_t g_stop_signal = 0;
@@ -367,13 +404,17 @@ LoadedModel load_model(const fs::path& checkpoint, const std::string& device, co
   const model::Checkpoint c = model::read_checkpoint(checkpoint);
   LoadedModel lm;
   model::load_toml_string(lm.cfg, c.get_string("config"), checkpoint.string() + ":/strings/config");
+  try {
+    model::validate(lm.cfg);  // every integer narrowed below (and by the callers) is then in range
+  } catch (const Error& e) {
+    MF_THROW("checkpoint {}: /strings/config: {}", c.source, e.message());
+  }
   const Device dev = parse_device(device);
   set_current(dev);
-  lm.precision = precision.empty() ? model::parse_precision(c.get_string("precision"))
-                                   : resolve_precision(precision, dev);
-  lm.model = model_config(lm.cfg, c.get_int("in_mels"), c.get_int("in_frames"), int(c.get_int("classes")));
-  lm.class_names = json::parse(c.get_string("class_names")).get<std::vector<std::string>>();
-  lm.normal_class = int(c.get_int("normal_class"));
+  lm.precision = precision.empty() ? checkpoint_precision(c) : resolve_precision(precision, dev);
+  lm.model = checkpoint_model(c, lm.cfg);
+  lm.class_names = checkpoint_class_names(c, lm.model.classes);
+  lm.normal_class = int(c.get_int_in("normal_class", 0, lm.model.classes - 1));
   lm.step = c.get_int("step");
   model::RunConfig inf = lm.cfg;
   inf.batch_size = 1;  // the training buffers are not used; forward_eval sizes its own

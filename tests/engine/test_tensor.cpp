@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <thread>
 
 #include "engine/memory.hpp"
@@ -100,4 +101,29 @@ TEST_CASE("parallel_for covers every index exactly once and propagates exception
   CHECK(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; }));
   CHECK_THROWS_WITH_AS(parallel_for(1000, [](std::int64_t, std::int64_t) { MF_THROW("boom"); }),
                        doctest::Contains("boom"), Error);
+}
+
+TEST_CASE("shape_numel is checked: overflow and negative dimensions are errors, never a wrapped count") {
+  // Issue 21: file-declared dimensions [2^32, 2^32] wrapped to 0 ("dataset is empty").
+  const Shape huge = {std::int64_t(1) << 32, std::int64_t(1) << 32};
+  CHECK_FALSE(checked_numel(huge).has_value());
+  CHECK_THROWS_WITH_AS(shape_numel(huge),
+                       doctest::Contains("shape [4294967296, 4294967296]: expected non-negative dimensions whose "
+                                         "product fits in 64 bits, found a product that overflows"),
+                       Error);
+  CHECK_FALSE(checked_numel({3, -2}).has_value());
+  CHECK_THROWS_WITH_AS(shape_numel({3, -2}), doctest::Contains("found a negative dimension"), Error);
+  CHECK(checked_numel({std::int64_t(1) << 40, std::int64_t(1) << 40, 0}) == 0);  // exact, not an overflow
+  CHECK(checked_numel({}) == 1);
+  CHECK(shape_numel({std::int64_t(1) << 31, std::int64_t(1) << 31}) == std::int64_t(1) << 62);
+  CHECK_THROWS_WITH_AS(Tensor::empty({std::int64_t(1) << 62, 8}, DType::f32), doctest::Contains("overflow"), Error);
+}
+
+TEST_CASE("run_on_threads runs every index once, joins every thread, and rethrows the first error") {
+  std::vector<std::atomic<int>> hits(64);
+  run_on_threads(64, [&](int i) { hits[std::size_t(i)] += 1; });
+  for (const auto& h : hits) CHECK(h.load() == 1);
+  CHECK_THROWS_WITH_AS(run_on_threads(8, [](int i) { if (i == 5) MF_THROW("worker {} failed", i); }),
+                       doctest::Contains("worker 5 failed"), Error);
+  run_on_threads(0, [](int) { FAIL("not called"); });
 }

@@ -146,4 +146,48 @@ with open(dst, "r+b") as f:
     f.truncate(os.path.getsize(src) // 2)
 with open(os.path.join(out, "bad_not_hdf5.h5"), "w") as f:
     f.write("segments,labels\n1,2\n" * 50)
+
+
+# ---- damaged declared sizes (issue 21): a good file whose /segments dataspace
+# (dims, then the equal max dims: two runs of little-endian uint64) is patched
+# in place, a few dozen bytes changed, as a bit flip or a hand edit would.
+def patched_dims(name, shape, new_shape, **kw):
+    path = os.path.join(out, "bad_" + name + ".h5")
+    with h5py.File(path, "w") as f:
+        f.create_dataset("segments", data=values(shape, np.float32), **kw)
+        f.create_dataset("labels", data=np.zeros(shape[0], np.int32))
+    old = np.array(list(shape) * 2, "<u8").tobytes()
+    new = np.array(list(new_shape) * 2, "<u8").tobytes()
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data.count(old) == 1, (name, data.count(old))
+    with open(path, "wb") as f:
+        f.write(data.replace(old, new))
+
+
+# [5, 2^40, 4, 8, 12]: 5 files (the 5 labels match) of 2^42 segments: the
+# per-segment arrays would be 2^42 entries.
+patched_dims("huge_contiguous", (5, 3, 4, M, T), (5, 2**40, 4, M, T))
+# 2^39 chunks declared, 3 stored: the chunk index would be 2^39 entries.
+patched_dims("huge_chunked", (6, M, T), (2**40, M, T), chunks=(2, M, T))
+# 2^32 x 2^32 x 12 elements: the element count overflows 64 bits.
+patched_dims("overflow_shape", (6, M, T), (2**32, 2**32, T))
+
+# Labels declared but never written (HDF5 would read its fill value, zeros).
+bad("unwritten_labels", lambda f: (f.create_dataset("segments", data=good_x),
+                                   f.create_dataset("labels", shape=(6,), dtype=np.int32)))
+
+
+def attr_case(name, attr, value):
+    def build(f):
+        f.create_dataset("segments", data=good_x)
+        f.create_dataset("labels", data=good_y)
+        f.attrs[attr] = value
+    bad(name, build)
+
+
+attr_case("class_names_2d", "class_names", np.array([[b"a", b"b"], [b"c", b"d"]], dtype="S1"))
+attr_case("class_names_int", "class_names", np.array([1, 2, 3], np.int32))
+attr_case("hop_length_huge", "hop_length", 1e300)
+attr_case("sample_rate_array", "sample_rate", np.array([16000, 22050], np.int32))
 print("h5_cases: wrote", out)

@@ -185,6 +185,16 @@ TEST_CASE("each malformed file fails at open with a message naming file, dataset
       {"bad_not_hdf5.h5", {"not an HDF5 file", "expected the HDF5 signature"}},
       {"bad_lzf.h5", {"/segments is compressed with 'lzf'", "cannot decode", "expected no filter, gzip"}},
       {"does_not_exist.h5", {"cannot open", "No such file"}},
+      // Declared sizes the file does not hold, and values of the wrong shape (issue 21).
+      {"bad_huge_contiguous.h5", {"file truncated: dataset /segments occupies 8444249301319680 bytes"}},
+      {"bad_huge_chunked.h5", {"/segments has a chunk at [6, 0, 0] that was never written"}},
+      {"bad_overflow_shape.h5", {"/segments has shape [4294967296, 4294967296, 12]", "overflows"}},
+      {"bad_unwritten_labels.h5", {"dataset /labels: shape [6] of 32-bit integer declares 24 bytes",
+                                   "stores 0 bytes"}},
+      {"bad_class_names_2d.h5", {"attribute class_names", "expected a scalar or a list of strings, found shape [2, 2]"}},
+      {"bad_class_names_int.h5", {"attribute class_names", "expected strings, found 32-bit integer"}},
+      {"bad_hop_length_huge.h5", {"attribute hop_length", "expected a whole number in [0, 2^53], found 1e+300"}},
+      {"bad_sample_rate_array.h5", {"attribute sample_rate", "expected one number (a scalar), found shape [2]"}},
   };
   for (const Bad& b : cases) {
     const std::string bfile = b.file;

@@ -2,6 +2,9 @@
 // resumable permutation), batch contents, padding, resident vs streaming,
 // worker errors and shutdown.
 #include <doctest/doctest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -317,4 +320,48 @@ TEST_CASE("bad reader configurations are errors with the expected and found valu
   c.dtype = DType::i32;
   CHECK_THROWS_WITH_AS(io::BatchReader(ds, c), doctest::Contains("compute dtype must be f32, bf16 or f16"), Error);
   CHECK_THROWS_WITH_AS(io::parse_residency("maybe"), doctest::Contains("expected auto, on or off"), Error);
+  c = cfg_cpu(16);
+  c.threads = 100000;  // once std::terminate: threads left joinable when the system refused one
+  CHECK_THROWS_WITH_AS(io::BatchReader(ds, c), doctest::Contains("threads must be in [1, 256], found 100000"), Error);
+  c.threads = 0;
+  CHECK_THROWS_WITH_AS(io::BatchReader(ds, c), doctest::Contains("threads must be in [1, 256], found 0"), Error);
+}
+
+TEST_CASE("a system that refuses reader threads slows the reader down, never ends the process") {
+  // Issue 21: a resident load with more threads than the system would start
+  // ended in std::terminate (a joinable std::thread destroyed while the
+  // exception of the refused one unwound). A child process with little
+  // address space left refuses most thread stacks.
+  auto ds = pattern_ds();
+  for (io::Residency res : {io::Residency::on, io::Residency::off}) {
+    CAPTURE(int(res));
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      long vm_pages = 0;
+      if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+        if (std::fscanf(f, "%ld", &vm_pages) != 1) vm_pages = 0;
+        std::fclose(f);
+      }
+      const rlim_t room = rlim_t(vm_pages) * rlim_t(::sysconf(_SC_PAGESIZE)) + (rlim_t(48) << 20);
+      const rlimit lim{room, room};
+      if (vm_pages == 0 || ::setrlimit(RLIMIT_AS, &lim) != 0) ::_exit(3);
+      int rc = 0;
+      try {
+        io::ReaderConfig c = cfg_cpu(16, true, res);
+        c.threads = 256;
+        io::BatchReader r(ds, c);
+        for (int i = 0; i < 3; ++i) r.next();
+      } catch (const Error&) {
+        rc = 2;  // a clear error is acceptable too
+      } catch (...) {
+        rc = 4;
+      }
+      ::_exit(rc);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    CHECK_MESSAGE(WIFEXITED(status), "the child died of signal ", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    if (WIFEXITED(status)) CHECK((WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 2));
+  }
 }

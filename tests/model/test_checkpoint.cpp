@@ -1,6 +1,7 @@
 // Checkpoints: round trip, corrupt and truncated files, keep-last + best, and an
 // injected crash between the write and the rename.
 #include <doctest/doctest.h>
+#include <hdf5.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "engine/error.hpp"
 #include "model/checkpoint.hpp"
@@ -183,4 +185,126 @@ TEST_CASE("a crash between write and rename leaves the previous checkpoint intac
   cd.save(sample(4), 4, false);
   for (const auto& e : fs::directory_iterator(d)) CHECK(e.path().filename().string().rfind(".tmp-", 0) != 0);
   fs::remove_all(d);
+}
+
+// ---- malformed checkpoints (issue 21) -------------------------------------------
+// A good checkpoint, then one entry replaced with HDF5's C API (as a damaged or
+// hand-made file would have it). Every read of it must be an mf::Error naming
+// the file and the entry, never an overflow of a fixed-size buffer or a
+// std::bad_alloc.
+namespace {
+
+void replace_entry(const fs::path& path, const std::function<void(hid_t file)>& edit) {
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  REQUIRE(f >= 0);
+  edit(f);
+  H5Fclose(f);
+}
+
+// A dataset `name` (a path) of `type` with `dims` (none: scalar), holding `data` when given.
+void put_dataset(hid_t file, const char* name, hid_t type, std::vector<hsize_t> dims, const void* data) {
+  if (H5Lexists(file, name, H5P_DEFAULT) > 0) H5Ldelete(file, name, H5P_DEFAULT);
+  const hid_t space = dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(int(dims.size()), dims.data(), nullptr);
+  const hid_t d = H5Dcreate2(file, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  REQUIRE(d >= 0);
+  if (data) REQUIRE(H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0);
+  H5Dclose(d);
+  H5Sclose(space);
+}
+
+// An attribute `name` of the object at `obj_path`, of `type` with `dims`.
+void put_attr(hid_t file, const char* obj_path, const char* name, hid_t type, std::vector<hsize_t> dims,
+              const void* data) {
+  const hid_t obj = H5Oopen(file, obj_path, H5P_DEFAULT);
+  REQUIRE(obj >= 0);
+  if (H5Aexists(obj, name) > 0) H5Adelete(obj, name);
+  const hid_t space = dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(int(dims.size()), dims.data(), nullptr);
+  const hid_t a = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+  REQUIRE(a >= 0);
+  REQUIRE(H5Awrite(a, type, data) >= 0);
+  H5Aclose(a);
+  H5Sclose(space);
+  H5Oclose(obj);
+}
+
+hid_t fixed_string(std::size_t n) {
+  const hid_t t = H5Tcopy(H5T_C_S1);
+  H5Tset_size(t, n);
+  return t;
+}
+
+// The message of read_checkpoint's mf::Error (anything else fails the test).
+std::string read_error(const fs::path& p) {
+  try {
+    read_checkpoint(p);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint entry of the wrong shape or type is an error naming the file, the entry, expected and found") {
+  const fs::path d = fresh_dir("shapes");
+  struct Case {
+    const char* what;
+    std::function<void(hid_t)> edit;
+    std::vector<std::string> parts;
+  };
+  const std::int64_t six[6] = {1, 2, 3, 4, 5, 6};
+  const double four[4] = {1, 2, 3, 4};
+  const std::int32_t three[3] = {1, 1, 1};
+  const std::uint32_t two[2] = {7, 8};
+  const char strings[3][4] = {"abc", "def", "ghi"};
+  const char dtypes[2][4] = {"f32", "u8 "};
+  const std::vector<Case> cases = {
+      // A 2-D /ints/adamw_step was read into one int64: a stack-buffer-overflow.
+      {"2-D int", [&](hid_t f) { put_dataset(f, "/ints/adamw_step", H5T_NATIVE_INT64, {2, 3}, six); },
+       {"dataset /ints/adamw_step: expected one integer (a scalar), found shape [2, 3]"}},
+      {"float array", [&](hid_t f) { put_dataset(f, "/floats/lr", H5T_NATIVE_DOUBLE, {4}, four); },
+       {"dataset /floats/lr: expected one number (a scalar), found shape [4]"}},
+      {"string int", [&](hid_t f) { put_dataset(f, "/ints/step", fixed_string(3), {}, "abc"); },
+       {"dataset /ints/step: expected an integer, found 3-byte string"}},
+      {"root attribute", [&](hid_t f) { put_attr(f, "/", "melforge_checkpoint", H5T_NATIVE_INT32, {3}, three); },
+       {"attribute melforge_checkpoint of /: expected one integer (a scalar), found shape [3]"}},
+      {"crc32 array", [&](hid_t f) { put_attr(f, "/arrays/perm", "crc32", H5T_NATIVE_UINT32, {2}, two); },
+       {"attribute crc32 of /arrays/perm: expected one integer (a scalar), found shape [2]"}},
+      // A multi-element /strings/config or dtype attribute overflowed a one-string buffer.
+      {"string list", [&](hid_t f) { put_dataset(f, "/strings/config", fixed_string(4), {3}, strings); },
+       {"dataset /strings/config: expected one string (a scalar), found shape [3]"}},
+      {"dtype list", [&](hid_t f) { put_attr(f, "/arrays/perm", "dtype", fixed_string(4), {2}, dtypes); },
+       {"attribute dtype of /arrays/perm: expected one string (a scalar), found shape [2]"}},
+      {"dtype vs data", [&](hid_t f) { put_attr(f, "/arrays/perm", "dtype", fixed_string(3), {}, "f32"); },
+       {"dataset /arrays/perm: expected 32-bit floats (its dtype attribute says f32), found 32-bit integer"}},
+      {"unknown dtype", [&](hid_t f) { put_attr(f, "/arrays/perm", "dtype", fixed_string(3), {}, "f64"); },
+       {"attribute dtype of /arrays/perm: unknown dtype 'f64'"}},
+      // Declared [2^40] bytes, never written: once a std::bad_alloc that named nothing.
+      {"huge array", [&](hid_t f) { put_dataset(f, "/arrays/perm", H5T_STD_U8LE, {hsize_t(1) << 40}, nullptr);
+                                    put_attr(f, "/arrays/perm", "dtype", fixed_string(2), {}, "u8");
+                                    const std::uint32_t crc = 0;
+                                    put_attr(f, "/arrays/perm", "crc32", H5T_NATIVE_UINT32, {}, &crc); },
+       {"dataset /arrays/perm: shape [1099511627776] of 8-bit unsigned integer declares 1099511627776 bytes",
+        "stores 0 bytes"}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    const fs::path p = d / "c.h5";
+    write_checkpoint(p, sample(3));
+    replace_entry(p, c.edit);
+    const std::string msg = read_error(p);
+    CAPTURE(msg);
+    CHECK(msg.find("checkpoint " + p.string() + ": ") != std::string::npos);
+    for (const auto& part : c.parts) CHECK(msg.find(part) != std::string::npos);
+  }
+  fs::remove_all(d);
+}
+
+TEST_CASE("get_int_in names the checkpoint, the entry, the range and the value") {
+  Checkpoint c = sample(1);
+  c.source = "/runs/x/best.h5";
+  CHECK(c.get_int_in("step", 0, 10) == 1);
+  CHECK_THROWS_WITH_AS(c.get_int_in("epoch", 0, 10),
+                       doctest::Contains("checkpoint /runs/x/best.h5: /ints/epoch: expected an integer in [0, 10], found -7"),
+                       Error);
 }

@@ -153,6 +153,9 @@ TEST_CASE("integers narrowed by the trainer are range-checked; huge integers con
   check("model.num_classes=4294967298", "model.num_classes: expected 0 (from the data) or an integer in [2, 2147483647]");
   check("train.batch_size=9223372036854775807", "train.batch_size: expected an integer in [1, 2147483647]");
   check("data.normal_class=4294967296", "data.normal_class: expected an integer in [-1, 2147483647], found 4294967296");
+  // Issue 21: a huge reader.threads ended in std::terminate when the system refused a thread.
+  check("reader.threads=100000", "reader.threads: expected an integer in [1, 256], found 100000");
+  check("reader.threads=0", "reader.threads: expected an integer in [1, 256], found 0");
   RunConfig ok;
   ok.train_path = "t.h5";
   apply_override(ok, "model.dense=2147483647");

@@ -87,3 +87,39 @@ TEST_CASE("a non-string dtype and shapes whose size overflows are errors naming 
   CHECK_THROWS_WITH_AS(read_safetensors(p), doctest::Contains(p.string().c_str()), Error);
   fs::remove(p);
 }
+
+TEST_CASE("deeply nested or huge header values are described briefly, never dumped whole") {
+  // Issue 21: the error message dumped the dtype with json::dump, which
+  // recurses once per level: a million nested arrays overflowed the stack.
+  const fs::path p = fs::temp_directory_path() / fmt::format("mf_st_nested_{}.safetensors", ::getpid());
+  auto write = [&](const std::string& header) {
+    std::string len(8, '\0');
+    for (int i = 0; i < 8; ++i) len[std::size_t(i)] = char((header.size() >> (8 * i)) & 0xff);
+    std::ofstream(p, std::ios::binary) << len << header;
+  };
+  constexpr std::size_t kDepth = 1000000;
+  const std::string nested = std::string(kDepth, '[') + std::string(kDepth, ']');
+  auto error = [&] {
+    try {
+      read_safetensors(p);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  write(R"({"w":{"dtype":)" + nested + R"(,"shape":[1],"data_offsets":[0,4]}})");
+  std::string e = error();
+  CHECK(e.find(p.string() + ": tensor 'w': dtype must be a string (e.g. \"F32\"), found [[[...]]]") != std::string::npos);
+  CHECK(e.size() < 1000);
+  write(R"({"w":{"dtype":"F32","shape":[1,)" + nested + R"(],"data_offsets":[0,4]}})");
+  e = error();
+  CHECK(e.find("tensor 'w': shape entries must be non-negative integers, found [[[...]]]") != std::string::npos);
+  CHECK(e.size() < 1000);
+  // A 1 MB dtype string and tensor name are cut in the message.
+  const std::string big(1 << 20, 'x');
+  write(R"({")" + big + R"(":{"dtype":")" + big + R"(","shape":[1],"data_offsets":[0,4]}})");
+  e = error();
+  CHECK(e.find("is not supported") != std::string::npos);
+  CHECK(e.size() < 1000);
+  fs::remove(p);
+}

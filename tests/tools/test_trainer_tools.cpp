@@ -6,13 +6,17 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "engine/error.hpp"
+#include "model/checkpoint.hpp"
+#include "model/run_config.hpp"
 #include "tools/perf.hpp"
 #include "tools/plot.hpp"
 #include "tools/progress.hpp"
 #include "tools/run_log.hpp"
 #include "tools/sysmon.hpp"
+#include "tools/trainer.hpp"
 
 namespace fs = std::filesystem;
 using namespace mf::tools;
@@ -234,4 +238,65 @@ TEST_CASE("progress: the line, durations, plain mode prints per log") {
   CHECK(out.find("epoch 2/10") != std::string::npos);
   CHECK(out.find("\r") == std::string::npos);
   CHECK(out.find("eval: ok\n") != std::string::npos);
+}
+
+// ---- what a checkpoint says about its model (issue 21, item 7) ---------------------
+// load_model (eval, predict, export) checks each value it takes from a
+// checkpoint: the error names the file, the entry, what was expected and what
+// was found, before any model is built.
+TEST_CASE("load_model: out-of-range model entries of a checkpoint are errors naming the file and the entry") {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("mf_load_model_{}", ::getpid());
+  fs::create_directories(dir);
+  const fs::path path = dir / "bad.h5";
+  auto good = [] {
+    mf::model::Checkpoint c;
+    mf::model::RunConfig cfg;
+    cfg.train_path = "train.h5";
+    c.strings = {{"config", mf::model::to_toml(cfg)}, {"precision", "fp32"}, {"class_names", R"(["normal","leak"])"}};
+    c.ints = {{"in_mels", 16}, {"in_frames", 32}, {"classes", 2}, {"normal_class", 0}, {"step", 1}};
+    return c;
+  };
+  struct Case {
+    std::function<void(mf::model::Checkpoint&)> edit;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {[](auto& c) { c.ints["classes"] = 4294967298; },  // was narrowed to 2 by int(...)
+       "/ints/classes: expected an integer in [1, 2147483647], found 4294967298"},
+      {[](auto& c) { c.ints["in_mels"] = -3; }, "/ints/in_mels: expected an integer in [1, 2147483647], found -3"},
+      {[](auto& c) { c.ints["in_frames"] = 0; }, "/ints/in_frames: expected an integer in [1, 2147483647], found 0"},
+      {[](auto& c) { c.ints["classes"] = 1000; }, "/ints/classes = 1000 and /strings/config is not valid: model: "
+                                                  "classes must be in [1, 256], found 1000"},
+      {[](auto& c) { c.ints["normal_class"] = 2; }, "/ints/normal_class: expected an integer in [0, 1], found 2"},
+      {[](auto& c) { c.strings["precision"] = ""; }, "/strings/precision: expected fp32, bf16 or fp16, found ''"},
+      {[](auto& c) { c.strings["class_names"] = R"([["normal"],"leak"])"; },
+       "/strings/class_names: expected a JSON list of strings, found a JSON array holding a non-string"},
+      {[](auto& c) { c.strings["class_names"] = "normal,leak"; },
+       "/strings/class_names: expected a JSON list of strings, found text that is not JSON"},
+      {[](auto& c) { c.strings["class_names"] = R"(["normal"])"; },
+       "/strings/class_names: expected 2 names (/ints/classes), found 1"},
+      {[](auto& c) {
+         mf::model::RunConfig cfg;
+         cfg.train_path = "train.h5";
+         cfg.reader_threads = 100000;
+         c.strings["config"] = mf::model::to_toml(cfg);
+       },
+       "/strings/config: reader.threads: expected an integer in [1, 256], found 100000"},
+  };
+  for (const Case& k : cases) {
+    CAPTURE(k.want);
+    mf::model::Checkpoint c = good();
+    k.edit(c);
+    mf::model::write_checkpoint(path, c);
+    std::string msg = "(no error)";
+    try {
+      load_model(path, "cpu", "", nullptr);
+    } catch (const mf::Error& e) {
+      msg = e.what();
+    }
+    CAPTURE(msg);
+    CHECK(msg.find("checkpoint " + path.string() + ": ") != std::string::npos);
+    CHECK(msg.find(k.want) != std::string::npos);
+  }
+  fs::remove_all(dir);
 }
