@@ -34,7 +34,7 @@
 //             are close, so the double-buffered halo matters.
 //   smem      k = 3: 2 x 14,400 B (x) + 18,432 B (g) = 47,232 B static.
 //   registers ptxas -v (CUDA 13.0, sm_90): 128 at k = 3 (the cap of
-//             __launch_bounds__(256, 2)), 95-104 at k = 1, no spills: two
+//             __launch_bounds__(256, 2)), 75-79 at k = 1, no spills: two
 //             blocks (16 warps) per SM by registers, 94 KB of the 228 KB smem.
 //   db        the threads staging g also sum it (8 channels each, fixed
 //             order), combined across threads in a fixed order at the end.
@@ -91,7 +91,11 @@ __device__ __forceinline__ void stage_x(const ConvReluPoolDims& d, const D* __re
                                         int oh0, int ow0, int ci0, D (*xs)[kXRow]) {
   constexpr int kHaloH = kTileH + K - 1, kHaloW = kTileW + K - 1, kParts = kCi / 8;
   constexpr int pad = K / 2;
-  for (int e = threadIdx.x; e < kHaloH * kHaloW * kParts; e += kThreads) {
+  constexpr int kCopies = kHaloH * kHaloW * kParts;
+#pragma unroll
+  for (int it = 0; it < (kCopies + kThreads - 1) / kThreads; ++it) {  // a fixed trip count: all copies in flight
+    const int e = int(threadIdx.x) + it * kThreads;
+    if (e >= kCopies) break;
     const int pix = e / kParts, part = e % kParts;
     const int ih = oh0 - pad + pix / kHaloW, iw = ow0 - pad + pix % kHaloW, ci = ci0 + part * 8;
     const bool valid = ih >= 0 && ih < d.h && iw >= 0 && iw < d.w && ci < d.cin;
@@ -110,7 +114,10 @@ __device__ __forceinline__ void stage_g(const ConvReluPoolDims& d, const TileGri
                                         int co0, D (*gs)[kGRow], bool db_sum, float (&db)[8]) {
   constexpr int kGroups = kCo / 8;
   const int ph_n = d.ph(), pw_n = d.pw();
-  for (int e = threadIdx.x; e < kTileH * kTileW * kGroups; e += kThreads) {
+  static_assert(kTileH * kTileW * kGroups % kThreads == 0, "every thread stages the same number of vectors");
+#pragma unroll 2  // two vectors in flight per thread; a full unroll spills at k = 3 (72 accumulators live)
+  for (int it = 0; it < kTileH * kTileW * kGroups / kThreads; ++it) {
+    const int e = int(threadIdx.x) + it * kThreads;
     const int grp = e % kGroups, pix = e / kGroups;
     const int oh = oh0 + pix / kTileW, ow = ow0 + pix % kTileW, co = co0 + grp * 8;
     uint4 out = make_uint4(0, 0, 0, 0);
