@@ -583,15 +583,23 @@ int grid_cap() {
 template <class D, int K, int P, int NT, Mode M>
 void launch_nt(const Args<D>& a, const DeviceLimits& lim, cudaStream_t stream) {
   const std::size_t smem = smem_bytes(K, NT, a.row_w);
-  const int per_sm_blocks = blocks_per_sm(smem, lim);  // >= 1: pick_nt checked
+  auto* kernel = resident_kernel<D, K, P, NT, M>;
+  const void* entry = reinterpret_cast<const void*>(kernel);
+  if (smem > 48 * 1024)
+    MF_CUDA_CHECK(cudaFuncSetAttribute(entry, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  // The whole unified L1/shared array as shared memory, then the persistent
+  // grid from what the runtime says fits (registers included), not from our
+  // model alone: a grid sized for 2 blocks per SM where 1 fits runs in 2 waves.
+  MF_CUDA_CHECK(cudaFuncSetAttribute(entry, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     int(cudaSharedmemCarveoutMaxShared)));
+  int per_sm_blocks = 0;
+  MF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_blocks, kernel, kThreads, smem));
+  const int modelled = blocks_per_sm(smem, lim);  // >= 1: pick_nt checked
+  per_sm_blocks = per_sm_blocks < 1 ? 1 : (per_sm_blocks > modelled ? modelled : per_sm_blocks);
   const int slices = (a.out_c + NT * 8 - 1) / (NT * 8);
   int gx = lim.sms * per_sm_blocks / slices;
   if (grid_cap() > 0 && gx > grid_cap()) gx = grid_cap();
   gx = gx < 1 ? 1 : (gx > a.tiles ? a.tiles : gx);
-  auto* kernel = resident_kernel<D, K, P, NT, M>;
-  if (smem > 48 * 1024)
-    MF_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   resident_kernel<D, K, P, NT, M><<<dim3(unsigned(gx), unsigned(slices)), kThreads, smem, stream>>>(a);
   MF_CUDA_CHECK_LAUNCH();
 }

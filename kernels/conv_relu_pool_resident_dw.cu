@@ -15,27 +15,33 @@
 //   threads   256 = 8 warps; warp w: Cout rows 16 (w % 4) .. +15, Cin
 //             columns 16 (w / 4) .. +15, every tap: K*K x 2 m16n8 tiles,
 //             72 f32 accumulators per thread at k = 3.
-//   per tile  x halo (8+k-1) x (16+k-1) pixels x 32 Cin, staged by cp.async
-//             (16-byte copies, zero-filled outside the image), double-buffered:
-//             the next tile's halo is in flight while this one's MMAs run.
-//             g: 128 pixels x 64 Cout built with 16-byte dy loads and 8-byte
-//             code loads (8 channels per load), index math once per 8
-//             channels with pool P a template constant (shifts).
+//   per tile  x halo (8+k-1) x (16+k-1) pixels x 32 Cin, and the dy + code
+//             cells under the tile as stored (pool 2: 32 cells x 64 Cout, 6 KB),
+//             all by cp.async (16-byte copies, zero-filled outside the maps),
+//             issued for tile t+1 before tile t's MMAs: no thread waits on a
+//             global load outside the copy engine. g (128 pixels x 64 Cout) is
+//             then routed smem -> smem, 8 channels per 16-byte read, with pool P
+//             a template constant (shifts); tile origins are multiples of P.
 //   k-step    one conv row of the tile (16 pixels): 1 ldmatrix.x4.trans for
 //             A (g, [pixel][co] in smem) + 1 ldmatrix.x4.trans per tap for B
 //             (x shifted by (r, s), [pixel][ci]) feeding 2 MMAs: at k = 3,
 //             10 ldmatrix (5 KiB) per 18 MMAs (36,864 MACs): 0.14 B/MAC from
 //             shared memory; rows padded to 80 / 144 bytes, so every 8-row
 //             ldmatrix phase touches 8 distinct 16-byte bank groups.
-//   L2/DRAM   per tile 11.5 KiB of x, 16 KiB of dy and 8 KiB of codes for
-//             2.36 M MACs: 0.015 B/MAC (dy and codes are re-read P*P times,
-//             from L1). At batch 8192, layer 2 streams ~0.94 GB: 0.31 ms at
-//             3 TB/s against 0.39 ms of MMAs at the dense peak: both limits
-//             are close, so the double-buffered halo matters.
-//   smem      k = 3: 2 x 14,400 B (x) + 18,432 B (g) = 47,232 B static.
-//   registers ptxas -v (CUDA 13.0, sm_90): 128 at k = 3 (the cap of
-//             __launch_bounds__(256, 2)), 75-79 at k = 1, no spills: two
-//             blocks (16 warps) per SM by registers, 94 KB of the 228 KB smem.
+//   L2/DRAM   per tile 11.5 KiB of x, 4 KiB of dy and 2 KiB of codes (pool 2)
+//             for 2.36 M MACs: 0.007 B/MAC. At batch 8192, layer 2 streams
+//             ~0.94 GB (x once per Cout tile, dy, codes): 0.31 ms at 3 TB/s.
+//   ceilings  MMAs at the dense peak: 0.39 ms for layer 2; shared memory
+//             (128 B/clk/SM): 0.14 B/MAC allows ~920 MAC/clk/SM, ~45% of the
+//             dense bf16 peak, i.e. ~0.7-0.8 ms for layer 2: the expected
+//             limiter. (A 32 Cout x 16 Cin warp tile with the taps split over
+//             more warps would need ~0.10 B/MAC: the next variant if the GPU
+//             confirms this.)
+//   smem      dynamic (opt-in above 48 KB): k = 3, pool 2: 2 x 14,400 (x) +
+//             18,432 (g) + 6,144 (dy, codes) = 53,376 B; pool 1: 71,808 B.
+//   registers ptxas -v (CUDA 13.0, sm_80..sm_120): 128 at k = 3 (the cap of
+//             __launch_bounds__(256, 2)), 66-96 at k = 1, no spills: two
+//             blocks (16 warps) per SM by registers, 107 KB of 228 KB smem.
 //   db        the threads staging g also sum it (8 channels each, fixed
 //             order), combined across threads in a fixed order at the end.
 //   output    one f32 partial per (chunk = block x, co, tap, ci) and per
@@ -77,11 +83,14 @@ __host__ __device__ inline TileGrid tile_grid(const ConvReluPoolDims& d) {
   return {ch, cw, (ch + kTileH - 1) / kTileH, (cw + kTileW - 1) / kTileW};
 }
 
-template <class D, int K>
+template <class D, int K, int P>
 struct DwSmem {
   static constexpr int kHaloH = kTileH + K - 1, kHaloW = kTileW + K - 1;
+  static constexpr int kPooled = (kTileH / P) * (kTileW / P);  // pooled cells under one tile
   D x[2][kHaloH * kHaloW][kXRow];       // double-buffered input halo, [pixel][ci]
   D g[kTileH * kTileW][kGRow];          // routed gradient, [pixel][co]
+  D dy[kPooled][kCo];                   // the next tile's dy and codes as stored (cp.async)
+  std::uint8_t code[kPooled][kCo];
 };
 
 // The x halo of tile (n, oh0, ow0) into buffer `xs`, as 16-byte cp.async copies
@@ -104,44 +113,63 @@ __device__ __forceinline__ void stage_x(const ConvReluPoolDims& d, const D* __re
   }
 }
 
-// g of tile (n, oh0, ow0) into smem: each thread builds 8 channels per pixel
-// from one 16-byte dy load and one 8-byte code load, and (when `db_sum`) adds
-// them to its 8 running bias sums. A thread's channel group is tid % 8 for
-// every pixel it stages (the stride, 256, is a multiple of 8).
-template <class D, int P>
-__device__ __forceinline__ void stage_g(const ConvReluPoolDims& d, const TileGrid& tg, const D* __restrict__ dy,
-                                        const std::uint8_t* __restrict__ code, std::int64_t n, int oh0, int ow0,
-                                        int co0, D (*gs)[kGRow], bool db_sum, float (&db)[8]) {
-  constexpr int kGroups = kCo / 8;
+// The dy and code cells under tile (n, oh0, ow0) (tile origins are multiples
+// of the pool) as 16-byte cp.async copies: 8 per cell of dy, 4 of codes (Cout
+// % 16 == 0 keeps a cell's codes 16-byte aligned). Cells beyond the pooled map
+// and channels >= Cout read as dy 0 with code 0, so they route 0.
+template <class D, int K, int P>
+__device__ __forceinline__ void stage_raw(const ConvReluPoolDims& d, const D* __restrict__ dy,
+                                          const std::uint8_t* __restrict__ code, std::int64_t n, int oh0, int ow0,
+                                          int co0, DwSmem<D, K, P>& sm) {
+  constexpr int kCellsW = kTileW / P, kCells = DwSmem<D, K, P>::kPooled;
+  constexpr int kDyParts = kCo / 8, kCodeParts = kCo / 16, kCopies = kCells * (kDyParts + kCodeParts);
   const int ph_n = d.ph(), pw_n = d.pw();
-  static_assert(kTileH * kTileW * kGroups % kThreads == 0, "every thread stages the same number of vectors");
-#pragma unroll 2  // two vectors in flight per thread; a full unroll spills at k = 3 (72 accumulators live)
+#pragma unroll
+  for (int it = 0; it < (kCopies + kThreads - 1) / kThreads; ++it) {
+    const int e = int(threadIdx.x) + it * kThreads;
+    if (e >= kCopies) break;
+    const bool is_dy = e < kCells * kDyParts;
+    const int parts = is_dy ? kDyParts : kCodeParts, f = is_dy ? e : e - kCells * kDyParts;
+    const int cell = f / parts, part = f % parts;
+    const int ph = oh0 / P + cell / kCellsW, pw = ow0 / P + cell % kCellsW;
+    const int co = co0 + part * (is_dy ? 8 : 16);
+    const bool valid = ph < ph_n && pw < pw_n && co < d.cout;
+    const std::int64_t o = ((n * ph_n + ph) * pw_n + pw) * d.cout + co;
+    if (is_dy) mma::cp_async16(&sm.dy[cell][part * 8], valid ? dy + o : dy, valid);
+    else mma::cp_async16(&sm.code[cell][part * 16], valid ? code + o : code, valid);
+  }
+}
+
+// g of the staged tile into sm.g: a thread routes 8 channels of one conv pixel
+// at a time (16 bytes of dy, 8 code bytes, from smem) and, when `db_sum`, adds
+// them to its 8 running bias sums. Its channel group is tid % 8 for every
+// pixel (the stride, 256, is a multiple of 8), so the sums stay per channel.
+template <class D, int K, int P>
+__device__ __forceinline__ void route_g(DwSmem<D, K, P>& sm, bool db_sum, float (&db)[8]) {
+  constexpr int kGroups = kCo / 8, kCellsW = kTileW / P;
+  static_assert(kTileH * kTileW * kGroups % kThreads == 0, "every thread routes the same number of vectors");
+#pragma unroll 1  // smem-fed: nothing to overlap; unrolled, it spills beside 72 live accumulators at k = 3
   for (int it = 0; it < kTileH * kTileW * kGroups / kThreads; ++it) {
     const int e = int(threadIdx.x) + it * kThreads;
     const int grp = e % kGroups, pix = e / kGroups;
-    const int oh = oh0 + pix / kTileW, ow = ow0 + pix % kTileW, co = co0 + grp * 8;
-    uint4 out = make_uint4(0, 0, 0, 0);
-    if (oh < tg.conv_h && ow < tg.conv_w && co < d.cout) {
-      const std::int64_t o = ((n * ph_n + oh / P) * pw_n + ow / P) * d.cout + co;
-      const uint4 v = *reinterpret_cast<const uint4*>(dy + o);
-      const uint2 c = *reinterpret_cast<const uint2*>(code + o);
-      const std::uint32_t pos = std::uint32_t((oh % P) * P + ow % P);
-      const std::uint32_t vw[4] = {v.x, v.y, v.z, v.w}, cw[2] = {c.x, c.y};
-      std::uint32_t ow4[4];
+    const int r = pix / kTileW, c = pix % kTileW, cell = (r / P) * kCellsW + c / P;
+    const uint4 v = *reinterpret_cast<const uint4*>(&sm.dy[cell][grp * 8]);
+    const uint2 cb = *reinterpret_cast<const uint2*>(&sm.code[cell][grp * 8]);
+    const std::uint32_t pos = std::uint32_t((r % P) * P + c % P);
+    const std::uint32_t vw[4] = {v.x, v.y, v.z, v.w}, cw[2] = {cb.x, cb.y};
+    std::uint32_t gw[4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        // channels 2j (low half) and 2j + 1 (high half); their codes are bytes 2j, 2j + 1
-        const std::uint32_t c_lo = (cw[j / 2] >> (16 * (j % 2))) & 0xffu, c_hi = (cw[j / 2] >> (16 * (j % 2) + 8)) & 0xffu;
-        ow4[j] = (c_lo == pos ? vw[j] & 0x0000ffffu : 0u) | (c_hi == pos ? vw[j] & 0xffff0000u : 0u);
-      }
-      out = make_uint4(ow4[0], ow4[1], ow4[2], ow4[3]);
-      if (db_sum) {
-        const D* h = reinterpret_cast<const D*>(ow4);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) db[i] += cuda::load_f32(h[i]);
-      }
+    for (int j = 0; j < 4; ++j) {
+      // channels 2j (low half) and 2j + 1 (high half); their codes are bytes 2j, 2j + 1
+      const std::uint32_t c_lo = (cw[j / 2] >> (16 * (j % 2))) & 0xffu, c_hi = (cw[j / 2] >> (16 * (j % 2) + 8)) & 0xffu;
+      gw[j] = (c_lo == pos ? vw[j] & 0x0000ffffu : 0u) | (c_hi == pos ? vw[j] & 0xffff0000u : 0u);
     }
-    *reinterpret_cast<uint4*>(&gs[pix][grp * 8]) = out;
+    if (db_sum) {
+      const D* h = reinterpret_cast<const D*>(gw);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) db[i] += cuda::load_f32(h[i]);
+    }
+    *reinterpret_cast<uint4*>(&sm.g[pix][grp * 8]) = make_uint4(gw[0], gw[1], gw[2], gw[3]);
   }
 }
 
@@ -150,7 +178,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     resident_dw_kernel(ConvReluPoolDims d, const D* __restrict__ x, const D* __restrict__ dy,
                        const std::uint8_t* __restrict__ code, int chunks, int ci_tiles, float* __restrict__ part) {
   constexpr int kTaps = K * K, kHaloW = kTileW + K - 1;
-  __shared__ __align__(16) DwSmem<D, K> sm;
+  extern __shared__ __align__(16) unsigned char dw_smem[];  // DwSmem: 53-72 KB at k = 3, opt-in at launch
+  DwSmem<D, K, P>& sm = *reinterpret_cast<DwSmem<D, K, P>*>(dw_smem);
 
   const TileGrid tg = tile_grid(d);
   const std::int64_t tiles = d.n * tg.per_image();
@@ -182,28 +211,32 @@ __global__ void __launch_bounds__(kThreads, 2)
     ow0 = (r % tg.tiles_w) * kTileW;
   };
 
+  // Per tile t: [wait for t's halo, dy and codes; barrier] [route g] [barrier]
+  // [issue t+1's halo, dy and codes by cp.async] [the MMAs of t]: the next
+  // tile's loads fly during this tile's MMAs, and no thread waits on a global
+  // load outside the copy engine.
   int buf = 0;
   if (t0 < t1) {
     std::int64_t n;
     int oh0, ow0;
     origin(t0, n, oh0, ow0);
     stage_x<D, K>(d, x, n, oh0, ow0, ci0, sm.x[0]);
+    stage_raw<D, K, P>(d, dy, code, n, oh0, ow0, co0, sm);
   }
   mma::cp_async_commit();
   for (std::int64_t t = t0; t < t1; ++t) {
-    std::int64_t n;
-    int oh0, ow0;
-    origin(t, n, oh0, ow0);
-    stage_g<D, P>(d, tg, dy, code, n, oh0, ow0, co0, sm.g, do_db, db);
-    if (t + 1 < t1) {  // the next tile's halo flies while this tile's MMAs run
-      std::int64_t nn;
-      int noh0, now0;
-      origin(t + 1, nn, noh0, now0);
-      stage_x<D, K>(d, x, nn, noh0, now0, ci0, sm.x[buf ^ 1]);
+    mma::cp_async_wait<0>();  // tile t's copies have landed ...
+    __syncthreads();          // ... for every thread; and tile t-1's MMAs are done (g is free)
+    route_g<D, K, P>(sm, do_db, db);
+    __syncthreads();          // g is ready; the dy/code buffer is free
+    if (t + 1 < t1) {
+      std::int64_t n;
+      int oh0, ow0;
+      origin(t + 1, n, oh0, ow0);
+      stage_x<D, K>(d, x, n, oh0, ow0, ci0, sm.x[buf ^ 1]);
+      stage_raw<D, K, P>(d, dy, code, n, oh0, ow0, co0, sm);
     }
     mma::cp_async_commit();
-    mma::cp_async_wait<1>();  // this tile's halo has landed (the newest group may still fly)
-    __syncthreads();
     const D (*xs)[kXRow] = sm.x[buf];
 #pragma unroll 1
     for (int row = 0; row < kTileH; ++row) {
@@ -219,7 +252,6 @@ __global__ void __launch_bounds__(kThreads, 2)
           mma::mma_16816<D>(acc[r * K + s][1], a, b[2], b[3]);
         }
     }
-    __syncthreads();  // g and this halo buffer are free for the next tile
     buf ^= 1;
   }
   mma::cp_async_wait<0>();
@@ -239,7 +271,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (do_db) {
     // Every thread's 8 sums (channels 8 (tid % 8) + i), then for each channel
     // the 32 threads of its group added in thread order.
-    float(*dbs)[8] = reinterpret_cast<float(*)[8]>(&sm.g[0][0]);  // g is free after the last barrier
+    __syncthreads();  // every warp's last MMAs have read g
+    float(*dbs)[8] = reinterpret_cast<float(*)[8]>(&sm.g[0][0]);
     static_assert(sizeof(sm.g) >= kThreads * 8 * sizeof(float), "db scratch must fit in the g buffer");
 #pragma unroll
     for (int i = 0; i < 8; ++i) dbs[tid][i] = db[i];
@@ -268,7 +301,11 @@ void launch_dw(const ConvReluPoolDims& d, const D* x, const D* dy, const std::ui
   WeightPartials ws(std::size_t(chunks) * std::size_t(floats_per_chunk), stream);
   if (chunks > 0) {
     const int ci_tiles = (d.cin + kCi - 1) / kCi, co_tiles = (d.cout + kCo - 1) / kCo;
-    resident_dw_kernel<D, K, P><<<dim3(unsigned(chunks), unsigned(co_tiles * ci_tiles)), kThreads, 0, stream>>>(
+    constexpr std::size_t smem = sizeof(DwSmem<D, K, P>);
+    if (smem > 48 * 1024)  // all sizes fit every sm_80+ opt-in limit (99 KB and up)
+      MF_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(resident_dw_kernel<D, K, P>),
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    resident_dw_kernel<D, K, P><<<dim3(unsigned(chunks), unsigned(co_tiles * ci_tiles)), kThreads, smem, stream>>>(
         d, x, dy, code, int(chunks), ci_tiles, ws.data());
     MF_CUDA_CHECK_LAUNCH();
   }
@@ -294,7 +331,7 @@ bool resident_dw(const ConvReluPoolDims& d, const void* x, const void* dy, const
   } else {
     using D = cuda::device_t<T>;
     const DType dt = std::is_same_v<T, bf16> ? DType::bf16 : DType::f16;
-    if (!resident_can_run(d, dt) || !aligned(x, 16) || !aligned(dy, 16) || !aligned(code, 8)) return false;
+    if (!resident_can_run(d, dt) || !aligned(x, 16) || !aligned(dy, 16) || !aligned(code, 16)) return false;
     const auto* xd = static_cast<const D*>(x);
     const auto* dyd = static_cast<const D*>(dy);
     if (d.k == 3 && d.pool == 2) launch_dw<D, 3, 2>(d, xd, dyd, code, dw, db, stream);
