@@ -20,6 +20,7 @@
 #include <thread>
 #include <utility>
 
+#include "engine/isolate.hpp"
 #include "engine/parallel.hpp"
 #include "io/h5_error.hpp"
 #include "io/h5_read.hpp"
@@ -617,6 +618,32 @@ void read_attributes(hid_t dset, hid_t file, const std::string& path, const std:
   }
 }
 
+// read_attributes in a child process (issue 21, item 6). Debian 12's HDF5 1.10.8
+// loops forever in H5HG_read on a damaged global heap (where class_names'
+// strings live), overlaps a memcpy there, and reads out of bounds in H5Aexists
+// on a damaged object header; no HDF5 release fixes all of it. The child sends
+// back what it read, so the parent never makes those calls; a crash or a read
+// running past the limit becomes an error naming the file (engine/isolate.hpp;
+// docs/decisions.md, "Damaged files and the HDF5 library").
+void read_attributes_isolated(hid_t dset, hid_t file, const std::string& path, const std::string& seg,
+                              DatasetInfo& info) {
+  const std::string bytes = run_isolated(fmt::format("{}: reading the attributes of {}", path, seg),
+                                         isolate_timeout_s(30), [&] {
+    read_attributes(dset, file, path, seg, info);  // the child's copy of info
+    ByteWriter w;
+    w.u64(info.class_names.size());
+    for (const std::string& n : info.class_names) w.str(n);
+    w.f64(info.sample_rate);
+    w.u64(static_cast<unsigned long long>(info.hop_length));
+    return w.take();
+  });
+  ByteReader r(bytes);
+  info.class_names.resize(std::min<std::size_t>(r.u64(), bytes.size() / 8));
+  for (std::string& n : info.class_names) n = r.str();
+  info.sample_rate = r.f64();
+  info.hop_length = static_cast<std::int64_t>(r.u64());
+}
+
 // The labels (one per file), the class count and names, the normal class.
 void read_labels(hid_t file, const std::string& path, const std::string& seg, const DatasetNames& names,
                  DatasetInfo& info) {
@@ -858,7 +885,7 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& path, const Data
   impl->dtype = info.dtype;
   impl->esz = dtype_size(info.dtype);
   set_segment_shape(dset, path, seg, info);
-  read_attributes(dset, file, path, seg, info);
+  read_attributes_isolated(dset, file, path, seg, info);
   // Storage before the labels: the per-segment arrays are sized from the
   // shape, which must first be known to be what the file holds.
   const bool fast = impl->resolve_storage(info, file, dset, file_size);
