@@ -278,9 +278,10 @@ template <class T>
 void forward_t(const ConvReluPoolDims& d, const void* x, const void* w, const void* b, void* y,
                std::uint8_t* code, cudaStream_t stream) {
   const ConvAlgo algo = conv_relu_pool_algo();
+  if (algo == ConvAlgo::resident && resident_cin1_forward<T>(d, x, w, b, y, code, stream)) return;
   if (algo == ConvAlgo::resident && resident_forward<T>(d, x, w, b, y, code, stream)) return;
-  if ((algo == ConvAlgo::automatic || algo == ConvAlgo::cin1) && cin1_forward<T>(d, x, w, b, y, code, stream))
-    return;
+  const bool cin1 = algo == ConvAlgo::automatic || algo == ConvAlgo::cin1 || algo == ConvAlgo::resident;
+  if (cin1 && cin1_forward<T>(d, x, w, b, y, code, stream)) return;
   const bool tensor_cores = algo == ConvAlgo::automatic || algo == ConvAlgo::mma || algo == ConvAlgo::resident;
   if (tensor_cores && mma_forward<T>(d, x, w, b, y, code, stream)) return;
   if (tensor_cores) note_fp32_fallback<T>(d, "forward");
@@ -292,6 +293,11 @@ template <class T>
 void backward_t(const ConvReluPoolDims& d, const void* x, const void* w, const void* dy,
                 const std::uint8_t* code, void* dx, float* dw, float* db, cudaStream_t stream) {
   const ConvAlgo algo = conv_relu_pool_algo();
+  // The Cin = 1 layer: dw/db on tensor cores, dx (only when asked) on CUDA cores; a
+  // refused dx falls back together with dw, which the fallback then recomputes.
+  if (algo == ConvAlgo::resident && resident_cin1_dw<T>(d, x, dy, code, dw, db, stream) &&
+      (!dx || resident_cin1_dx<T>(d, w, dy, code, dx, stream)))
+    return;
   if (algo == ConvAlgo::resident && resident_can_run(d, dtype_of<T>())) {
     // dx and dw are separate kernels here. When dx ran, a refused dw falls back
     // alone (the fallbacks skip a null dx); a refused dx falls back together
@@ -299,9 +305,8 @@ void backward_t(const ConvReluPoolDims& d, const void* x, const void* w, const v
     if (dx && resident_dx<T>(d, w, dy, code, dx, stream)) dx = nullptr;
     if (resident_dw<T>(d, x, dy, code, dw, db, stream) && !dx) return;
   }
-  if ((algo == ConvAlgo::automatic || algo == ConvAlgo::cin1) &&
-      cin1_backward<T>(d, x, w, dy, code, dx, dw, db, stream))
-    return;
+  const bool cin1 = algo == ConvAlgo::automatic || algo == ConvAlgo::cin1 || algo == ConvAlgo::resident;
+  if (cin1 && cin1_backward<T>(d, x, w, dy, code, dx, dw, db, stream)) return;
   const bool tensor_cores = algo == ConvAlgo::automatic || algo == ConvAlgo::mma || algo == ConvAlgo::resident;
   if (tensor_cores && mma_backward<T>(d, x, w, dy, code, dx, dw, db, stream)) return;
   if (tensor_cores) note_fp32_fallback<T>(d, "backward");
@@ -314,9 +319,11 @@ void backward_t(const ConvReluPoolDims& d, const void* x, const void* w, const v
 ConvAlgo conv_relu_pool_resolve_algo(const ConvReluPoolDims& d, DType dtype, ConvAlgo requested) {
   const bool any = requested == ConvAlgo::automatic;
   // resident's launchers may still refuse a part (alignment, shared memory), which then falls back to mma.
-  if (requested == ConvAlgo::resident && resident_can_run(d, dtype)) return ConvAlgo::resident;
+  if (requested == ConvAlgo::resident && (resident_can_run(d, dtype) || resident_cin1_can_run(d, dtype)))
+    return ConvAlgo::resident;
   // cin1 also needs 16-byte aligned y/code/dy (true for device_alloc'd tensors); it is not checked here.
-  if ((any || requested == ConvAlgo::cin1) && cin1_can_run(d)) return ConvAlgo::cin1;
+  if ((any || requested == ConvAlgo::cin1 || requested == ConvAlgo::resident) && cin1_can_run(d))
+    return ConvAlgo::cin1;
   const bool tensor_cores = any || requested == ConvAlgo::mma || requested == ConvAlgo::resident;
   if (tensor_cores && mma_can_run(d, dtype)) return ConvAlgo::mma;
   if (requested != ConvAlgo::direct && tiled_can_run(d)) return ConvAlgo::tiled;

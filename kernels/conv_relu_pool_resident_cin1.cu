@@ -1,0 +1,636 @@
+// conv_relu_pool variant 5, "resident", for the Cin = 1 input layer (LeakCNN's
+// 1 -> 32 at 64 x 64, k = 3, pool 2): the 3 x 3 taps as the K = 16 of one
+// mma.m16n8k16 (taps 9..15 zero), bf16/f16 operands, f32 accumulation, sm_80+.
+// Runs when T is bf16/f16, Cin == 1, k == 3, pool in {1, 2}, Cout a multiple
+// of 16 in [16, 256] that splits into at most 8 warp slices of 16/32/48/64
+// channels (every multiple of 16 but 176 and 208), y/code (forward) and
+// dy (backward) 16-byte aligned, code 8-byte aligned (backward), an sm_80+ GPU;
+// anything else returns false and the caller falls back (cin1, then tiled).
+//
+// Warp slices: Cout = 16 u; a warp owns U = 4, 3, 2 or 1 (the largest with
+// u / U <= 8) 16-channel units, S = u / U slices; warp w serves slice w % S
+// (slices get 8 / S warps, one more for the first 8 % S). LeakCNN (Cout 32):
+// U = 2, S = 1, all 8 warps share the pixels.
+//
+// resident_cin1_fwd_kernel<D, P, NT = 2U> (forward)
+//   GEMM     M = conv pixels, N = the warp's 8 NT channels, K = 16 (9 taps).
+//            One m16 tile = 2 conv rows x 8 columns (rows g / g + 8 of the
+//            fragment), so a 2 x 2 pool window is lanes g, g ^ 1 = lane ^ 4.
+//   B        the warp's weights in registers for the block's whole life: per
+//            n8 tile b0 = taps (2t, 2t+1) of channel g, b1 = tap 8 (t = 0) or 0,
+//            plus two f32 biases (the accumulators start at the bias).
+//   A        built per m16 tile from the input halo in shared memory: lane
+//            (g, t) loads taps 2t, 2t+1 (two 16-bit loads, one shift-or) and,
+//            at t = 0, tap 8, for its two pixels: 6 LDS.U16 + ~6 ALU, reused by
+//            NT MMAs.
+//   tile     TH x TW conv pixels, all Cout channels (TW = 64 or the image's
+//            width rounded to 8; TH even, pooled outputs x Cout <= 8192):
+//            LeakCNN 16 x 64 (8 x 32 pooled) = 64 m16 tiles, 8 per warp.
+//            Persistent grid (blocks per SM from the occupancy API), tiles
+//            blockIdx.x, + gridDim.x, ...
+//   smem     input halo (TH+2) x (TW+16) halves, staged with 16-byte loads
+//            when W % 8 == 0 (else 2-byte loads); y and code of the tile staged
+//            [pooled pixel][Cout] (<= 16 KB + 8 KB), 32 KB static in all.
+//   epilogue bias (the accumulator's start) + 2 x 2 max with PyTorch's rule
+//            (strictly greater wins, ties keep the first, NaN wins) + ReLU +
+//            the 1-byte code, as the mma / cin1 kernels. P = 2: lanes g, g ^ 1
+//            swap one channel each (2 shuffles), so every lane finishes one
+//            pooled output per n8 tile (no idle half-warp). Then y and code
+//            leave the staging buffer row by row with 16-byte stores (a pooled
+//            row of the tile is one contiguous run of NHWC memory).
+//   per MAC  1 MMA = 16 px x 8 co x 9 useful taps (1152 MACs) for 1/NT of an
+//            A build (6 LDS.U16) and ~20 thread-instructions of epilogue per
+//            pooled output (P = 2: 2 SHFL, 3 compare/select steps, ReLU, code,
+//            cvt, 2 STS) against ~48 in cin1 (36 FMA + 12). Shared memory per
+//            pooled output: 3 B written + 3 B read (staging) + 0.1 B of A
+//            loads; L2/DRAM: x read ~ (TH+2)/TH times (1.1x), weights once per
+//            block. DRAM per pooled output (bf16, P = 2, Cout 32): 2 (y) + 1
+//            (code) + 0.25 (x) B = 3.25 B, 872 MB at batch 8192: ~0.29 ms at
+//            3 TB/s if HBM-bound (the goal; cin1 is FP32-issue-bound).
+// resident_cin1_dw_kernel<D, P, MT = U> (dw [Cout][3][3], db [Cout], f32)
+//   GEMM     M = Cout (the warp's MT m16 tiles), N = 16 "taps": 0..8 the 3 x 3
+//            taps, 9 a column of ones (so its sums are db), 10..15 zero;
+//            K = conv pixels, 16 consecutive columns of one conv row per step.
+//   A        g = the routed gradient [pixel][co] in smem (dy where the code
+//            names the pixel, else 0), built per pooled pixel from one 16-byte
+//            dy load and one 8-byte code load (8 channels) and written to its
+//            P*P conv pixels; ldmatrix.x4.trans gives A (rows padded to
+//            Cout + 8 halves: conflict-free).
+//   B        from the x halo: lane (g, t) forms tap g of pixels (2t, 2t+1) and
+//            (2t+8, 2t+9) (4 LDS.U16 + 2 shift-or) and tap 8 / ones / 0 for the
+//            second n8 tile (4 more loads): built once per k-step per warp,
+//            reused by MT m16 tiles (1 ldmatrix + 2 MMAs each).
+//   tile     TR x TWc conv pixels (TWc = 64 or the width rounded to 16, conv
+//            pixels x Cout <= 8192); LeakCNN 4 x 64: 16 k-steps, 2 per warp.
+//   chunks   min(tiles, 1024), a function of the shape only: block b sums the
+//            contiguous tile range [tiles b / chunks, tiles (b+1) / chunks) in
+//            registers, the warps of a channel slice are added in warp order
+//            in shared memory, one partial per (chunk, co, tap 0..8 | db) in
+//            launch_reduce_partials' layout, which sums the chunks in order.
+//            No atomics: bit-identical run to run.
+//   bytes    dy + code once from DRAM (re-read P*P times from L1 while a pooled
+//            pixel's 4 conv pixels are written), x ~1.5x (halo rows, L2):
+//            ~3.3 B per pooled output at LeakCNN layer 1, like the forward.
+// resident_cin1_dx_kernel (only when a Cin = 1 layer is not the first; LeakCNN
+//   never asks): one thread per dx element, 8 channels per 16-byte dy load.
+//   Simple, not tuned.
+// registers: ptxas -v (CUDA 13.0), 32,768 B static smem per block for the
+//   forward and dw kernels, no spills on sm_80, sm_90, sm_100, sm_120:
+//     sm_90  forward NT = 2/4: 80 (__launch_bounds__(256, 3)), NT = 6/8: 126-128
+//            (256, 2); dw MT = 1/2: 78-80 (256, 3), MT = 3/4: 96-102 (256, 2);
+//            dx 32-40.
+//   Expected occupancy: 3 blocks = 24 warps per SM for LeakCNN's Cout 32
+//   (NT = 4, MT = 2) and for Cout <= 64, 2 blocks = 16 warps above; shared
+//   memory allows 6 (3 x 33 KB of 228 KB).
+//   Not measured yet: the first GPU run should confirm HBM-bound forward and
+//   dw at LeakCNN layer 1 (bench: melforge-bench conv, variant resident).
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <type_traits>
+
+#include "engine/error.hpp"
+#include "kernels/conv_relu_pool_cuda.cuh"
+#include "kernels/cuda_types.cuh"
+#include "kernels/mma.cuh"
+
+namespace mf::kernels {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTaps = 9;
+constexpr int kOutElems = 8192;                    // forward: pooled pixels x Cout staged per tile
+constexpr int kGElems = 8192;                      // dw: conv pixels x Cout of g per tile
+constexpr int kGCap = kGElems + 8 * (kGElems / 16);  // g rows padded by 8 halves (<= 512 pixels)
+constexpr int kXCap = 4096;                        // input halo, halves
+constexpr int kMaxChunks = 1024;
+
+using mma::mma_16816;
+
+// Tile geometry (host-computed; the kernels read it).
+struct Geom {
+  int th = 2, tw = 8;         // conv rows, conv columns per tile
+  int tiles_h = 0, tiles_w = 0;
+  int hs = 24;                // halo row stride in halves (tw + 16)
+  int slices = 1;             // warp slices over Cout
+  std::int64_t tiles = 0;     // n * tiles_h * tiles_w
+};
+
+// 16-channel units per warp (4, 3, 2, 1: the largest leaving at most 8 slices); 0: none fits.
+int pick_units(int cout) {
+  const int u = cout / 16;
+  for (int d = 4; d >= 1; --d)
+    if (u % d == 0 && u / d <= kWarps) return d;
+  return 0;
+}
+
+bool shape_ok(const ConvReluPoolDims& d) {
+  return d.cin == 1 && d.k == 3 && (d.pool == 1 || d.pool == 2) && d.cout % 16 == 0 && d.cout >= 16 &&
+         d.cout <= 256 && pick_units(d.cout) > 0;
+}
+
+bool sm80_or_newer() {
+  int dev = 0, major = 0;
+  MF_CUDA_CHECK(cudaGetDevice(&dev));
+  MF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  return major >= 8;
+}
+
+bool aligned(const void* p, std::uintptr_t bytes) {
+  return p == nullptr || (reinterpret_cast<std::uintptr_t>(p) & (bytes - 1)) == 0;
+}
+
+int round_up(int v, int m) { return (v + m - 1) / m * m; }
+
+// Tile rows for `max_px` pixels at width tw, a multiple of `step`, capped by the
+// conv rows that matter and by the halo buffer.
+int tile_rows(int max_px, int tw, int step, int conv_h) {
+  int th = max_px / tw;
+  const int cap_h = round_up(conv_h, step), cap_x = kXCap / (tw + 16) - 2;
+  th = th < cap_h ? th : cap_h;
+  th = th < cap_x ? th : cap_x;
+  return th / step * step;
+}
+
+// Forward: pooled outputs x Cout <= kOutElems; TW a multiple of 8, TH even.
+Geom forward_geom(const ConvReluPoolDims& d) {
+  Geom g;
+  const int p = d.pool, conv_h = d.ph() * p, conv_w = d.pw() * p;
+  const int max_px = kOutElems * p * p / d.cout;  // >= 32
+  g.tw = round_up(conv_w, 8) < 64 ? round_up(conv_w, 8) : 64;
+  g.th = tile_rows(max_px, g.tw, 2, conv_h);
+  if (g.th < 2) {
+    g.tw = (max_px / 2) / 8 * 8;
+    g.th = 2;
+  }
+  g.hs = g.tw + 16;
+  g.tiles_h = (conv_h + g.th - 1) / g.th;
+  g.tiles_w = (conv_w + g.tw - 1) / g.tw;
+  g.slices = d.cout / 16 / pick_units(d.cout);
+  g.tiles = d.n * g.tiles_h * g.tiles_w;
+  return g;
+}
+
+// dw: conv pixels x Cout <= kGElems; TWc a multiple of 16 (one k-step), TR a multiple of P.
+Geom dw_geom(const ConvReluPoolDims& d) {
+  Geom g;
+  const int p = d.pool, conv_h = d.ph() * p, conv_w = d.pw() * p;
+  const int max_px = kGElems / d.cout;  // >= 32
+  g.tw = round_up(conv_w, 16) < 64 ? round_up(conv_w, 16) : 64;
+  g.th = tile_rows(max_px, g.tw, p, conv_h);
+  if (g.th < p) {
+    g.tw = 16;
+    g.th = tile_rows(max_px, 16, p, conv_h);
+  }
+  g.hs = g.tw + 16;
+  g.tiles_h = (conv_h + g.th - 1) / g.th;
+  g.tiles_w = (conv_w + g.tw - 1) / g.tw;
+  g.slices = d.cout / 16 / pick_units(d.cout);
+  g.tiles = d.n * g.tiles_h * g.tiles_w;
+  return g;
+}
+
+// s_x[hr * hs + c] = x[n][oh0 - 1 + hr][ow0 - 8 + c] (0 outside the image),
+// hr < rows, c < hs: conv pixel (oh0 + tr, ow0 + tc)'s tap (r, s) is
+// s_x[(tr + r) * hs + tc + s + 7]. `wide`: W % 8 == 0 and x 16-byte aligned,
+// so every 8-column run is one aligned 16-byte load, wholly in or out.
+__device__ __forceinline__ void stage_halo(const ConvReluPoolDims& d, const std::uint16_t* __restrict__ xn,
+                                           int rows, int hs, int oh0, int ow0, bool wide,
+                                           std::uint16_t* __restrict__ s_x) {
+  const int tid = int(threadIdx.x);
+  if (wide) {
+    const int cpr = hs / 8;
+    for (int e = tid; e < rows * cpr; e += kThreads) {
+      const int hr = e / cpr, c8 = e - hr * cpr;
+      const int ih = oh0 - 1 + hr, iw = ow0 - 8 + c8 * 8;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (ih >= 0 && ih < d.h && iw >= 0 && iw < d.w)
+        v = __ldg(reinterpret_cast<const uint4*>(xn + std::int64_t(ih) * d.w + iw));
+      *reinterpret_cast<uint4*>(s_x + hr * hs + c8 * 8) = v;
+    }
+  } else {
+    for (int e = tid; e < rows * hs; e += kThreads) {
+      const int hr = e / hs, c = e - hr * hs;
+      const int ih = oh0 - 1 + hr, iw = ow0 - 8 + c;
+      std::uint16_t v = 0;
+      if (ih >= 0 && ih < d.h && iw >= 0 && iw < d.w) v = xn[std::int64_t(ih) * d.w + iw];
+      s_x[e] = v;
+    }
+  }
+}
+
+template <class D>
+__device__ __forceinline__ std::uint16_t bits_of(float v) {
+  const D h = cuda::store_f32<D>(v);
+  if constexpr (std::is_same_v<D, __half>) return __half_as_ushort(h);
+  else return __bfloat16_as_ushort(h);
+}
+
+template <class D>
+__device__ __forceinline__ float f32_of(std::uint32_t bits) {
+  if constexpr (std::is_same_v<D, __half>) return cuda::load_f32(__ushort_as_half(static_cast<unsigned short>(bits)));
+  else return cuda::load_f32(__ushort_as_bfloat16(static_cast<unsigned short>(bits)));
+}
+
+__device__ __forceinline__ std::uint32_t pair(const std::uint16_t* p) {
+  return std::uint32_t(p[0]) | (std::uint32_t(p[1]) << 16);
+}
+
+template <class D, int P, int NT>
+__global__ void __launch_bounds__(kThreads, NT <= 4 ? 3 : 2)
+    resident_cin1_fwd_kernel(ConvReluPoolDims d, Geom geo, bool wide, const std::uint16_t* __restrict__ x,
+                             const std::uint16_t* __restrict__ w, const D* __restrict__ b,
+                             std::uint16_t* __restrict__ y, std::uint8_t* __restrict__ code) {
+  __shared__ __align__(16) std::uint16_t s_x[kXCap];
+  __shared__ __align__(16) std::uint16_t s_y[kOutElems];
+  __shared__ __align__(16) std::uint8_t s_c[kOutElems];
+
+  const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
+  const int cout = d.cout, ph_n = d.h / P, pw_n = d.w / P;
+  const int slices = geo.slices, slice = warp % slices;
+  const int m_first = warp / slices, m_step = (kWarps - 1 - slice) / slices + 1;
+  const int co_base = slice * NT * 8;
+
+  // The warp's weights as B fragments and its biases, for the block's life.
+  std::uint32_t b0[NT], b1[NT];
+  float bias[NT][2];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const std::uint16_t* wc = w + (co_base + 8 * j + g) * kTaps;  // w[co][r][s][0]
+    b0[j] = pair(wc + 2 * t);
+    b1[j] = t == 0 ? std::uint32_t(wc[8]) : 0u;
+    const int cb = co_base + 8 * j + 2 * t;
+    bias[j][0] = cuda::load_f32(b[cb]);
+    bias[j][1] = cuda::load_f32(b[cb + 1]);
+  }
+  // A: lane t holds taps 2t (low half) and 2t + 1 (high half); t = 0 also tap 8.
+  const int hs = geo.hs;
+  const int tap_lo = 2 * t, tap_hi = 2 * t + 1;
+  const int off_lo = (tap_lo / 3) * hs + tap_lo % 3 + 7, off_hi = (tap_hi / 3) * hs + tap_hi % 3 + 7;
+  const int off_8 = 2 * hs + 2 + 7;
+
+  const int th = geo.th, tw = geo.tw, m_cols = tw / 8, m_count = (th / 2) * m_cols;
+  const int oc_n = tw / P;  // pooled columns per tile row
+  const std::int64_t per_image = std::int64_t(geo.tiles_h) * geo.tiles_w;
+  const bool even = (g & 1) == 0;
+
+  for (std::int64_t tile = blockIdx.x; tile < geo.tiles; tile += gridDim.x) {
+    const std::int64_t n = tile / per_image;
+    const int rem = int(tile - n * per_image);
+    const int oh0 = (rem / geo.tiles_w) * th, ow0 = (rem % geo.tiles_w) * tw;
+    __syncthreads();  // the previous tile's halo and staging buffers are free
+    stage_halo(d, x + n * d.h * d.w, th + 2, hs, oh0, ow0, wide, s_x);
+    __syncthreads();
+
+    for (int m = m_first; m < m_count; m += m_step) {
+      const int tr0 = (m / m_cols) * 2, tc0 = (m % m_cols) * 8;
+      const std::uint16_t* p0 = s_x + tr0 * hs + tc0 + g;  // pixel (tr0, tc0 + g); p0 + hs: the row below
+      const std::uint16_t* p1 = p0 + hs;
+      std::uint32_t a[4];
+      a[0] = std::uint32_t(p0[off_lo]) | (std::uint32_t(p0[off_hi]) << 16);
+      a[1] = std::uint32_t(p1[off_lo]) | (std::uint32_t(p1[off_hi]) << 16);
+      a[2] = t == 0 ? std::uint32_t(p0[off_8]) : 0u;
+      a[3] = t == 0 ? std::uint32_t(p1[off_8]) : 0u;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        // c[0..1]: pixel (tr0, tc0 + g), channels cb, cb + 1; c[2..3]: pixel (tr0 + 1, tc0 + g).
+        float c[4] = {bias[j][0], bias[j][1], bias[j][0], bias[j][1]};
+        mma_16816<D>(c, a, b0[j], b1[j]);
+        const int cb = co_base + 8 * j + 2 * t;
+        if constexpr (P == 2) {
+          // Lanes g (even) and g ^ 1 = lane ^ 4 hold the window's two columns;
+          // the even lane finishes channel cb, the odd lane channel cb + 1.
+          const float s0 = even ? c[1] : c[0], s1 = even ? c[3] : c[2];
+          const float r0 = __shfl_xor_sync(0xffffffffu, s0, 4), r1 = __shfl_xor_sync(0xffffffffu, s1, 4);
+          const float win[4] = {even ? c[0] : r0, even ? r0 : c[1], even ? c[2] : r1, even ? r1 : c[3]};
+          float best = win[0];
+          int bpos = 0;
+#pragma unroll
+          for (int i = 1; i < 4; ++i)
+            if (win[i] > best || isnan(win[i])) {  // PyTorch: strictly greater wins, ties keep the first, NaN wins
+              best = win[i];
+              bpos = i;
+            }
+          const bool pass = best > 0.f || isnan(best);
+          const int opx = (tr0 / 2) * oc_n + (tc0 + g) / 2, ch = cb + (even ? 0 : 1);
+          s_y[opx * cout + ch] = bits_of<D>(pass ? best : 0.f);
+          s_c[opx * cout + ch] = pass ? std::uint8_t(bpos) : kNoGrad;
+        } else {
+#pragma unroll
+          for (int rr = 0; rr < 2; ++rr) {
+            const float v0 = c[2 * rr], v1 = c[2 * rr + 1];
+            const bool q0 = v0 > 0.f || isnan(v0), q1 = v1 > 0.f || isnan(v1);
+            const int o = ((tr0 + rr) * oc_n + tc0 + g) * cout + cb;
+            *reinterpret_cast<std::uint32_t*>(&s_y[o]) =
+                std::uint32_t(bits_of<D>(q0 ? v0 : 0.f)) | (std::uint32_t(bits_of<D>(q1 ? v1 : 0.f)) << 16);
+            *reinterpret_cast<std::uint16_t*>(&s_c[o]) =
+                std::uint16_t((q0 ? 0u : std::uint32_t(kNoGrad)) | ((q1 ? 0u : std::uint32_t(kNoGrad)) << 8));
+          }
+        }
+      }
+    }
+    __syncthreads();
+
+    // A pooled row of the tile is one contiguous NHWC run in y and in code:
+    // warp w copies items w, w + 8, ... (item 2r: y of row r; 2r + 1: its codes).
+    const int or_n = th / P, ph0 = oh0 / P, pw0 = ow0 / P;
+    const int ncols = pw_n - pw0 < oc_n ? pw_n - pw0 : oc_n;
+    for (int item = warp; item < 2 * or_n; item += kWarps) {
+      const int orow = item >> 1, ph = ph0 + orow;
+      if (ph >= ph_n) continue;
+      const std::int64_t o = ((n * ph_n + ph) * pw_n + pw0) * cout;
+      if ((item & 1) == 0) {
+        const uint4* src = reinterpret_cast<const uint4*>(s_y + orow * oc_n * cout);
+        uint4* dst = reinterpret_cast<uint4*>(y + o);
+        for (int c = lane; c < ncols * cout / 8; c += 32) dst[c] = src[c];
+      } else if (code) {
+        const uint4* src = reinterpret_cast<const uint4*>(s_c + orow * oc_n * cout);
+        uint4* dst = reinterpret_cast<uint4*>(code + o);
+        for (int c = lane; c < ncols * cout / 16; c += 32) dst[c] = src[c];
+      }
+    }
+  }
+}
+
+template <class D, int P, int MT>
+__global__ void __launch_bounds__(kThreads, MT <= 2 ? 3 : 2)
+    resident_cin1_dw_kernel(ConvReluPoolDims d, Geom geo, bool wide, int chunks, const std::uint16_t* __restrict__ x,
+                            const std::uint16_t* __restrict__ dy, const std::uint8_t* __restrict__ code,
+                            float* __restrict__ part) {
+  __shared__ __align__(16) std::uint16_t s_x[kXCap];
+  __shared__ __align__(16) std::uint16_t s_g[kGCap];  // [pixel][Cout + 8]; then the reduction scratch
+
+  const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
+  const int cout = d.cout, ph_n = d.h / P, pw_n = d.w / P, gs = cout + 8;
+  const int slices = geo.slices, slice = warp % slices;
+  const int k_first = warp / slices, k_step = (kWarps - 1 - slice) / slices + 1;
+  const int co_base = slice * MT * 16;
+  const int hs = geo.hs, th = geo.th, tw = geo.tw, ks_cols = tw / 16, ks_count = th * ks_cols;
+  const std::int64_t per_image = std::int64_t(geo.tiles_h) * geo.tiles_w;
+  const std::int64_t t0 = geo.tiles * blockIdx.x / chunks, t1 = geo.tiles * (blockIdx.x + 1) / chunks;
+
+  // ldmatrix.x4.trans rows of A = g^T: matrices (px 0-7, co 0-7), (px 0-7, co 8-15),
+  // (px 8-15, co 0-7), (px 8-15, co 8-15); lane l gives matrix l / 8's row l % 8.
+  const int lm = lane / 8, lr = lane % 8;
+  const int a_px = (lm / 2) * 8 + lr, a_co = co_base + (lm % 2) * 8;
+  // B: lane (g, t) forms tap g (n8 tile 0) and tap 8 / ones / zero (tile 1) of
+  // pixels 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1) of the k-step.
+  const int off_g = (g / 3) * hs + g % 3 + 7 + 2 * t, off_8 = 2 * hs + 2 + 7 + 2 * t;
+  constexpr std::uint32_t kOne = std::is_same_v<D, __half> ? 0x3c00u : 0x3f80u;
+  const std::uint32_t second = g == 1 ? (kOne | (kOne << 16)) : 0u;  // the db column, or zero
+
+  float acc[MT][2][4];
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[m][j][i] = 0.f;
+
+  const int pc_n = tw / P, cpg = cout / 8, items = (th / P) * pc_n * cpg;
+  for (std::int64_t tile = t0; tile < t1; ++tile) {
+    const std::int64_t n = tile / per_image;
+    const int rem = int(tile - n * per_image);
+    const int oh0 = (rem / geo.tiles_w) * th, ow0 = (rem % geo.tiles_w) * tw;
+    __syncthreads();  // the previous tile's buffers are free
+    stage_halo(d, x + n * d.h * d.w, th + 2, hs, oh0, ow0, wide, s_x);
+    // g: per (pooled pixel, 8 channels) one 16-byte dy load and one 8-byte code
+    // load, written to the pool window's P*P conv pixels (0 where the code
+    // names another pixel or the pixel lies beyond the pooled map).
+    for (int e = tid; e < items; e += kThreads) {
+      const int pp = e / cpg, grp = e - pp * cpg, pr = pp / pc_n, pc = pp - pr * pc_n;
+      const int ph = oh0 / P + pr, pw = ow0 / P + pc;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      uint2 cw = make_uint2(0xffffffffu, 0xffffffffu);
+      if (ph < ph_n && pw < pw_n) {
+        const std::int64_t o = ((n * ph_n + ph) * pw_n + pw) * cout + grp * 8;
+        v = __ldg(reinterpret_cast<const uint4*>(dy + o));
+        cw = __ldg(reinterpret_cast<const uint2*>(code + o));
+      }
+      const std::uint32_t vw[4] = {v.x, v.y, v.z, v.w}, cws[2] = {cw.x, cw.y};
+#pragma unroll
+      for (int pos = 0; pos < P * P; ++pos) {
+        std::uint32_t ow4[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          // channels 2j (low half) and 2j + 1 (high half): code bytes 2j, 2j + 1
+          const std::uint32_t c_lo = (cws[j / 2] >> (16 * (j % 2))) & 0xffu;
+          const std::uint32_t c_hi = (cws[j / 2] >> (16 * (j % 2) + 8)) & 0xffu;
+          ow4[j] = (c_lo == std::uint32_t(pos) ? vw[j] & 0x0000ffffu : 0u) |
+                   (c_hi == std::uint32_t(pos) ? vw[j] & 0xffff0000u : 0u);
+        }
+        const int px = (pr * P + pos / P) * tw + pc * P + pos % P;
+        *reinterpret_cast<uint4*>(&s_g[px * gs + grp * 8]) = make_uint4(ow4[0], ow4[1], ow4[2], ow4[3]);
+      }
+    }
+    __syncthreads();
+
+    for (int ks = k_first; ks < ks_count; ks += k_step) {
+      const int row = ks / ks_cols, c0 = (ks - row * ks_cols) * 16;
+      const std::uint16_t* xb = s_x + row * hs + c0;
+      const std::uint32_t b00 = pair(xb + off_g), b01 = pair(xb + off_g + 8);
+      const std::uint32_t t80 = pair(xb + off_8), t81 = pair(xb + off_8 + 8);
+      const std::uint32_t b10 = g == 0 ? t80 : second, b11 = g == 0 ? t81 : second;
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        std::uint32_t a[4];
+        mma::ldmatrix_x4<true>(a, &s_g[(ks * 16 + a_px) * gs + a_co + m * 16]);
+        mma_16816<D>(acc[m][0], a, b00, b01);
+        mma_16816<D>(acc[m][1], a, b10, b11);
+      }
+    }
+  }
+
+  // acc[m][j][i]: co = co_base + 16 m + g + 8 (i / 2), column (tap) 8 j + 2 t + i % 2
+  // (9: db). The warps of a slice are added in warp order.
+  __syncthreads();
+  constexpr int kWarpFloats = MT * 16 * (kTaps + 1);
+  static_assert(kWarps * kWarpFloats * sizeof(float) <= sizeof(s_g), "reduction scratch must fit in s_g");
+  float* red = reinterpret_cast<float*>(s_g);
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int col = 8 * j + 2 * t + (i & 1);
+        if (col <= kTaps) red[warp * kWarpFloats + (16 * m + g + 8 * (i / 2)) * (kTaps + 1) + col] = acc[m][j][i];
+      }
+  __syncthreads();
+  float* const out = part + std::int64_t(blockIdx.x) * cout * (kTaps + 1);
+  for (int e = tid; e < cout * (kTaps + 1); e += kThreads) {
+    const int co = e / (kTaps + 1), col = e - co * (kTaps + 1);
+    const int s = co / (MT * 16), local = (co - s * MT * 16) * (kTaps + 1) + col;
+    float sum = 0.f;
+    for (int wi = s; wi < kWarps; wi += slices) sum += red[wi * kWarpFloats + local];
+    out[e] = sum;  // part[(chunk * cout + co) * 10 + col]
+  }
+}
+
+// dx[n][ih][iw] = sum_{r, s, co} g[n][ih - r + 1][iw - s + 1][co] * w[co][r][s].
+template <class D, int P>
+__global__ void __launch_bounds__(kThreads)
+    resident_cin1_dx_kernel(ConvReluPoolDims d, const D* __restrict__ w, const std::uint16_t* __restrict__ dy,
+                            const std::uint8_t* __restrict__ code, D* __restrict__ dx) {
+  __shared__ float s_w[kTaps * 256];  // [co][rs], as in w
+  for (int e = int(threadIdx.x); e < kTaps * d.cout; e += kThreads) s_w[e] = cuda::load_f32(w[e]);
+  __syncthreads();
+  const int ph_n = d.h / P, pw_n = d.w / P, hc = ph_n * P, wc = pw_n * P;
+  const std::int64_t total = d.n * d.h * d.w;
+  for (std::int64_t i = blockIdx.x * std::int64_t(kThreads) + threadIdx.x; i < total;
+       i += std::int64_t(gridDim.x) * kThreads) {
+    const int iw = int(i % d.w);
+    const std::int64_t q = i / d.w;
+    const int ih = int(q % d.h);
+    const std::int64_t n = q / d.h;
+    float acc = 0.f;
+    for (int r = 0; r < 3; ++r) {
+      const int oh = ih - r + 1;
+      if (oh < 0 || oh >= hc) continue;
+      for (int s = 0; s < 3; ++s) {
+        const int ow = iw - s + 1;
+        if (ow < 0 || ow >= wc) continue;
+        const std::uint32_t pos = std::uint32_t((oh % P) * P + ow % P);
+        const std::int64_t o = ((n * ph_n + oh / P) * pw_n + ow / P) * d.cout;
+        for (int c8 = 0; c8 < d.cout; c8 += 8) {
+          const uint4 v = __ldg(reinterpret_cast<const uint4*>(dy + o + c8));
+          const uint2 cw = __ldg(reinterpret_cast<const uint2*>(code + o + c8));
+          const std::uint32_t vw[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const std::uint32_t cj = ((j < 4 ? cw.x : cw.y) >> (8 * (j % 4))) & 0xffu;
+            if (cj == pos) acc += f32_of<D>(vw[j / 2] >> (16 * (j % 2))) * s_w[(c8 + j) * kTaps + r * 3 + s];
+          }
+        }
+      }
+    }
+    dx[i] = cuda::store_f32<D>(acc);
+  }
+}
+
+template <class D, int P, int NT>
+void launch_forward(const ConvReluPoolDims& d, const Geom& geo, bool wide, const std::uint16_t* x,
+                    const std::uint16_t* w, const D* b, std::uint16_t* y, std::uint8_t* code, cudaStream_t stream) {
+  int dev = 0, sms = 0, per_sm = 0;
+  MF_CUDA_CHECK(cudaGetDevice(&dev));
+  MF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  MF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, resident_cin1_fwd_kernel<D, P, NT>, kThreads, 0));
+  const std::int64_t resident = std::int64_t(sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1);
+  const auto grid = unsigned(geo.tiles < resident ? geo.tiles : resident);
+  resident_cin1_fwd_kernel<D, P, NT><<<grid, kThreads, 0, stream>>>(d, geo, wide, x, w, b, y, code);
+  MF_CUDA_CHECK_LAUNCH();
+}
+
+template <class D, int P>
+void forward_p(const ConvReluPoolDims& d, const Geom& geo, bool wide, const std::uint16_t* x, const std::uint16_t* w,
+               const D* b, std::uint16_t* y, std::uint8_t* code, cudaStream_t stream) {
+  switch (pick_units(d.cout)) {
+    case 1: return launch_forward<D, P, 2>(d, geo, wide, x, w, b, y, code, stream);
+    case 2: return launch_forward<D, P, 4>(d, geo, wide, x, w, b, y, code, stream);
+    case 3: return launch_forward<D, P, 6>(d, geo, wide, x, w, b, y, code, stream);
+    default: return launch_forward<D, P, 8>(d, geo, wide, x, w, b, y, code, stream);
+  }
+}
+
+template <class D, int P>
+void dw_p(const ConvReluPoolDims& d, const Geom& geo, bool wide, int chunks, const std::uint16_t* x,
+          const std::uint16_t* dy, const std::uint8_t* code, float* part, cudaStream_t stream) {
+  const unsigned grid = unsigned(chunks);
+  switch (pick_units(d.cout)) {
+    case 1: resident_cin1_dw_kernel<D, P, 1><<<grid, kThreads, 0, stream>>>(d, geo, wide, chunks, x, dy, code, part); break;
+    case 2: resident_cin1_dw_kernel<D, P, 2><<<grid, kThreads, 0, stream>>>(d, geo, wide, chunks, x, dy, code, part); break;
+    case 3: resident_cin1_dw_kernel<D, P, 3><<<grid, kThreads, 0, stream>>>(d, geo, wide, chunks, x, dy, code, part); break;
+    default: resident_cin1_dw_kernel<D, P, 4><<<grid, kThreads, 0, stream>>>(d, geo, wide, chunks, x, dy, code, part); break;
+  }
+  MF_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool resident_cin1_can_run(const ConvReluPoolDims& d, DType dtype) {
+  return (dtype == DType::bf16 || dtype == DType::f16) && shape_ok(d) && sm80_or_newer();
+}
+
+template <class T>
+bool resident_cin1_forward(const ConvReluPoolDims& d, const void* x, const void* w, const void* b, void* y,
+                           std::uint8_t* code, cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, float>) {
+    return false;
+  } else {
+    if (!shape_ok(d) || !aligned(y, 16) || !aligned(code, 16) || !aligned(x, 2)) return false;
+    if (!sm80_or_newer()) return false;
+    const Geom geo = forward_geom(d);
+    if (geo.tiles == 0) return true;
+    using D = cuda::device_t<T>;
+    const bool wide = d.w % 8 == 0 && aligned(x, 16);
+    const auto* xd = static_cast<const std::uint16_t*>(x);
+    const auto* wd = static_cast<const std::uint16_t*>(w);
+    const auto* bd = static_cast<const D*>(b);
+    auto* yd = static_cast<std::uint16_t*>(y);
+    if (d.pool == 2) forward_p<D, 2>(d, geo, wide, xd, wd, bd, yd, code, stream);
+    else forward_p<D, 1>(d, geo, wide, xd, wd, bd, yd, code, stream);
+    return true;
+  }
+}
+
+template <class T>
+bool resident_cin1_dw(const ConvReluPoolDims& d, const void* x, const void* dy, const std::uint8_t* code, float* dw,
+                      float* db, cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, float>) {
+    return false;
+  } else {
+    if (!shape_ok(d) || !aligned(dy, 16) || !aligned(code, 8) || !aligned(x, 2)) return false;
+    if (!sm80_or_newer()) return false;
+    using D = cuda::device_t<T>;
+    const Geom geo = dw_geom(d);
+    // A function of the shape only: the summation order, hence the bits, is fixed.
+    const int chunks = int(geo.tiles < kMaxChunks ? geo.tiles : kMaxChunks);
+    WeightPartials ws(std::size_t(chunks) * d.cout * (kTaps + 1), stream);
+    if (chunks > 0) {
+      const bool wide = d.w % 8 == 0 && aligned(x, 16);
+      const auto* xd = static_cast<const std::uint16_t*>(x);
+      const auto* dyd = static_cast<const std::uint16_t*>(dy);
+      if (d.pool == 2) dw_p<D, 2>(d, geo, wide, chunks, xd, dyd, code, ws.data(), stream);
+      else dw_p<D, 1>(d, geo, wide, chunks, xd, dyd, code, ws.data(), stream);
+    }
+    launch_reduce_partials(d, ws.data(), chunks, dw, db, stream);
+    return true;
+  }
+}
+
+template <class T>
+bool resident_cin1_dx(const ConvReluPoolDims& d, const void* w, const void* dy, const std::uint8_t* code, void* dx,
+                      cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, float>) {
+    return false;
+  } else {
+    if (!shape_ok(d) || !aligned(dy, 16) || !aligned(code, 8) || !sm80_or_newer()) return false;
+    using D = cuda::device_t<T>;
+    const std::int64_t total = d.n * d.h * d.w;
+    if (total == 0) return true;
+    const unsigned grid = cuda::grid_for(total, kThreads);
+    const auto* wd = static_cast<const D*>(w);
+    const auto* dyd = static_cast<const std::uint16_t*>(dy);
+    auto* dxd = static_cast<D*>(dx);
+    if (d.pool == 2) resident_cin1_dx_kernel<D, 2><<<grid, kThreads, 0, stream>>>(d, wd, dyd, code, dxd);
+    else resident_cin1_dx_kernel<D, 1><<<grid, kThreads, 0, stream>>>(d, wd, dyd, code, dxd);
+    MF_CUDA_CHECK_LAUNCH();
+    return true;
+  }
+}
+
+#define MF_INSTANTIATE(T)                                                                                          \
+  template bool resident_cin1_forward<T>(const ConvReluPoolDims&, const void*, const void*, const void*, void*,    \
+                                         std::uint8_t*, cudaStream_t);                                             \
+  template bool resident_cin1_dw<T>(const ConvReluPoolDims&, const void*, const void*, const std::uint8_t*, float*, \
+                                    float*, cudaStream_t);                                                         \
+  template bool resident_cin1_dx<T>(const ConvReluPoolDims&, const void*, const void*, const std::uint8_t*, void*, \
+                                    cudaStream_t);
+MF_INSTANTIATE(float)
+MF_INSTANTIATE(f16)
+MF_INSTANTIATE(bf16)
+#undef MF_INSTANTIATE
+
+}  // namespace mf::kernels
