@@ -22,7 +22,8 @@
 // Precision: products of T operands accumulated in f32; outputs rounded once.
 // No TF32 anywhere: f32 runs in full f32 on CUDA cores; bf16/f16 use tensor
 // cores (mma.sync, sm_80+) with f32 accumulation. The CUDA variants are in
-// conv_relu_pool{,_tiled,_mma,_cin1}.cu (see ConvAlgo below, docs/decisions.md).
+// conv_relu_pool{,_tiled,_mma,_cin1,_resident,_resident_dw,_resident_cin1}.cu
+// (see ConvAlgo below, docs/decisions.md).
 // Deterministic: no floating-point atomics; bit-identical run after run.
 // T is f32, bf16 or f16 (the `dtype` argument).
 #pragma once
@@ -62,8 +63,9 @@ void conv_relu_pool_backward_cpu(const ConvReluPoolDims& d, DType dtype, const v
 // automatic takes it first when it can run, and an explicit cin1 falls back to
 // tiled, then direct. resident is the workload-shaped tensor-core variant
 // (bf16/f16, sm_80+: weights resident in shared memory, cp.async-staged
-// inputs, ldmatrix fragments, all k*k taps of dw in one block); it falls back
-// to mma, tiled, direct. automatic does not pick it until a GPU measurement
+// inputs, ldmatrix fragments, all k*k taps of dw in one block; the Cin = 1
+// layer as a K = 9 -> 16 MMA); it falls back to cin1 (Cin = 1), mma, tiled,
+// direct. automatic does not pick it until a GPU measurement
 // says it wins (docs/decisions.md).
 enum class ConvAlgo : int { automatic = 0, direct = 1, tiled = 2, mma = 3, cin1 = 4, resident = 5 };
 void set_conv_relu_pool_algo(ConvAlgo algo);
