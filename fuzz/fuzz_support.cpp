@@ -25,9 +25,19 @@ std::string temp_dir() {
 }
 }  // namespace
 
+namespace {
+std::string g_written;  // the last file written, removed at exit
+void remove_written() {
+  if (!g_written.empty()) ::unlink(g_written.c_str());
+}
+}  // namespace
+
 std::string write_input(const std::uint8_t* data, std::size_t size, const char* suffix) {
   static const std::string base = temp_dir() + "/melforge-fuzz-" + std::to_string(::getpid());
   const std::string path = base + suffix;
+  if (g_written.empty()) std::atexit(remove_written);
+  if (!g_written.empty() && g_written != path) ::unlink(g_written.c_str());
+  g_written = path;
   ::unlink(path.c_str());
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   if (fd < 0) {

@@ -31,14 +31,17 @@ PY=/usr/bin/python3
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-export MELFORGE_LOG=warn
+# quiet MELFORGE ARGS...: runs melforge, shows its output only when it fails.
+quiet() {
+  "$M" "$@" > "$work/last.log" 2>&1 || { cat "$work/last.log" >&2; echo "make_seeds.sh: melforge $* failed" >&2; exit 1; }
+}
 mkdir -p "$OUT"/{dataset,checkpoint,safetensors,run_config}
 
 # Datasets: small, three storage layouts and both float widths.
 small=(--files 8 --classes 4 --mels 16 --frames 16 --long 2 --short 2)
-"$M" data synth --out "$work/d16" "${small[@]}" --seed 1 > /dev/null
-"$M" data synth --out "$work/d32" "${small[@]}" --seed 2 --dtype f32 --storage chunked > /dev/null
-"$M" data synth --out "$work/dgz" "${small[@]}" --seed 3 --storage gzip > /dev/null
+quiet data synth --out "$work/d16" "${small[@]}" --seed 1
+quiet data synth --out "$work/d32" "${small[@]}" --seed 2 --dtype f32 --storage chunked
+quiet data synth --out "$work/dgz" "${small[@]}" --seed 3 --storage gzip
 cp "$work/d16/val.h5" "$OUT/dataset/synth-f16-contiguous.h5"
 cp "$work/d32/val.h5" "$OUT/dataset/synth-f32-chunked.h5"
 cp "$work/dgz/val.h5" "$OUT/dataset/synth-f16-gzip.h5"
@@ -60,15 +63,15 @@ PYEOF
 # Checkpoints and safetensors: a few CPU steps of the small model.
 model=(--set model.channels=[4,4,4] --set model.dense=8)
 for p in fp32 bf16; do
-  "$M" train --train "$work/d16/train.h5" --val "$work/d16/val.h5" --out "$work/run-$p" --device cpu \
+  quiet train --train "$work/d16/train.h5" --val "$work/d16/val.h5" --out "$work/run-$p" --device cpu \
     --precision $p --epochs 2 --batch-size 8 --limit-batches 2 "${model[@]}" --set checkpoint.keep_last=1 \
-    --progress off > /dev/null
+    --progress off
   cp "$work/run-$p/checkpoints/best.h5" "$OUT/checkpoint/best-$p.h5"
   cp "$(ls "$work/run-$p"/checkpoints/ckpt-*.h5 | head -1)" "$OUT/checkpoint/ckpt-$p.h5"
 done
 for d in f32 bf16 f16; do
-  "$M" export --checkpoint "$work/run-fp32/checkpoints/best.h5" --format safetensors --dtype $d \
-    --out "$OUT/safetensors/model-$d.safetensors" > /dev/null
+  quiet export --checkpoint "$work/run-fp32/checkpoints/best.h5" --format safetensors --dtype $d \
+    --out "$OUT/safetensors/model-$d.safetensors"
 done
 
 # Run configurations: the resolved config.toml and hand-written ones.

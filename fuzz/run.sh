@@ -6,6 +6,7 @@
 #
 #   fuzz/run.sh                         60 s per target (what tools/test.sh runs)
 #   fuzz/run.sh --seconds 3600 dataset  a long campaign of one target
+#   fuzz/run.sh --no-build ...          use the build as it is (no cmake)
 #   BUILD=build-fuzz CUDAARCHS=90       the build folder (kept between runs, so
 #                                       the corpus grows) and CUDA architecture
 # Each target's corpus is BUILD/fuzz-corpus/TARGET (new inputs are added
@@ -15,13 +16,15 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/cuda/bin"
 SECONDS_PER_TARGET=60
 BUILD=${BUILD:-build-fuzz}
+BUILD_IT=1
 targets=()
 while (($#)); do
   case $1 in
     --seconds) SECONDS_PER_TARGET=$2; shift 2 ;;
     --build) BUILD=$2; shift 2 ;;
+    --no-build) BUILD_IT=0; shift ;;
     dataset|checkpoint|safetensors|run_config) targets+=("$1"); shift ;;
-    *) echo "fuzz/run.sh: unknown argument '$1' (expected --seconds N, --build DIR or a target:" \
+    *) echo "fuzz/run.sh: unknown argument '$1' (expected --seconds N, --build DIR, --no-build or a target:" \
             "dataset checkpoint safetensors run_config)" >&2; exit 2 ;;
   esac
 done
@@ -33,17 +36,21 @@ if ! command -v "$CXX_FUZZ" > /dev/null; then
   echo "fuzz/run.sh: $CXX_FUZZ is required (libFuzzer); tools/deps.sh installs Debian's clang-19" >&2
   exit 1
 fi
-if [ ! -f "$BUILD/build.ninja" ]; then
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER="$CC_FUZZ" \
-    -DCMAKE_CXX_COMPILER="$CXX_FUZZ" -DMELFORGE_FUZZ=ON -DMELFORGE_BUILD_TESTS=OFF \
-    -DCMAKE_CUDA_ARCHITECTURES="${CUDAARCHS:-90}" > /dev/null
+if ((BUILD_IT)); then
+  if [ ! -f "$BUILD/build.ninja" ]; then
+    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER="$CC_FUZZ" \
+      -DCMAKE_CXX_COMPILER="$CXX_FUZZ" -DMELFORGE_FUZZ=ON -DMELFORGE_BUILD_TESTS=OFF \
+      -DCMAKE_CUDA_ARCHITECTURES="${CUDAARCHS:-90}" > /dev/null
+  fi
+  cmake --build "$BUILD" --parallel "$(nproc)" --target melforge_fuzzers melforge
 fi
-cmake --build "$BUILD" --parallel "$(nproc)" --target melforge_fuzzers melforge
-[ -d "$BUILD/fuzz-seeds" ] || fuzz/make_seeds.sh --melforge "$BUILD/tools/melforge" --out "$BUILD/fuzz-seeds"
 
 # HDF5 inputs are written to a file per execution: a RAM folder.
-export MELFORGE_FUZZ_TMP=${MELFORGE_FUZZ_TMP:-$(mktemp -d /dev/shm/melforge-fuzz.XXXXXX 2>/dev/null || mktemp -d)}
-trap 'rm -rf "$MELFORGE_FUZZ_TMP"' EXIT
+if [ -z "${MELFORGE_FUZZ_TMP:-}" ]; then
+  MELFORGE_FUZZ_TMP=$(mktemp -d /dev/shm/melforge-fuzz.XXXXXX 2>/dev/null || mktemp -d)
+  trap 'rm -rf "$MELFORGE_FUZZ_TMP"' EXIT
+fi
+export MELFORGE_FUZZ_TMP
 # allocator_may_return_null: an absurd request (HDF5 sizing a buffer from a
 # damaged header) fails as plain malloc would, and HDF5 reports an error; one of
 # melforge's own then throws std::bad_alloc, which the targets report.
@@ -57,6 +64,12 @@ export MELFORGE_ISOLATE_TIMEOUT=${MELFORGE_ISOLATE_TIMEOUT:-5}
 for s in llvm-symbolizer-19 llvm-symbolizer; do
   if command -v $s > /dev/null; then export ASAN_SYMBOLIZER_PATH=${ASAN_SYMBOLIZER_PATH:-$(command -v $s)}; break; fi
 done
+
+if [ ! -f "$BUILD/fuzz-seeds/.complete" ]; then
+  rm -rf "$BUILD/fuzz-seeds"
+  fuzz/make_seeds.sh --melforge "$BUILD/tools/melforge" --out "$BUILD/fuzz-seeds"
+  touch "$BUILD/fuzz-seeds/.complete"
+fi
 
 failed=()
 summary=()
