@@ -43,7 +43,14 @@
 
 namespace mf::kernels {
 
-// ---- shared: workspace and the fixed-order reduction -------------------------
+// ---- shared: host helpers, workspace and the fixed-order reduction -----------
+
+bool gpu_is_sm80_or_newer() {
+  int dev = 0, major = 0;
+  MF_CUDA_CHECK(cudaGetDevice(&dev));
+  MF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  return major >= 8;
+}
 
 int conv_weight_chunks(const ConvReluPoolDims& d, std::int64_t floats_per_chunk) {
   const std::int64_t units = d.n * std::int64_t(d.ph()) * d.pool;
@@ -255,13 +262,6 @@ void direct_backward(const ConvReluPoolDims& d, const void* x, const void* w, co
   launch_reduce_partials(d, ws.data(), chunks, dw, db, stream);
 }
 
-template <class T>
-constexpr DType dtype_of() {
-  if constexpr (std::is_same_v<T, bf16>) return DType::bf16;
-  else if constexpr (std::is_same_v<T, f16>) return DType::f16;
-  else return DType::f32;
-}
-
 // A bf16/f16 conv that cannot take the tensor-core path runs an FP32 CUDA-core
 // kernel, about 10x slower: note_fp32_fallback says so once (conv_relu_pool.cpp).
 template <class T>
@@ -299,11 +299,14 @@ void backward_t(const ConvReluPoolDims& d, const void* x, const void* w, const v
       (!dx || resident_cin1_dx<T>(d, w, dy, code, dx, stream)))
     return;
   if (algo == ConvAlgo::resident && resident_can_run(d, dtype_of<T>())) {
-    // dx and dw are separate kernels here. When dx ran, a refused dw falls back
-    // alone (the fallbacks skip a null dx); a refused dx falls back together
-    // with dw, which the fallback then recomputes.
+    // dx and dw are separate kernels here, and a part the variant refuses (its
+    // shared-memory budget, alignment) falls back alone: dx to mma's dx, dw to
+    // the chain below (which skips a null dx).
     if (dx && resident_dx<T>(d, w, dy, code, dx, stream)) dx = nullptr;
-    if (resident_dw<T>(d, x, dy, code, dw, db, stream) && !dx) return;
+    if (resident_dw<T>(d, x, dy, code, dw, db, stream)) {
+      if (!dx || mma_backward<T>(d, x, w, dy, code, dx, nullptr, nullptr, stream)) return;
+      // (mma refused dx too: the chain below recomputes dw along with dx)
+    }
   }
   const bool cin1 = algo == ConvAlgo::automatic || algo == ConvAlgo::cin1 || algo == ConvAlgo::resident;
   if (cin1 && cin1_backward<T>(d, x, w, dy, code, dx, dw, db, stream)) return;

@@ -374,7 +374,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-bool aligned(const void* p, unsigned a) { return p == nullptr || (reinterpret_cast<std::uintptr_t>(p) % a) == 0; }
 
 int tiles_w(const ConvReluPoolDims& d) { return (d.pw() + kTPW - 1) / kTPW; }
 int tiles_h(const ConvReluPoolDims& d) { return (d.ph() + kTPH - 1) / kTPH; }
@@ -390,7 +389,7 @@ bool cin1_can_run(const ConvReluPoolDims& d) {
 template <class T>
 bool cin1_forward(const ConvReluPoolDims& d, const void* x, const void* w, const void* b, void* y,
                   std::uint8_t* code, cudaStream_t stream) {
-  if (!cin1_can_run(d) || !aligned(y, 16) || !aligned(code, 16)) return false;
+  if (!cin1_can_run(d) || !aligned_to(y, 16) || !aligned_to(code, 16)) return false;
   using D = cuda::device_t<T>;
   const int tw = tiles_w(d), tpi = tw * tiles_h(d);
   const unsigned grid = unsigned(d.n * tpi);
@@ -408,7 +407,7 @@ bool cin1_forward(const ConvReluPoolDims& d, const void* x, const void* w, const
 template <class T>
 bool cin1_backward(const ConvReluPoolDims& d, const void* x, const void* w, const void* dy,
                    const std::uint8_t* code, void* dx, float* dw, float* db, cudaStream_t stream) {
-  if (!cin1_can_run(d) || !aligned(dy, 16) || !aligned(code, 16)) return false;
+  if (!cin1_can_run(d) || !aligned_to(dy, 16) || !aligned_to(code, 16)) return false;
   using D = cuda::device_t<T>;
   const auto* xd = static_cast<const D*>(x);
   const auto* dyd = static_cast<const D*>(dy);

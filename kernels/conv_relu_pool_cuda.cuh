@@ -8,15 +8,34 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/conv_relu_pool.hpp"
 
 namespace mf::kernels {
 
+// Host helpers every launcher uses (one home; defined in conv_relu_pool.cu
+// unless inline). A null pointer counts as aligned: it is an absent optional
+// tensor (dx of the first layer, no codes wanted).
+inline bool aligned_to(const void* p, std::uintptr_t bytes) {
+  return p == nullptr || (reinterpret_cast<std::uintptr_t>(p) & (bytes - 1)) == 0;
+}
+// Whether the current GPU has mma.sync m16n8k16, ldmatrix and cp.async (sm_80+).
+bool gpu_is_sm80_or_newer();
+// DType of a launcher's storage type (float, mf::f16, mf::bf16).
+template <class T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, bf16>) return DType::bf16;
+  else if constexpr (std::is_same_v<T, f16>) return DType::f16;
+  else return DType::f32;
+}
+
 // The number of dw/db partial chunks: a function of the shape only (never of
 // the GPU or of timing), so the summation order and the bits are fixed.
 // Conv rows (n, oh) are split into this many contiguous ranges; the workspace
-// holds chunks * floats_per_chunk floats (kept under ~64 MiB).
+// holds chunks * floats_per_chunk floats (kept under ~64 MiB). Used by the
+// direct, tiled and mma variants; the resident and cin1 kernels split by their
+// own tiles under the same rule (shape-only count, <= 64 MiB).
 int conv_weight_chunks(const ConvReluPoolDims& d, std::int64_t floats_per_chunk);
 
 // Stream-ordered f32 workspace from the device pool (engine/memory.hpp).
@@ -66,6 +85,7 @@ bool tiled_backward(const ConvReluPoolDims& d, const void* x, const void* w, con
 template <class T>
 bool mma_forward(const ConvReluPoolDims& d, const void* x, const void* w, const void* b, void* y,
                  std::uint8_t* code, cudaStream_t stream);
+// mma_backward with dw == nullptr computes dx alone (db is then ignored).
 template <class T>
 bool mma_backward(const ConvReluPoolDims& d, const void* x, const void* w, const void* dy,
                   const std::uint8_t* code, void* dx, float* dw, float* db, cudaStream_t stream);

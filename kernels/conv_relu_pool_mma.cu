@@ -296,14 +296,6 @@ __global__ void __launch_bounds__(128) mma_dw_kernel(ConvReluPoolDims d, const D
     part[(std::int64_t(chunk) * d.cout + co0 + tid) * (kkc + 1) + kkc] = dbacc;
 }
 
-bool gpu_has_mma() {
-  int dev = 0, major = 0;
-  MF_CUDA_CHECK(cudaGetDevice(&dev));
-  MF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  return major >= 8;
-}
-
-bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
 template <class T>
 bool mma_supported(const ConvReluPoolDims& d) {
@@ -311,7 +303,7 @@ bool mma_supported(const ConvReluPoolDims& d) {
     return false;  // FP32 stays on CUDA cores (no TF32)
   } else {
     return (d.k == 1 || d.k == 3) && (d.pool == 1 || d.pool == 2) && d.cin % 16 == 0 && d.cout % 16 == 0 &&
-           gpu_has_mma();
+           gpu_is_sm80_or_newer();
   }
 }
 
@@ -340,7 +332,9 @@ bool mma_forward(const ConvReluPoolDims& d, const void* x, const void* w, const 
   if constexpr (std::is_same_v<T, float>) {
     return false;
   } else {
-    if (!mma_supported<T>(d) || !aligned16(x) || !aligned16(w) || !aligned16(y) || !aligned16(code)) return false;
+    if (!mma_supported<T>(d) || !aligned_to(x, 16) || !aligned_to(w, 16) || !aligned_to(y, 16) ||
+        !aligned_to(code, 16))
+      return false;
     using D = cuda::device_t<T>;
     const auto* xd = static_cast<const D*>(x);
     const auto* wd = static_cast<const D*>(w);
@@ -358,11 +352,12 @@ bool mma_backward(const ConvReluPoolDims& d, const void* x, const void* w, const
   if constexpr (std::is_same_v<T, float>) {
     return false;
   } else {
-    if (!mma_supported<T>(d) || !aligned16(dx)) return false;
+    if (!mma_supported<T>(d) || !aligned_to(dx, 16)) return false;
     using D = cuda::device_t<T>;
     if (dx)
       launch_conv<D, 1, Mode::dx>(d, nullptr, static_cast<const D*>(w), nullptr, static_cast<const D*>(dy), code,
                                   static_cast<D*>(dx), nullptr, stream);
+    if (!dw) return true;  // dx alone (another variant computed dw and db)
     const int kkc = d.k * d.k * d.cin;
     const int chunks = conv_weight_chunks(d, std::int64_t(d.cout) * (kkc + 1));
     WeightPartials ws(std::size_t(chunks) * d.cout * (kkc + 1), stream);

@@ -503,7 +503,6 @@ __global__ void flip_weights_kernel(const D* __restrict__ w, D* __restrict__ wf,
 
 // ---- launchers --------------------------------------------------------------------
 
-bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
 std::size_t smem_bytes(int k, int nt, int row_w) {
   const int hw = kTile + k - 1;
@@ -616,11 +615,6 @@ void launch(const Args<D>& a, const ConvReluPoolDims& d, int nt, const DeviceLim
   }
 }
 
-template <class T>
-constexpr DType dtype_of() {
-  return std::is_same_v<T, bf16> ? DType::bf16 : DType::f16;
-}
-
 }  // namespace
 
 template <class T>
@@ -629,8 +623,8 @@ bool resident_forward(const ConvReluPoolDims& d, const void* x, const void* w, c
   if constexpr (std::is_same_v<T, float>) {
     return false;
   } else {
-    if (!resident_can_run(d, dtype_of<T>()) || !aligned16(x) || !aligned16(w) || !aligned16(y) ||
-        !aligned16(code))
+    if (!resident_can_run(d, dtype_of<T>()) || !aligned_to(x, 16) || !aligned_to(w, 16) || !aligned_to(y, 16) ||
+        !aligned_to(code, 16))
       return false;
     using D = cuda::device_t<T>;
     Args<D> a{};
@@ -655,8 +649,8 @@ bool resident_dx(const ConvReluPoolDims& d, const void* w, const void* dy, const
   if constexpr (std::is_same_v<T, float>) {
     return false;
   } else {
-    if (!resident_can_run(d, dtype_of<T>()) || !aligned16(w) || !aligned16(dy) || !aligned16(code) ||
-        !aligned16(dx))
+    if (!resident_can_run(d, dtype_of<T>()) || !aligned_to(w, 16) || !aligned_to(dy, 16) || !aligned_to(code, 16) ||
+        !aligned_to(dx, 16))
       return false;
     using D = cuda::device_t<T>;
     Args<D> a{};

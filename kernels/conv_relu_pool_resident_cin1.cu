@@ -131,16 +131,6 @@ bool shape_ok(const ConvReluPoolDims& d) {
          d.cout <= 256 && pick_units(d.cout) > 0;
 }
 
-bool sm80_or_newer() {
-  int dev = 0, major = 0;
-  MF_CUDA_CHECK(cudaGetDevice(&dev));
-  MF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  return major >= 8;
-}
-
-bool aligned(const void* p, std::uintptr_t bytes) {
-  return p == nullptr || (reinterpret_cast<std::uintptr_t>(p) & (bytes - 1)) == 0;
-}
 
 int round_up(int v, int m) { return (v + m - 1) / m * m; }
 
@@ -550,7 +540,7 @@ void dw_p(const ConvReluPoolDims& d, const Geom& geo, bool wide, int chunks, con
 }  // namespace
 
 bool resident_cin1_can_run(const ConvReluPoolDims& d, DType dtype) {
-  return (dtype == DType::bf16 || dtype == DType::f16) && shape_ok(d) && sm80_or_newer();
+  return (dtype == DType::bf16 || dtype == DType::f16) && shape_ok(d) && gpu_is_sm80_or_newer();
 }
 
 template <class T>
@@ -559,12 +549,12 @@ bool resident_cin1_forward(const ConvReluPoolDims& d, const void* x, const void*
   if constexpr (std::is_same_v<T, float>) {
     return false;
   } else {
-    if (!shape_ok(d) || !aligned(y, 16) || !aligned(code, 16) || !aligned(x, 2)) return false;
-    if (!sm80_or_newer()) return false;
+    if (!shape_ok(d) || !aligned_to(y, 16) || !aligned_to(code, 16) || !aligned_to(x, 2)) return false;
+    if (!gpu_is_sm80_or_newer()) return false;
     const Geom geo = forward_geom(d);
     if (geo.tiles == 0) return true;
     using D = cuda::device_t<T>;
-    const bool wide = d.w % 8 == 0 && aligned(x, 16);
+    const bool wide = d.w % 8 == 0 && aligned_to(x, 16);
     const auto* xd = static_cast<const std::uint16_t*>(x);
     const auto* wd = static_cast<const std::uint16_t*>(w);
     const auto* bd = static_cast<const D*>(b);
@@ -581,15 +571,15 @@ bool resident_cin1_dw(const ConvReluPoolDims& d, const void* x, const void* dy, 
   if constexpr (std::is_same_v<T, float>) {
     return false;
   } else {
-    if (!shape_ok(d) || !aligned(dy, 16) || !aligned(code, 8) || !aligned(x, 2)) return false;
-    if (!sm80_or_newer()) return false;
+    if (!shape_ok(d) || !aligned_to(dy, 16) || !aligned_to(code, 8) || !aligned_to(x, 2)) return false;
+    if (!gpu_is_sm80_or_newer()) return false;
     using D = cuda::device_t<T>;
     const Geom geo = dw_geom(d);
     // A function of the shape only: the summation order, hence the bits, is fixed.
     const int chunks = int(geo.tiles < kMaxChunks ? geo.tiles : kMaxChunks);
     WeightPartials ws(std::size_t(chunks) * d.cout * (kTaps + 1), stream);
     if (chunks > 0) {
-      const bool wide = d.w % 8 == 0 && aligned(x, 16);
+      const bool wide = d.w % 8 == 0 && aligned_to(x, 16);
       const auto* xd = static_cast<const std::uint16_t*>(x);
       const auto* dyd = static_cast<const std::uint16_t*>(dy);
       if (d.pool == 2) dw_p<D, 2>(d, geo, wide, chunks, xd, dyd, code, ws.data(), stream);
@@ -606,7 +596,7 @@ bool resident_cin1_dx(const ConvReluPoolDims& d, const void* w, const void* dy, 
   if constexpr (std::is_same_v<T, float>) {
     return false;
   } else {
-    if (!shape_ok(d) || !aligned(dy, 16) || !aligned(code, 8) || !sm80_or_newer()) return false;
+    if (!shape_ok(d) || !aligned_to(dy, 16) || !aligned_to(code, 8) || !gpu_is_sm80_or_newer()) return false;
     using D = cuda::device_t<T>;
     const std::int64_t total = d.n * d.h * d.w;
     if (total == 0) return true;

@@ -286,8 +286,6 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-bool aligned(const void* p, std::uintptr_t bytes) { return (reinterpret_cast<std::uintptr_t>(p) & (bytes - 1)) == 0; }
-
 template <class D, int K, int P>
 void launch_dw(const ConvReluPoolDims& d, const D* x, const D* dy, const std::uint8_t* code, float* dw, float* db,
                cudaStream_t stream) {
@@ -317,10 +315,7 @@ void launch_dw(const ConvReluPoolDims& d, const D* x, const D* dy, const std::ui
 bool resident_can_run(const ConvReluPoolDims& d, DType dtype) {
   if (dtype != DType::bf16 && dtype != DType::f16) return false;
   if (!((d.k == 1 || d.k == 3) && (d.pool == 1 || d.pool == 2) && d.cin % 16 == 0 && d.cout % 16 == 0)) return false;
-  int dev = 0, major = 0;
-  MF_CUDA_CHECK(cudaGetDevice(&dev));
-  MF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  return major >= 8;
+  return gpu_is_sm80_or_newer();
 }
 
 template <class T>
@@ -330,8 +325,9 @@ bool resident_dw(const ConvReluPoolDims& d, const void* x, const void* dy, const
     return false;
   } else {
     using D = cuda::device_t<T>;
-    const DType dt = std::is_same_v<T, bf16> ? DType::bf16 : DType::f16;
-    if (!resident_can_run(d, dt) || !aligned(x, 16) || !aligned(dy, 16) || !aligned(code, 16)) return false;
+    // x, dy, code non-null (dw always needs them), so null-as-aligned does not apply
+    if (!resident_can_run(d, dtype_of<T>()) || !aligned_to(x, 16) || !aligned_to(dy, 16) || !aligned_to(code, 16))
+      return false;
     const auto* xd = static_cast<const D*>(x);
     const auto* dyd = static_cast<const D*>(dy);
     if (d.k == 3 && d.pool == 2) launch_dw<D, 3, 2>(d, xd, dyd, code, dw, db, stream);
