@@ -267,7 +267,7 @@ void direct_backward(const ConvReluPoolDims& d, const void* x, const void* w, co
 template <class T>
 void note_fp32_fallback(const ConvReluPoolDims& d, const char* direction) {
   if constexpr (!std::is_same_v<T, float>) {
-    const DType dt = dtype_of<T>();
+    const DType dt = dtype_of_v<T>;
     note_conv_fp32_fallback(d, dt, direction,
                             mma_can_run(d, dt) ? "a tensor is not 16-byte aligned"
                                                : "it needs k 1 or 3, pool 1 or 2, Cin and Cout multiples of 16, sm_80+");
@@ -298,7 +298,7 @@ void backward_t(const ConvReluPoolDims& d, const void* x, const void* w, const v
   if (algo == ConvAlgo::resident && resident_cin1_dw<T>(d, x, dy, code, dw, db, stream) &&
       (!dx || resident_cin1_dx<T>(d, w, dy, code, dx, stream)))
     return;
-  if (algo == ConvAlgo::resident && resident_can_run(d, dtype_of<T>())) {
+  if (algo == ConvAlgo::resident && resident_can_run(d, dtype_of_v<T>)) {
     // dx and dw are separate kernels here, and a part the variant refuses (its
     // shared-memory budget, alignment) falls back alone: dx to mma's dx, dw to
     // the chain below (which skips a null dx).

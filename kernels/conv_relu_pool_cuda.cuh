@@ -8,27 +8,20 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/conv_relu_pool.hpp"
 
 namespace mf::kernels {
 
 // Host helpers every launcher uses (one home; defined in conv_relu_pool.cu
-// unless inline). A null pointer counts as aligned: it is an absent optional
-// tensor (dx of the first layer, no codes wanted).
+// unless inline; a storage type's DType is engine/dtype.hpp's dtype_of_v).
+// A null pointer counts as aligned: it is an absent optional tensor (dx of
+// the first layer, no codes wanted).
 inline bool aligned_to(const void* p, std::uintptr_t bytes) {
   return p == nullptr || (reinterpret_cast<std::uintptr_t>(p) & (bytes - 1)) == 0;
 }
 // Whether the current GPU has mma.sync m16n8k16, ldmatrix and cp.async (sm_80+).
 bool gpu_is_sm80_or_newer();
-// DType of a launcher's storage type (float, mf::f16, mf::bf16).
-template <class T>
-constexpr DType dtype_of() {
-  if constexpr (std::is_same_v<T, bf16>) return DType::bf16;
-  else if constexpr (std::is_same_v<T, f16>) return DType::f16;
-  else return DType::f32;
-}
 
 // The number of dw/db partial chunks: a function of the shape only (never of
 // the GPU or of timing), so the summation order and the bits are fixed.

@@ -623,7 +623,7 @@ bool resident_forward(const ConvReluPoolDims& d, const void* x, const void* w, c
   if constexpr (std::is_same_v<T, float>) {
     return false;
   } else {
-    if (!resident_can_run(d, dtype_of<T>()) || !aligned_to(x, 16) || !aligned_to(w, 16) || !aligned_to(y, 16) ||
+    if (!resident_can_run(d, dtype_of_v<T>) || !aligned_to(x, 16) || !aligned_to(w, 16) || !aligned_to(y, 16) ||
         !aligned_to(code, 16))
       return false;
     using D = cuda::device_t<T>;
@@ -649,7 +649,7 @@ bool resident_dx(const ConvReluPoolDims& d, const void* w, const void* dy, const
   if constexpr (std::is_same_v<T, float>) {
     return false;
   } else {
-    if (!resident_can_run(d, dtype_of<T>()) || !aligned_to(w, 16) || !aligned_to(dy, 16) || !aligned_to(code, 16) ||
+    if (!resident_can_run(d, dtype_of_v<T>) || !aligned_to(w, 16) || !aligned_to(dy, 16) || !aligned_to(code, 16) ||
         !aligned_to(dx, 16))
       return false;
     using D = cuda::device_t<T>;

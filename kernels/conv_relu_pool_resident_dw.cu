@@ -326,7 +326,7 @@ bool resident_dw(const ConvReluPoolDims& d, const void* x, const void* dy, const
   } else {
     using D = cuda::device_t<T>;
     // x, dy, code non-null (dw always needs them), so null-as-aligned does not apply
-    if (!resident_can_run(d, dtype_of<T>()) || !aligned_to(x, 16) || !aligned_to(dy, 16) || !aligned_to(code, 16))
+    if (!resident_can_run(d, dtype_of_v<T>) || !aligned_to(x, 16) || !aligned_to(dy, 16) || !aligned_to(code, 16))
       return false;
     const auto* xd = static_cast<const D*>(x);
     const auto* dyd = static_cast<const D*>(dy);
