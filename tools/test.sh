@@ -10,6 +10,9 @@
 #                          paths against the CPU emulator of CUDA
 #                          (MELFORGE_CUDA_EMU, tests/cudaemu) in $BUILD_DIR-emu
 #                          and run the GPU suites there; on | off
+#   SANITIZE=on            also build with AddressSanitizer + UBSan
+#                          (MELFORGE_SANITIZE, sm_90 only) in $BUILD_DIR-asan
+#                          and run the CPU suites there; any report fails; off
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/cuda/bin"
@@ -33,4 +36,22 @@ if [[ $CUDA_EMU == on ]]; then
   cmake -S . -B "$BUILD_DIR-emu" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMELFORGE_WERROR=ON -DMELFORGE_CUDA_EMU=ON
   cmake --build "$BUILD_DIR-emu" --parallel "$(nproc)" --target melforge_gpu_tests
   (cd "$BUILD_DIR-emu" && ctest --output-on-failure --timeout 1800 -L gpu --parallel "$(nproc)")
+fi
+
+SANITIZE=${SANITIZE:-on}
+if [[ $SANITIZE == on ]]; then
+  # The host code under AddressSanitizer + UndefinedBehaviorSanitizer: every CPU
+  # suite (ctest -LE gpu; the GPU suites ran above, on the GPU or the emulator).
+  # nvcc's .cu files are built for one architecture and are not instrumented.
+  # A report aborts the test (-fno-sanitize-recover=all, halt_on_error), leaks
+  # included; protect_shadow_gap=0 lets the CUDA runtime map its memory on a
+  # machine with a GPU.
+  rm -rf "$BUILD_DIR-asan"
+  cmake -S . -B "$BUILD_DIR-asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMELFORGE_SANITIZE=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90
+  cmake --build "$BUILD_DIR-asan" --parallel "$(nproc)"
+  (cd "$BUILD_DIR-asan" &&
+    ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:halt_on_error=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --output-on-failure --timeout 1800 -LE gpu)
 fi
