@@ -9,6 +9,7 @@
 
 #include "engine/atomic_file.hpp"
 #include "engine/error.hpp"
+#include "engine/isolate.hpp"
 #include "engine/log.hpp"
 #include "io/h5_error.hpp"
 #include "io/h5_read.hpp"
@@ -260,9 +261,9 @@ void for_each_member(hid_t file, const std::string& name, const std::string& ctx
     fn(member, io::H5Value::dataset(g, member, ctx, fmt::format("/{}/{}", name, member)));
 }
 
-}  // namespace
-
-Checkpoint read_checkpoint(const fs::path& path) {
+// read_checkpoint's work, in whichever process calls it (read_checkpoint runs
+// it in a child: see below).
+Checkpoint read_checkpoint_here(const fs::path& path) {
   io::silence_hdf5_errors();
   const std::string ctx = fmt::format("checkpoint {}", path.string());
   std::error_code ec;
@@ -294,6 +295,79 @@ Checkpoint read_checkpoint(const fs::path& path) {
   for_each_member(file, "strings", ctx, [&](const std::string& name, const io::H5Value& v) {
     c.strings[name] = v.read_string();
   });
+  return c;
+}
+
+// A checkpoint as bytes, for the trip from the isolated reader back to the
+// parent (engine/isolate.hpp's ByteWriter/ByteReader: sizes, then contents).
+std::string encode(const Checkpoint& c) {
+  ByteWriter w;
+  w.u64(c.arrays.size());
+  for (const auto& [name, a] : c.arrays) {
+    w.str(name);
+    w.u64(static_cast<unsigned long long>(a.dtype));
+    w.u64(a.shape.size());
+    for (const std::int64_t dim : a.shape) w.u64(static_cast<unsigned long long>(dim));
+    w.str(std::string(a.bytes.begin(), a.bytes.end()));
+  }
+  w.u64(c.ints.size());
+  for (const auto& [name, v] : c.ints) {
+    w.str(name);
+    w.u64(static_cast<unsigned long long>(v));
+  }
+  w.u64(c.floats.size());
+  for (const auto& [name, v] : c.floats) {
+    w.str(name);
+    w.f64(v);
+  }
+  w.u64(c.strings.size());
+  for (const auto& [name, v] : c.strings) {
+    w.str(name);
+    w.str(v);
+  }
+  return w.take();
+}
+
+Checkpoint decode(const std::string& bytes) {
+  ByteReader r(bytes);
+  Checkpoint c;
+  for (auto n = r.u64(); n > 0; --n) {
+    const std::string name = r.str();
+    CheckpointArray a;
+    a.dtype = static_cast<DType>(r.u64());
+    for (auto rank = r.u64(); rank > 0; --rank) a.shape.push_back(static_cast<std::int64_t>(r.u64()));
+    const std::string data = r.str();
+    a.bytes.assign(data.begin(), data.end());
+    c.arrays.emplace(name, std::move(a));
+  }
+  for (auto n = r.u64(); n > 0; --n) {
+    const std::string name = r.str();
+    c.ints[name] = static_cast<std::int64_t>(r.u64());
+  }
+  for (auto n = r.u64(); n > 0; --n) {
+    const std::string name = r.str();
+    c.floats[name] = r.f64();
+  }
+  for (auto n = r.u64(); n > 0; --n) {
+    const std::string name = r.str();
+    c.strings[name] = r.str();
+  }
+  return c;
+}
+
+}  // namespace
+
+// The HDF5 library (1.10.8, Debian 12's) reads freed or out-of-bounds memory
+// on some damaged object headers (H5Aopen, tests/fuzz_regressions/checkpoint):
+// melforge cannot fix that, so the whole read runs in a child process with a
+// time limit and only its result comes back (docs/decisions.md, "Damaged files
+// and the HDF5 library"). A checkpoint is small (the model and its optimizer
+// state), and it is read once per command, so the fork and the copy are cheap.
+Checkpoint read_checkpoint(const fs::path& path) {
+  const std::string bytes = run_isolated(fmt::format("checkpoint {}", path.string()), isolate_timeout_s(120),
+                                         [&] { return encode(read_checkpoint_here(path)); });
+  Checkpoint c = decode(bytes);
+  c.source = path.string();
   return c;
 }
 
