@@ -13,6 +13,9 @@
 #   SANITIZE=on            also build with AddressSanitizer + UBSan
 #                          (MELFORGE_SANITIZE, sm_90 only) in $BUILD_DIR-asan
 #                          and run the CPU suites there; any report fails; off
+#   FUZZ_SECONDS=60        then run every fuzz target (fuzz/run.sh: clang-19 +
+#                          libFuzzer build in $BUILD_DIR-fuzz) this long; any
+#                          crash, hang or sanitizer report fails; 0 skips
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/cuda/bin"
@@ -54,4 +57,12 @@ if [[ $SANITIZE == on ]]; then
     ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:halt_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --output-on-failure --timeout 1800 -LE gpu)
+fi
+
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+if ((FUZZ_SECONDS > 0)); then
+  # A short coverage-guided run of each reader's fuzz target (docs/fuzzing.md);
+  # a finding's input is left in $BUILD_DIR-fuzz/fuzz-artifacts/TARGET/.
+  rm -rf "$BUILD_DIR-fuzz"
+  BUILD="$BUILD_DIR-fuzz" fuzz/run.sh --seconds "$FUZZ_SECONDS"
 fi
