@@ -293,11 +293,9 @@ template <class T>
 void backward_t(const ConvReluPoolDims& d, const void* x, const void* w, const void* dy,
                 const std::uint8_t* code, void* dx, float* dw, float* db, cudaStream_t stream) {
   const ConvAlgo algo = conv_relu_pool_algo();
-  // The Cin = 1 layer: dw/db on tensor cores, dx (only when asked) on CUDA cores; a
-  // refused dx falls back together with dw, which the fallback then recomputes.
-  if (algo == ConvAlgo::resident && resident_cin1_dw<T>(d, x, dy, code, dw, db, stream) &&
-      (!dx || resident_cin1_dx<T>(d, w, dy, code, dx, stream)))
-    return;
+  // The Cin = 1 layer (the first: no dx): dw/db on tensor cores. A Cin = 1
+  // layer that wants dx falls back to cin1, which computes both.
+  if (algo == ConvAlgo::resident && !dx && resident_cin1_dw<T>(d, x, dy, code, dw, db, stream)) return;
   if (algo == ConvAlgo::resident && resident_can_run(d, dtype_of_v<T>)) {
     // dx and dw are separate kernels here, and a part the variant refuses (its
     // shared-memory budget, alignment) falls back alone: dx to mma's dx, dw to

@@ -109,8 +109,8 @@ bool resident_dw(const ConvReluPoolDims& d, const void* x, const void* dy, const
 // The Cin = 1 input layer on tensor cores (conv_relu_pool_resident_cin1.cu):
 // k = 3, pool 1 or 2, Cout a multiple of 16 in [16, 256] (not 176 or 208), the
 // 9 taps as the K = 16 of one MMA; dw/db as a GEMM over pixels with partials
-// and launch_reduce_partials; dx (a Cin = 1 layer that is not the first) on
-// CUDA cores. Each returns false when it cannot run (float, shape, alignment,
+// and launch_reduce_partials (no dx: a Cin = 1 layer that wants one falls
+// back to cin1 for its whole backward). Each returns false when it cannot run (float, shape, alignment,
 // a GPU older than sm_80). resident_cin1_can_run: the dtype, shape and GPU
 // conditions (not the alignment).
 bool resident_cin1_can_run(const ConvReluPoolDims& d, DType dtype);
@@ -120,8 +120,5 @@ bool resident_cin1_forward(const ConvReluPoolDims& d, const void* x, const void*
 template <class T>
 bool resident_cin1_dw(const ConvReluPoolDims& d, const void* x, const void* dy, const std::uint8_t* code, float* dw,
                       float* db, cudaStream_t stream);
-template <class T>
-bool resident_cin1_dx(const ConvReluPoolDims& d, const void* w, const void* dy, const std::uint8_t* code, void* dx,
-                      cudaStream_t stream);
 
 }  // namespace mf::kernels

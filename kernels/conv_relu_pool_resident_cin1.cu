@@ -71,9 +71,8 @@
 //   bytes    dy + code once from DRAM (re-read P*P times from L1 while a pooled
 //            pixel's 4 conv pixels are written), x ~1.5x (halo rows, L2):
 //            ~3.3 B per pooled output at LeakCNN layer 1, like the forward.
-// resident_cin1_dx_kernel (only when a Cin = 1 layer is not the first; LeakCNN
-//   never asks): one thread per dx element, 8 channels per 16-byte dy load.
-//   Simple, not tuned.
+// dx: not here. LeakCNN's Cin = 1 layer is the first and needs none; a Cin = 1
+//   layer that asks for dx falls back to the cin1 variant (dx and dw together).
 // registers: ptxas -v (CUDA 13.0), 32,768 B static smem per block for the
 //   forward and dw kernels, no spills on sm_80, sm_90, sm_100, sm_120:
 //     sm_90  forward NT = 2/4: 80 (__launch_bounds__(256, 3)), NT = 6/8: 126-128
@@ -459,47 +458,6 @@ __global__ void __launch_bounds__(kThreads, MT <= 2 ? 3 : 2)
   }
 }
 
-// dx[n][ih][iw] = sum_{r, s, co} g[n][ih - r + 1][iw - s + 1][co] * w[co][r][s].
-template <class D, int P>
-__global__ void __launch_bounds__(kThreads)
-    resident_cin1_dx_kernel(ConvReluPoolDims d, const D* __restrict__ w, const std::uint16_t* __restrict__ dy,
-                            const std::uint8_t* __restrict__ code, D* __restrict__ dx) {
-  __shared__ float s_w[kTaps * 256];  // [co][rs], as in w
-  for (int e = int(threadIdx.x); e < kTaps * d.cout; e += kThreads) s_w[e] = cuda::load_f32(w[e]);
-  __syncthreads();
-  const int ph_n = d.h / P, pw_n = d.w / P, hc = ph_n * P, wc = pw_n * P;
-  const std::int64_t total = d.n * d.h * d.w;
-  for (std::int64_t i = blockIdx.x * std::int64_t(kThreads) + threadIdx.x; i < total;
-       i += std::int64_t(gridDim.x) * kThreads) {
-    const int iw = int(i % d.w);
-    const std::int64_t q = i / d.w;
-    const int ih = int(q % d.h);
-    const std::int64_t n = q / d.h;
-    float acc = 0.f;
-    for (int r = 0; r < 3; ++r) {
-      const int oh = ih - r + 1;
-      if (oh < 0 || oh >= hc) continue;
-      for (int s = 0; s < 3; ++s) {
-        const int ow = iw - s + 1;
-        if (ow < 0 || ow >= wc) continue;
-        const std::uint32_t pos = std::uint32_t((oh % P) * P + ow % P);
-        const std::int64_t o = ((n * ph_n + oh / P) * pw_n + ow / P) * d.cout;
-        for (int c8 = 0; c8 < d.cout; c8 += 8) {
-          const uint4 v = __ldg(reinterpret_cast<const uint4*>(dy + o + c8));
-          const uint2 cw = __ldg(reinterpret_cast<const uint2*>(code + o + c8));
-          const std::uint32_t vw[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            const std::uint32_t cj = ((j < 4 ? cw.x : cw.y) >> (8 * (j % 4))) & 0xffu;
-            if (cj == pos) acc += f32_of<D>(vw[j / 2] >> (16 * (j % 2))) * s_w[(c8 + j) * kTaps + r * 3 + s];
-          }
-        }
-      }
-    }
-    dx[i] = cuda::store_f32<D>(acc);
-  }
-}
-
 template <class D, int P, int NT>
 void launch_forward(const ConvReluPoolDims& d, const Geom& geo, bool wide, const std::uint16_t* x,
                     const std::uint16_t* w, const D* b, std::uint16_t* y, std::uint8_t* code, cudaStream_t stream) {
@@ -590,34 +548,11 @@ bool resident_cin1_dw(const ConvReluPoolDims& d, const void* x, const void* dy, 
   }
 }
 
-template <class T>
-bool resident_cin1_dx(const ConvReluPoolDims& d, const void* w, const void* dy, const std::uint8_t* code, void* dx,
-                      cudaStream_t stream) {
-  if constexpr (std::is_same_v<T, float>) {
-    return false;
-  } else {
-    if (!shape_ok(d) || !aligned_to(dy, 16) || !aligned_to(code, 8) || !gpu_is_sm80_or_newer()) return false;
-    using D = cuda::device_t<T>;
-    const std::int64_t total = d.n * d.h * d.w;
-    if (total == 0) return true;
-    const unsigned grid = cuda::grid_for(total, kThreads);
-    const auto* wd = static_cast<const D*>(w);
-    const auto* dyd = static_cast<const std::uint16_t*>(dy);
-    auto* dxd = static_cast<D*>(dx);
-    if (d.pool == 2) resident_cin1_dx_kernel<D, 2><<<grid, kThreads, 0, stream>>>(d, wd, dyd, code, dxd);
-    else resident_cin1_dx_kernel<D, 1><<<grid, kThreads, 0, stream>>>(d, wd, dyd, code, dxd);
-    MF_CUDA_CHECK_LAUNCH();
-    return true;
-  }
-}
-
 #define MF_INSTANTIATE(T)                                                                                          \
   template bool resident_cin1_forward<T>(const ConvReluPoolDims&, const void*, const void*, const void*, void*,    \
                                          std::uint8_t*, cudaStream_t);                                             \
   template bool resident_cin1_dw<T>(const ConvReluPoolDims&, const void*, const void*, const std::uint8_t*, float*, \
-                                    float*, cudaStream_t);                                                         \
-  template bool resident_cin1_dx<T>(const ConvReluPoolDims&, const void*, const void*, const std::uint8_t*, void*, \
-                                    cudaStream_t);
+                                    float*, cudaStream_t);
 MF_INSTANTIATE(float)
 MF_INSTANTIATE(f16)
 MF_INSTANTIATE(bf16)
