@@ -694,8 +694,15 @@ void read_labels(hid_t file, const std::string& path, const std::string& seg, co
   if (!info.class_names.empty() && int(info.class_names.size()) != info.num_classes)
     MF_THROW("{}: attribute class_names has {} names but {} classes were configured", path,
              info.class_names.size(), info.num_classes);
-  if (info.class_names.empty())
+  if (info.class_names.empty()) {
+    // Generated names cost memory per class: bound the count a file (one large
+    // label) or a setting can ask for before making them.
+    MF_CHECK(info.num_classes <= kMaxUnnamedClasses,
+             "{}: {} classes {} but the file has no class_names attribute: expected at most {} unnamed classes "
+             "(write class_names, or check the labels in {})",
+             path, info.num_classes, c_from, kMaxUnnamedClasses, lab);
     for (int c = 0; c < info.num_classes; ++c) info.class_names.push_back(fmt::format("class_{}", c));
+  }
 
   info.normal_class = names.normal_class;
   if (info.normal_class < 0) {

@@ -109,6 +109,10 @@ struct DatasetInfo {
 // above what a disk or the CPU's cores can use, far below what the system can
 // start.
 inline constexpr int kMaxReadThreads = 256;
+// The most classes a dataset without a class_names attribute may have (their
+// names "class_K" are generated): 2^20, far above any label set in use, and a
+// bound on what one damaged label value can make melforge allocate.
+inline constexpr int kMaxUnnamedClasses = 1 << 20;
 
 class Dataset {
  public:
