@@ -9,6 +9,9 @@
 #   fuzz/run.sh --no-build ...          use the build as it is (no cmake)
 #   BUILD=build-fuzz CUDAARCHS=90       the build folder (kept between runs, so
 #                                       the corpus grows) and CUDA architecture
+#   FUZZ_SEED=1                         libFuzzer's -seed (unset: a new one each
+#                                       run); tools/test.sh fixes it so CI tries
+#                                       the same inputs every time
 # Each target's corpus is BUILD/fuzz-corpus/TARGET (new inputs are added
 # there); the seeds are read from BUILD/fuzz-seeds/TARGET. docs/fuzzing.md.
 set -euo pipefail
@@ -81,7 +84,7 @@ for t in "${targets[@]}"; do
   # an allocation sized from what a file declares is an out-of-memory finding.
   rc=0
   "$BUILD/fuzz/fuzz_$t" -max_total_time="$SECONDS_PER_TARGET" -timeout=20 -rss_limit_mb=2560 \
-    -malloc_limit_mb=1024 -print_final_stats=1 -artifact_prefix="$artifacts/" \
+    -malloc_limit_mb=1024 -print_final_stats=1 -artifact_prefix="$artifacts/" ${FUZZ_SEED:+-seed=$FUZZ_SEED} \
     "$corpus" "$BUILD/fuzz-seeds/$t" > "$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   if ((rc != 0)); then
