@@ -83,6 +83,7 @@
 
 #include "engine/error.hpp"
 #include "kernels/conv_relu_pool_cuda.cuh"
+#include "kernels/conv_route.cuh"
 #include "kernels/cuda_types.cuh"
 #include "kernels/mma.cuh"
 
@@ -209,17 +210,6 @@ __device__ void fetch_g(const Args<D>& a, const Cursor& c, Fetched<K>& f) {
       f.code[i] = *reinterpret_cast<const uint2*>(a.code_in + o);
     }
   }
-}
-
-// Keeps the halves of v whose code byte equals pos (8 channels).
-__device__ __forceinline__ uint4 route8(uint4 v, uint2 code, unsigned pos) {
-  std::uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int h = 0; h < 8; ++h) {
-    const unsigned byte = ((h < 4 ? code.x : code.y) >> (8 * (h & 3))) & 0xffu;
-    if (byte != pos) w[h >> 1] &= (h & 1) ? 0x0000ffffu : 0xffff0000u;
-  }
-  return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 template <class D, int K, int P>
@@ -567,6 +557,16 @@ bool make_args(Args<D>& a, const ConvReluPoolDims& d, Mode mode) {
   return true;
 }
 
+// One direction's geometry (a), the device limits (lim) and its N tile; 0
+// when the variant refuses: too many tiles for the int cursors, or a weight
+// slice that fits in shared memory at neither N tile.
+template <class D>
+int plan(Args<D>& a, const ConvReluPoolDims& d, Mode mode, DeviceLimits& lim) {
+  if (!make_args(a, d, mode)) return 0;
+  lim = device_limits();
+  return pick_nt(d.k, a.out_c, a.row_w, lim);
+}
+
 // MELFORGE_RESIDENT_BLOCKS=n caps the persistent grid at n blocks per slice
 // (0 or unset: the occupancy-based size). For tests (the emulator's 132 SMs
 // would give small shapes one tile per block) and grid-size experiments on a
@@ -628,10 +628,9 @@ bool resident_forward(const ConvReluPoolDims& d, const void* x, const void* w, c
       return false;
     using D = cuda::device_t<T>;
     Args<D> a{};
-    if (!make_args(a, d, Mode::forward)) return false;
-    const DeviceLimits lim = device_limits();
-    const int nt = pick_nt(d.k, a.out_c, a.row_w, lim);
-    if (nt == 0) return false;  // the weight slice does not fit in shared memory
+    DeviceLimits lim;
+    const int nt = plan(a, d, Mode::forward, lim);
+    if (nt == 0) return false;
     if (a.tiles == 0) return true;
     a.in = static_cast<const D*>(x);
     a.wgt = static_cast<const D*>(w);
@@ -654,10 +653,9 @@ bool resident_dx(const ConvReluPoolDims& d, const void* w, const void* dy, const
       return false;
     using D = cuda::device_t<T>;
     Args<D> a{};
-    if (!make_args(a, d, Mode::dx)) return false;
-    const DeviceLimits lim = device_limits();
-    const int nt = pick_nt(d.k, a.out_c, a.row_w, lim);
-    if (nt == 0) return false;  // the weight slice does not fit in shared memory
+    DeviceLimits lim;
+    const int nt = plan(a, d, Mode::dx, lim);
+    if (nt == 0) return false;
     if (a.tiles == 0) return true;
     // The flipped weights live in a stream-ordered pool workspace (WeightPartials
     // hands out f32 units; 2 halves each).

@@ -90,6 +90,7 @@
 
 #include "engine/error.hpp"
 #include "kernels/conv_relu_pool_cuda.cuh"
+#include "kernels/conv_route.cuh"
 #include "kernels/cuda_types.cuh"
 #include "kernels/mma.cuh"
 
@@ -398,20 +399,10 @@ __global__ void __launch_bounds__(kThreads, MT <= 2 ? 3 : 2)
         v = __ldg(reinterpret_cast<const uint4*>(dy + o));
         cw = __ldg(reinterpret_cast<const uint2*>(code + o));
       }
-      const std::uint32_t vw[4] = {v.x, v.y, v.z, v.w}, cws[2] = {cw.x, cw.y};
 #pragma unroll
       for (int pos = 0; pos < P * P; ++pos) {
-        std::uint32_t ow4[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          // channels 2j (low half) and 2j + 1 (high half): code bytes 2j, 2j + 1
-          const std::uint32_t c_lo = (cws[j / 2] >> (16 * (j % 2))) & 0xffu;
-          const std::uint32_t c_hi = (cws[j / 2] >> (16 * (j % 2) + 8)) & 0xffu;
-          ow4[j] = (c_lo == std::uint32_t(pos) ? vw[j] & 0x0000ffffu : 0u) |
-                   (c_hi == std::uint32_t(pos) ? vw[j] & 0xffff0000u : 0u);
-        }
         const int px = (pr * P + pos / P) * tw + pc * P + pos % P;
-        *reinterpret_cast<uint4*>(&s_g[px * gs + grp * 8]) = make_uint4(ow4[0], ow4[1], ow4[2], ow4[3]);
+        *reinterpret_cast<uint4*>(&s_g[px * gs + grp * 8]) = route8(v, cw, unsigned(pos));
       }
     }
     __syncthreads();

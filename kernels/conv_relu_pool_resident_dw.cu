@@ -54,6 +54,7 @@
 
 #include "engine/error.hpp"
 #include "kernels/conv_relu_pool_cuda.cuh"
+#include "kernels/conv_route.cuh"
 #include "kernels/cuda_types.cuh"
 #include "kernels/mma.cuh"
 
@@ -155,21 +156,14 @@ __device__ __forceinline__ void route_g(DwSmem<D, K, P>& sm, bool db_sum, float 
     const int r = pix / kTileW, c = pix % kTileW, cell = (r / P) * kCellsW + c / P;
     const uint4 v = *reinterpret_cast<const uint4*>(&sm.dy[cell][grp * 8]);
     const uint2 cb = *reinterpret_cast<const uint2*>(&sm.code[cell][grp * 8]);
-    const std::uint32_t pos = std::uint32_t((r % P) * P + c % P);
-    const std::uint32_t vw[4] = {v.x, v.y, v.z, v.w}, cw[2] = {cb.x, cb.y};
-    std::uint32_t gw[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      // channels 2j (low half) and 2j + 1 (high half); their codes are bytes 2j, 2j + 1
-      const std::uint32_t c_lo = (cw[j / 2] >> (16 * (j % 2))) & 0xffu, c_hi = (cw[j / 2] >> (16 * (j % 2) + 8)) & 0xffu;
-      gw[j] = (c_lo == pos ? vw[j] & 0x0000ffffu : 0u) | (c_hi == pos ? vw[j] & 0xffff0000u : 0u);
-    }
+    const uint4 routed = route8(v, cb, unsigned((r % P) * P + c % P));
+    const std::uint32_t gw[4] = {routed.x, routed.y, routed.z, routed.w};
     if (db_sum) {
       const D* h = reinterpret_cast<const D*>(gw);
 #pragma unroll
       for (int i = 0; i < 8; ++i) db[i] += cuda::load_f32(h[i]);
     }
-    *reinterpret_cast<uint4*>(&sm.g[pix][grp * 8]) = make_uint4(gw[0], gw[1], gw[2], gw[3]);
+    *reinterpret_cast<uint4*>(&sm.g[pix][grp * 8]) = routed;
   }
 }
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "tests/cudaemu/emu_async.hpp"
+#include "tests/cudaemu/emu_test_child.hpp"
 
 namespace {
 
@@ -237,28 +238,7 @@ __global__ void deduced_kernel(T* out, T v) {  // launched without naming T: no 
   out[threadIdx.x] = v;
 }
 
-// Runs fn in a child process; returns (died by a signal, its stderr).
-std::pair<bool, std::string> in_child(const std::function<void()>& fn) {
-  int fds[2];
-  REQUIRE(pipe(fds) == 0);
-  std::fflush(stdout);  // else the child's doctest crash report repeats the parent's buffered output
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], 2);
-    close(fds[0]);
-    if (std::FILE* null = std::fopen("/dev/null", "w")) dup2(fileno(null), 1);  // the child's doctest report
-    fn();
-    std::_Exit(0);
-  }
-  close(fds[1]);
-  std::string err;
-  char buf[512];
-  for (ssize_t r; (r = read(fds[0], buf, sizeof buf)) > 0;) err.append(buf, std::size_t(r));
-  close(fds[0]);
-  int st = 0;
-  waitpid(pid, &st, 0);
-  return {WIFSIGNALED(st), err};
-}
+using mf_emu_test::in_child;
 
 bool has(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tests/cudaemu/emu_core.hpp"
+#include "tests/cudaemu/emu_test_child.hpp"
 
 namespace {
 
@@ -66,28 +67,7 @@ __global__ void add_one(int* p, int n) {
   if (i < n) p[i] += 1;
 }
 
-// Runs fn in a child process; returns (died by a signal, its stderr).
-std::pair<bool, std::string> in_child(const std::function<void()>& fn) {
-  int fds[2];
-  REQUIRE(pipe(fds) == 0);
-  std::fflush(stdout);  // else the child's doctest crash report repeats the parent's buffered output
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], 2);
-    close(fds[0]);
-    if (std::FILE* null = std::fopen("/dev/null", "w")) dup2(fileno(null), 1);  // the child's doctest report
-    fn();
-    std::_Exit(0);
-  }
-  close(fds[1]);
-  std::string err;
-  char buf[512];
-  for (ssize_t r; (r = read(fds[0], buf, sizeof buf)) > 0;) err.append(buf, std::size_t(r));
-  close(fds[0]);
-  int st = 0;
-  waitpid(pid, &st, 0);
-  return {WIFSIGNALED(st), err};
-}
+using mf_emu_test::in_child;
 
 std::vector<int> run_rotate(bool racy, mf_emu::Schedule sch) {
   mf_emu::set_schedule(sch);

@@ -7,18 +7,10 @@
 #include <thread>
 
 #include "engine/error.hpp"
+#include "tests/support/testing.hpp"
 #include "engine/isolate.hpp"
 
-namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const mf::Error& e) {
-    return e.message();
-  }
-  return "(no mf::Error)";
-}
-}  // namespace
+using mf::testing::error_of;
 
 TEST_CASE("run_isolated returns the child's bytes, values round-trip") {
   const std::string out = mf::run_isolated("test", 10, [] {

@@ -6,20 +6,12 @@
 #include <functional>
 
 #include "engine/error.hpp"
+#include "tests/support/testing.hpp"
 #include "model/run_config.hpp"
 
 using namespace mf::model;
 
-namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const mf::Error& e) {
-    return e.message();
-  }
-  return "<no error>";
-}
-}  // namespace
+using mf::testing::error_of;
 
 TEST_CASE("TOML sections set the keys they name, and only those") {
   RunConfig c;

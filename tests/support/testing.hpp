@@ -8,10 +8,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "engine/error.hpp"
 
 namespace mf::testing {
 
@@ -59,6 +62,16 @@ double rel_l2(const A& a, const B& b) {
   }
   if (den == 0) return num == 0 ? 0.0 : INFINITY;
   return std::sqrt(num / den);
+}
+
+// The message of the mf::Error that f throws, or "<no error>" when it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const mf::Error& e) {
+    return e.message();
+  }
+  return "<no error>";
 }
 
 // Runs the Python oracle interpreter (Debian's python3 with torch) on a script
