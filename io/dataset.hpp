@@ -143,9 +143,4 @@ class Dataset {
   DatasetInfo info_;
 };
 
-// Host conversion between float storage types; returns the index of the first
-// non-finite source value, or -1 (only looked for when check is true).
-std::int64_t convert_floats(const void* src, DType src_type, void* dst, DType dst_type, std::int64_t n,
-                            bool check);
-
 }  // namespace mf::io

@@ -1,0 +1,132 @@
+#include "io/dataset_labels.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <limits>
+
+#include "engine/error.hpp"
+#include "io/h5_error.hpp"
+#include "io/h5_id.hpp"
+#include "io/h5_lookup.hpp"
+#include "io/h5_read.hpp"
+
+namespace mf::io {
+
+namespace {
+
+// Reads an integer (or bool enum) dataset of rank 1 and `expected` elements as int64.
+std::vector<std::int64_t> read_int_vector(hid_t file, const std::string& name, std::int64_t expected,
+                                          const std::string& expected_desc, const std::string& path,
+                                          bool allow_bool) {
+  const H5Value d = H5Value::dataset(file, name, path, name);
+  const H5T_class_t c = d.type_class();
+  const bool is_enum = c == H5T_ENUM;
+  if (c != H5T_INTEGER && !(allow_bool && is_enum))
+    MF_THROW("{}: dataset {} must hold integers{}, found {}", path, name, allow_bool ? " or bools" : "",
+             d.type_desc());
+  if (d.null_space() || d.dims().size() != 1 || d.dims()[0] != expected)
+    MF_THROW("{}: dataset {} has {}, expected [{}] ({}): the count does not match {}", path, name,
+             d.null_space() ? d.shape_desc() : "shape " + shape_str(d.dims()), expected, expected_desc,
+             "the segments");
+  if (!is_enum) return d.read_vector<std::int64_t>(H5T_NATIVE_INT64);
+  H5Id super(MF_H5_CHECK(H5Tget_super(d.type()), "{}: dataset {}", path, name), H5Tclose);
+  const std::size_t sz = H5Tget_size(super);
+  if (sz != 1) MF_THROW("{}: dataset {} is an enum of {} bytes; only 1-byte bools are supported", path, name, sz);
+  H5Id mt(MF_H5_CHECK(H5Tget_native_type(d.type(), H5T_DIR_ASCEND), "{}: dataset {}", path, name), H5Tclose);
+  const std::vector<std::int8_t> b = d.read_vector<std::int8_t>(mt);
+  return std::vector<std::int64_t>(b.begin(), b.end());
+}
+
+}  // namespace
+
+// The labels (one per file), the class count and names, the normal class.
+void read_labels(hid_t file, const std::string& path, const std::string& seg, const DatasetNames& names,
+                 DatasetInfo& info) {
+  const std::string lab = h5_absolute_path(names.labels);
+  const std::int64_t F = info.num_files;
+  if (!h5_path_exists(file, lab))
+    MF_THROW("{}: dataset {} is missing (expected integer labels [{}]); {}", path, lab, F, h5_root_listing(file));
+  const std::string per = info.layout == SegmentLayout::flat ? "one per segment of " + seg
+                                                             : "one per file, the first axis of " + seg;
+  const auto raw_labels =
+      read_int_vector(file, lab, F, fmt::format("{} {}", per, shape_str(info.shape)), path, false);
+  std::int64_t max_label = 0;
+  for (std::size_t i = 0; i < raw_labels.size(); ++i) {
+    if (raw_labels[i] < 0)
+      MF_THROW("{}: dataset {} holds a negative label {} at index {}: expected class indices 0..C-1", path, lab,
+               raw_labels[i], i);
+    // Class counts are ints: a larger label is no class index (and would wrap max_label + 1).
+    if (raw_labels[i] >= std::numeric_limits<int>::max())
+      MF_THROW("{}: dataset {} label value {} at index {} exceeds the largest supported class index {}", path, lab,
+               raw_labels[i], i, std::numeric_limits<int>::max() - 1);
+    max_label = std::max(max_label, raw_labels[i]);
+  }
+  std::string c_from;
+  if (names.num_classes > 0) {
+    info.num_classes = names.num_classes;
+    c_from = "as configured";
+  } else if (!info.class_names.empty()) {
+    info.num_classes = int(info.class_names.size());
+    c_from = "from the class_names attribute";
+  } else {
+    info.num_classes = int(max_label + 1);
+    c_from = "from the largest label";
+  }
+  for (std::size_t i = 0; i < raw_labels.size(); ++i)
+    if (raw_labels[i] >= info.num_classes)
+      MF_THROW("{}: dataset {} holds label {} at index {}, out of range: expected 0..{} ({} classes {})", path, lab,
+               raw_labels[i], i, info.num_classes - 1, info.num_classes, c_from);
+  if (!info.class_names.empty() && int(info.class_names.size()) != info.num_classes)
+    MF_THROW("{}: attribute class_names has {} names but {} classes were configured", path,
+             info.class_names.size(), info.num_classes);
+  if (info.class_names.empty()) {
+    // Generated names cost memory per class: bound the count a file (one large
+    // label) or a setting can ask for before making them.
+    MF_CHECK(info.num_classes <= kMaxUnnamedClasses,
+             "{}: {} classes {} but the file has no class_names attribute: expected at most {} unnamed classes "
+             "(write class_names, or check the labels in {})",
+             path, info.num_classes, c_from, kMaxUnnamedClasses, lab);
+    for (int c = 0; c < info.num_classes; ++c) info.class_names.push_back(fmt::format("class_{}", c));
+  }
+
+  info.normal_class = names.normal_class;
+  if (info.normal_class < 0) {
+    info.normal_class = 0;
+    for (int c = 0; c < info.num_classes; ++c) {
+      std::string s = info.class_names[std::size_t(c)];
+      std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+      if (s == "normal") info.normal_class = c;
+    }
+  }
+  if (info.normal_class >= info.num_classes)
+    MF_THROW("{}: normal class {} is out of range: expected 0..{}", path, info.normal_class, info.num_classes - 1);
+  info.file_labels.resize(std::size_t(F));
+  for (std::int64_t f = 0; f < F; ++f) info.file_labels[std::size_t(f)] = std::int32_t(raw_labels[std::size_t(f)]);
+}
+
+// The leak flags: the leak dataset when present, else "label != normal class";
+// then the per-segment labels and flags.
+void read_leak(hid_t file, const std::string& path, const DatasetNames& names, DatasetInfo& info) {
+  const std::int64_t F = info.num_files, N = info.num_segments;
+  info.file_leak.resize(std::size_t(F));
+  for (std::int64_t f = 0; f < F; ++f) info.file_leak[std::size_t(f)] = info.file_labels[std::size_t(f)] != info.normal_class;
+  if (!names.leak.empty() && h5_path_exists(file, h5_absolute_path(names.leak))) {
+    const std::string lk = h5_absolute_path(names.leak);
+    const auto raw_leak =
+        read_int_vector(file, lk, F, fmt::format("shaped like {}", h5_absolute_path(names.labels)), path, true);
+    for (std::size_t i = 0; i < raw_leak.size(); ++i) {
+      if (raw_leak[i] != 0 && raw_leak[i] != 1)
+        MF_THROW("{}: dataset {} holds {} at index {}: expected 0 or 1", path, lk, raw_leak[i], i);
+      info.file_leak[i] = std::uint8_t(raw_leak[i]);
+    }
+    info.leak_in_file = true;
+  }
+  info.labels.resize(std::size_t(N));
+  info.leak.resize(std::size_t(N));
+  for (std::int64_t s = 0; s < N; ++s) {
+    info.labels[std::size_t(s)] = info.file_labels[std::size_t(info.file_of(s))];
+    info.leak[std::size_t(s)] = info.file_leak[std::size_t(info.file_of(s))];
+  }
+}
+
+}  // namespace mf::io
