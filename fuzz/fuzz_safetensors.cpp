@@ -1,5 +1,5 @@
 // Fuzz target: a .safetensors file as `melforge train --init-from
-// model.safetensors` reads it (tools::init_weights_from: model::read_safetensors,
+// model.safetensors` reads it (train::init_weights_from: model::read_safetensors,
 // then every parameter looked up by its PyTorch name, shape-checked, converted
 // from F32/BF16/F16 and imported into a LeakCNN). The model is the small one
 // fuzz/make_seeds.sh trains and exports for the seeds (kSeedModel below), so
@@ -11,7 +11,7 @@
 #include "fuzz/fuzz_support.hpp"
 #include "model/safetensors.hpp"
 #include "model/train_step.hpp"
-#include "tools/trainer.hpp"
+#include "train/load_model.hpp"
 
 namespace {
 constexpr const char* kTarget = "safetensors";
@@ -42,7 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   mf::model::TrainStep& ts = seed_model();
   const std::string path = mf::fuzz::write_input(data, size, ".safetensors");
   try {
-    mf::tools::init_weights_from(ts, path);
+    mf::train::init_weights_from(ts, path);
   } catch (const mf::Error&) {
   } catch (...) {
     mf::fuzz::fail_uncaught(kTarget);

@@ -13,9 +13,12 @@
 #include "model/safetensors.hpp"
 #include "model/torch_layout.hpp"
 #include "tools/commands.hpp"
-#include "tools/plot.hpp"
-#include "tools/run_log.hpp"
-#include "tools/trainer.hpp"
+#include "train/evaluate.hpp"
+#include "train/load_model.hpp"
+#include "train/plot.hpp"
+#include "train/run_log.hpp"
+#include "train/run_setup.hpp"
+#include "train/trainer.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -51,6 +54,7 @@ struct TrainArgs {
   std::string train, val, test, out, epochs, batch_size, grad_accum, lr, precision, device, seed, resume,
       limit_batches, overfit_batches, init_from, profile_steps, progress;
   bool fast_dev_run = false, gpu_cache = false;
+  std::int64_t stop_after_steps = -1;
 };
 
 void register_train(CLI::App& app) {
@@ -90,6 +94,11 @@ void register_train(CLI::App& app) {
   cmd->add_flag("--fast-dev-run", a.fast_dev_run,
                 "One training step and one validation batch, no checkpoints (train.fast_dev_run)");
   cmd->add_flag("--gpu-cache", a.gpu_cache, "Keep the dataset on the GPU (reader.gpu_cache=on)");
+  cmd->add_option("--stop-after-steps", a.stop_after_steps,
+                  "Stop as Ctrl-C would once the run reaches optimizer step N: checkpoint, report, exit 0; "
+                  "--resume auto continues (time-boxed jobs)")
+      ->type_name("INT")
+      ->default_str("-1: never");
   cmd->callback([cmd] {
     model::RunConfig cfg;
     if (!a.config.empty()) model::load_toml_file(cfg, a.config);
@@ -98,7 +107,9 @@ void register_train(CLI::App& app) {
     if (a.fast_dev_run) cfg.fast_dev_run = true;
     if (a.gpu_cache) cfg.gpu_cache = "on";
     for (const std::string& s : a.sets) model::apply_override(cfg, s);
-    const int rc = tools::run_train(cfg);
+    train::TrainerOptions options;
+    options.stop_after_steps = a.stop_after_steps;
+    const int rc = train::Trainer(cfg, options).run();
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
 }
@@ -110,7 +121,7 @@ struct InferArgs {
   bool per_segment = false;
 };
 
-io::ReaderConfig eval_reader(const tools::LoadedModel& lm, const InferArgs& a, Device dev) {
+io::ReaderConfig eval_reader(const train::LoadedModel& lm, const InferArgs& a, Device dev) {
   io::ReaderConfig rc;
   rc.batch_size = a.batch_size;
   rc.shuffle = false;
@@ -122,19 +133,19 @@ io::ReaderConfig eval_reader(const tools::LoadedModel& lm, const InferArgs& a, D
   return rc;
 }
 
-tools::EvalRun run_eval(const InferArgs& a, tools::LoadedModel& lm, const Stream& stream,
+train::EvalRun run_eval(const InferArgs& a, train::LoadedModel& lm, const Stream& stream,
                         std::shared_ptr<const io::Dataset>& ds) {
-  ds = io::Dataset::open(a.data, tools::dataset_names(lm.cfg));
+  ds = io::Dataset::open(a.data, train::dataset_names(lm.cfg));
   const auto& info = ds->info();
   MF_CHECK(info.n_mels == lm.model.in_mels && info.frames == lm.model.in_frames,
            "--data {}: segments are {}x{}, the model takes {}x{}", a.data, info.n_mels, info.frames, lm.model.in_mels,
            lm.model.in_frames);
   io::BatchReader reader(ds, eval_reader(lm, a, lm.ts->device()));
-  tools::EvalOptions o;
+  train::EvalOptions o;
   o.threshold = a.threshold >= 0 ? a.threshold : lm.cfg.threshold;
   o.class_loss_weight = lm.cfg.class_loss_weight;
   o.leak_loss_weight = lm.cfg.leak_loss_weight;
-  return tools::evaluate(*lm.ts, reader, o, stream);
+  return train::evaluate(*lm.ts, reader, o, stream);
 }
 
 void add_infer_options(CLI::App* cmd, InferArgs& a) {
@@ -155,9 +166,9 @@ void register_eval(CLI::App& app) {
   cmd->callback([] {
     const Device dev = parse_device(a.device);
     Stream stream(dev, "eval");
-    tools::LoadedModel lm = tools::load_model(a.checkpoint, a.device, a.precision, stream);
+    train::LoadedModel lm = train::load_model(a.checkpoint, a.device, a.precision, stream);
     std::shared_ptr<const io::Dataset> ds;
-    const tools::EvalRun r = run_eval(a, lm, stream, ds);
+    const train::EvalRun r = run_eval(a, lm, stream, ds);
     json j = model::to_json(r.result, lm.class_names);
     j["checkpoint"] = a.checkpoint;
     j["data"] = a.data;
@@ -179,9 +190,9 @@ void register_predict(CLI::App& app) {
   cmd->callback([] {
     const Device dev = parse_device(a.device);
     Stream stream(dev, "predict");
-    tools::LoadedModel lm = tools::load_model(a.checkpoint, a.device, a.precision, stream);
+    train::LoadedModel lm = train::load_model(a.checkpoint, a.device, a.precision, stream);
     std::shared_ptr<const io::Dataset> ds;
-    const tools::EvalRun r = run_eval(a, lm, stream, ds);
+    const train::EvalRun r = run_eval(a, lm, stream, ds);
     const io::DatasetInfo& info = ds->info();
     const double thr = a.threshold >= 0 ? a.threshold : lm.cfg.threshold;
     const int C = r.segments.classes;
@@ -221,7 +232,7 @@ void register_predict(CLI::App& app) {
       }
     }
     try {
-      tools::write_text_atomic(a.out, f);
+      train::write_text_atomic(a.out, f);
     } catch (const Error& e) {
       MF_THROW("--out {}: {}", a.out, e.message());
     }
@@ -239,7 +250,7 @@ void register_export(CLI::App& app) {
   cmd->add_option("--out", out, "Output file (model.safetensors)")->required();
   cmd->add_option("--dtype", dtype, "f32|bf16|f16")->capture_default_str()->check(CLI::IsMember({"f32", "bf16", "f16"}));
   cmd->callback([] {
-    tools::LoadedModel lm = tools::load_model(checkpoint, "cpu", "fp32");
+    train::LoadedModel lm = train::load_model(checkpoint, "cpu", "fp32");
     const auto arrays = model::export_torch(lm.ts->params(), lm.ts->params().master());
     const DType t = parse_dtype(dtype);
     model::SafeTensors st;
@@ -276,7 +287,7 @@ void register_plot(CLI::App& app) {
   cmd->add_option("RUN_DIR", run_dir, "Run directory (holds metrics.jsonl)")->required();
   cmd->add_option("--out", out_dir, "Where to write the SVG files (default: RUN_DIR)");
   cmd->callback([] {
-    for (const auto& p : tools::plot_run(run_dir, out_dir)) fmt::print("{}\n", p.string());
+    for (const auto& p : train::plot_run(run_dir, out_dir)) fmt::print("{}\n", p.string());
   });
 }
 

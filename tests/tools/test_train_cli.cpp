@@ -183,7 +183,7 @@ TEST_CASE("resume: an interrupted run continued with --resume auto is bit-identi
   CHECK(want.get_int("step") == 12);
   for (int stop : {3, 4, 9}) {  // mid-epoch, at an epoch's end, mid-epoch after a validation
     const std::string out = d / fmt::format("part{}", stop);
-    Result r = run(fmt::format("train {} --out {}", common, out), fmt::format("MELFORGE_TEST_STOP_AFTER_STEPS={}", stop));
+    Result r = run(fmt::format("train {} --out {} --stop-after-steps {}", common, out, stop));
     INFO(r.out);
     REQUIRE(r.code == 0);
     CHECK(final_of(out).get_int("step") == stop);

@@ -56,7 +56,7 @@ TEST_CASE("GPU: resume is bit-identical to an uninterrupted run (fp32 and bf16, 
                                            d / "train.h5", d / "val.h5", gpu_model(p));
     const std::string full = d / fmt::format("full_{}", p), part = d / fmt::format("part_{}", p);
     REQUIRE(run(fmt::format("train {} --out {}", common, full)).code == 0);
-    REQUIRE(run(fmt::format("train {} --out {}", common, part), "MELFORGE_TEST_STOP_AFTER_STEPS=5").code == 0);
+    REQUIRE(run(fmt::format("train {} --out {} --stop-after-steps 5", common, part)).code == 0);
     Result r = run(fmt::format("train {} --out {} --resume auto", common, part));
     INFO(r.out);
     REQUIRE(r.code == 0);

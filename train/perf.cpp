@@ -1,11 +1,11 @@
-#include "tools/perf.hpp"
+#include "train/perf.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cctype>
 
-namespace mf::tools {
+namespace mf::train {
 
 const std::vector<PeakTflops>& peak_table() {
   // Dense (non-sparse) numbers from the vendors' datasheets. Order matters:
@@ -79,14 +79,17 @@ Bottleneck classify_bottleneck(const PhaseTimes& t, const BottleneckContext& c) 
   b.input_share = std::clamp(t.data_wait_ms / wall, 0.0, 1.0);
   b.compute_share = std::clamp(t.compute_ms() / wall, 0.0, 1.0);
   b.overhead_share = std::max(0.0, 1.0 - b.input_share - b.compute_share);
-  const double ms_per_step = t.steps ? t.wall_ms / double(t.steps) : 0.0;
+  // Every time in the line is per optimizer step, beside the step's wall time.
+  const double steps = t.steps ? double(t.steps) : 1.0;
+  const double ms_per_step = t.steps ? t.wall_ms / steps : 0.0;
   const std::string compute =
-      t.step_ms > 0 ? fmt::format("{:.1f} ms in the step, forward ~{:.1f} (estimate)", t.step_ms, t.forward_ms)
-                    : fmt::format("forward {:.1f} + backward {:.1f} + optimizer {:.1f} ms", t.forward_ms,
-                                  t.backward_ms, t.optimizer_ms);
+      t.step_ms > 0 ? fmt::format("{:.2f} ms/step in the step, forward ~{:.2f} (estimate)", t.step_ms / steps,
+                                  t.forward_ms / steps)
+                    : fmt::format("forward {:.2f} + backward {:.2f} + optimizer {:.2f} ms/step", t.forward_ms / steps,
+                                  t.backward_ms / steps, t.optimizer_ms / steps);
   b.summary = fmt::format(
       "{:.0f}% of step time waiting for data, {:.0f}% computing ({}), {:.0f}% launch/sync/host overhead; "
-      "{:.2f} ms/step",
+      "{:.2f} ms/step in all",
       100 * b.input_share, 100 * b.compute_share, compute, 100 * b.overhead_share, ms_per_step);
   if (c.peak_tflops > 0 && c.achieved_tflops > 0)
     b.summary += fmt::format(", {:.1f} TFLOP/s = {:.0f}% of peak", c.achieved_tflops,
@@ -133,4 +136,4 @@ Bottleneck classify_bottleneck(const PhaseTimes& t, const BottleneckContext& c) 
   return b;
 }
 
-}  // namespace mf::tools
+}  // namespace mf::train

@@ -1,4 +1,4 @@
-#include "tools/sysmon.hpp"
+#include "train/sysmon.hpp"
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace mf::tools {
+namespace mf::train {
 
 // The few NVML declarations melforge needs (types and prototypes as in NVML's
 // public API; nvml.h is not required at build time).
@@ -154,4 +154,4 @@ std::uint64_t status_kb(const char* key) {
 std::uint64_t process_rss_bytes() { return status_kb("VmRSS"); }
 std::uint64_t process_peak_rss_bytes() { return status_kb("VmHWM"); }
 
-}  // namespace mf::tools
+}  // namespace mf::train

@@ -1,4 +1,4 @@
-#include "tools/run_log.hpp"
+#include "train/run_log.hpp"
 
 
 #include <cstring>
@@ -9,7 +9,7 @@
 
 namespace fs = std::filesystem;
 
-namespace mf::tools {
+namespace mf::train {
 
 std::vector<nlohmann::json> read_jsonl(const fs::path& path) {
   std::vector<nlohmann::json> out;
@@ -48,4 +48,4 @@ void JsonlWriter::write(const nlohmann::json& j) {
 
 void write_json_atomic(const fs::path& path, const nlohmann::json& j) { write_text_atomic(path, j.dump(2) + "\n"); }
 
-}  // namespace mf::tools
+}  // namespace mf::train

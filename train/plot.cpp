@@ -1,4 +1,4 @@
-#include "tools/plot.hpp"
+#include "train/plot.hpp"
 
 #include <fmt/format.h>
 
@@ -8,11 +8,11 @@
 #include <limits>
 
 #include "engine/error.hpp"
-#include "tools/run_log.hpp"
+#include "train/run_log.hpp"
 
 namespace fs = std::filesystem;
 
-namespace mf::tools {
+namespace mf::train {
 
 namespace {
 std::string xml_escape(const std::string& s) {
@@ -220,4 +220,4 @@ std::vector<fs::path> plot_run(const fs::path& run_dir, const fs::path& out_dir)
   return out;
 }
 
-}  // namespace mf::tools
+}  // namespace mf::train

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-namespace mf::tools {
+namespace mf::train {
 
 // Dense peak throughput of a GPU, TFLOP/s (no structured sparsity).
 struct PeakTflops {
@@ -74,4 +74,4 @@ struct Bottleneck {
 
 Bottleneck classify_bottleneck(const PhaseTimes& t, const BottleneckContext& c);
 
-}  // namespace mf::tools
+}  // namespace mf::train

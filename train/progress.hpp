@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <string>
 
-namespace mf::tools {
+namespace mf::train {
 
 struct ProgressState {
   std::int64_t epoch = 0, epochs = 0;              // 1-based epoch for display
@@ -53,4 +53,4 @@ class Progress {
   std::chrono::steady_clock::time_point last_draw_{};
 };
 
-}  // namespace mf::tools
+}  // namespace mf::train

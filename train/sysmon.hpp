@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-namespace mf::tools {
+namespace mf::train {
 
 struct SystemSample {
   bool gpu_available = false;
@@ -45,4 +45,4 @@ double process_cpu_seconds();
 std::uint64_t process_rss_bytes();
 std::uint64_t process_peak_rss_bytes();
 
-}  // namespace mf::tools
+}  // namespace mf::train

@@ -12,7 +12,7 @@
 
 #include "engine/atomic_file.hpp"
 
-namespace mf::tools {
+namespace mf::train {
 
 class JsonlWriter {
  public:
@@ -37,4 +37,4 @@ using ::mf::write_text_atomic;
 // Pretty JSON through write_text_atomic.
 void write_json_atomic(const std::filesystem::path& path, const nlohmann::json& j);
 
-}  // namespace mf::tools
+}  // namespace mf::train

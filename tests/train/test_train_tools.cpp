@@ -1,5 +1,6 @@
-// The trainer's tools: bottleneck classification on synthetic timings, the
-// peak table, the FLOP model, the system monitor, run logs, SVG plots, progress.
+// The training layer's reporting parts: bottleneck classification on synthetic
+// timings, the peak table, the FLOP model, the system monitor, run logs, SVG
+// plots, progress; and the checks load_model makes of a checkpoint.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -11,15 +12,15 @@
 #include "engine/error.hpp"
 #include "model/checkpoint.hpp"
 #include "model/run_config.hpp"
-#include "tools/perf.hpp"
-#include "tools/plot.hpp"
-#include "tools/progress.hpp"
-#include "tools/run_log.hpp"
-#include "tools/sysmon.hpp"
-#include "tools/trainer.hpp"
+#include "train/perf.hpp"
+#include "train/plot.hpp"
+#include "train/progress.hpp"
+#include "train/run_log.hpp"
+#include "train/sysmon.hpp"
+#include "train/load_model.hpp"
 
 namespace fs = std::filesystem;
-using namespace mf::tools;
+using namespace mf::train;
 
 TEST_CASE("bottleneck: input-bound suggests the GPU cache when the data fits") {
   PhaseTimes t;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace mf::tools {
+namespace mf::train {
 
 struct Series {
   std::string name;
@@ -33,4 +33,4 @@ std::vector<double> nice_ticks(double lo, double hi, int target = 6);
 std::vector<std::filesystem::path> plot_run(const std::filesystem::path& run_dir,
                                             const std::filesystem::path& out_dir = {});
 
-}  // namespace mf::tools
+}  // namespace mf::train

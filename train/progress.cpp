@@ -1,11 +1,11 @@
-#include "tools/progress.hpp"
+#include "train/progress.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <cmath>
 
-namespace mf::tools {
+namespace mf::train {
 
 std::string format_duration(double seconds) {
   if (!(seconds >= 0) || !std::isfinite(seconds)) return "?";
@@ -81,4 +81,4 @@ void Progress::finish() {
   std::fflush(out_);
 }
 
-}  // namespace mf::tools
+}  // namespace mf::train

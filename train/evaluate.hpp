@@ -1,0 +1,35 @@
+// One evaluation pass of a model over a dataset: segment metrics on the host,
+// the file vote on the model's device in one launch. Shared by training
+// (validation, test) and `melforge eval` / `predict`.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "io/reader.hpp"
+#include "model/metrics.hpp"
+#include "model/train_step.hpp"
+
+namespace mf::train {
+
+// Everything an evaluation pass produces.
+struct EvalRun {
+  model::EvalResult result;
+  model::SegmentOutputs segments;
+  std::optional<model::FileVote> vote;  // file-structured data only
+  std::int64_t files = 0;               // files voted on
+};
+
+struct EvalOptions {
+  double threshold = 0.5;
+  double class_loss_weight = 1.0, leak_loss_weight = 1.0;
+  std::int64_t max_segments = 0;  // 0: all; else the first N (whole files when the data has files)
+};
+
+// Runs the model over `reader` (its position is reset; it must not shuffle and
+// must pad the last batch) in dataset order.
+EvalRun evaluate(model::TrainStep& ts, io::BatchReader& reader, const EvalOptions& o, cudaStream_t stream);
+
+}  // namespace mf::train

@@ -1,0 +1,88 @@
+#include "train/load_model.hpp"
+
+#include <cstring>
+
+#include "engine/error.hpp"
+#include "model/checkpoint.hpp"
+#include "model/safetensors.hpp"
+#include "model/torch_layout.hpp"
+#include "train/run_checkpoint.hpp"
+#include "train/run_setup.hpp"
+
+namespace fs = std::filesystem;
+
+namespace mf::train {
+
+void init_weights_from(model::TrainStep& ts, const fs::path& path) {
+  model::ParamBuffer& pb = ts.params();
+  if (path.extension() == ".h5") {
+    const model::Checkpoint c = model::read_checkpoint(path);
+    check_same_model(c, ts, "--init-from");
+    c.read_into("master", pb.master());
+  } else {
+    const model::SafeTensors st = model::read_safetensors(path);
+    std::vector<model::NamedArray> arrays;
+    for (const auto& p : pb.params()) {
+      const model::SafeTensor& t = st.at(p.name);
+      MF_CHECK(t.shape == p.torch_shape, "{}: tensor '{}' has shape {}, the model expects {}", path.string(), p.name,
+               shape_str(t.shape), shape_str(p.torch_shape));
+      model::NamedArray a{p.name, t.shape, std::vector<float>(std::size_t(shape_numel(t.shape)))};
+      for (std::size_t i = 0; i < a.values.size(); ++i) {
+        switch (t.dtype) {
+          case DType::f32: std::memcpy(&a.values[i], t.bytes.data() + 4 * i, 4); break;
+          case DType::bf16: {
+            std::uint16_t b;
+            std::memcpy(&b, t.bytes.data() + 2 * i, 2);
+            a.values[i] = bf16_bits_to_f32(b);
+            break;
+          }
+          case DType::f16: {
+            std::uint16_t b;
+            std::memcpy(&b, t.bytes.data() + 2 * i, 2);
+            a.values[i] = f16_bits_to_f32(b);
+            break;
+          }
+          default: MF_THROW("{}: tensor '{}' is {}, expected a float type", path.string(), p.name, dtype_name(t.dtype));
+        }
+      }
+      arrays.push_back(std::move(a));
+    }
+    model::import_torch(pb, pb.master(), arrays);
+  }
+  pb.refresh_work();
+  // refresh_work ran on the legacy default stream; the step runs on a
+  // non-blocking stream that does not wait for it.
+  if (pb.device().is_cuda()) MF_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+LoadedModel load_model(const fs::path& checkpoint, const std::string& device, const std::string& precision,
+                       cudaStream_t stream) {
+  const model::Checkpoint c = model::read_checkpoint(checkpoint);
+  LoadedModel lm;
+  model::load_toml_string(lm.cfg, c.get_string("config"), checkpoint.string() + ":/strings/config");
+  try {
+    model::validate(lm.cfg);  // every integer narrowed below (and by the callers) is then in range
+  } catch (const Error& e) {
+    MF_THROW("checkpoint {}: /strings/config: {}", c.source, e.message());
+  }
+  const Device dev = parse_device(device);
+  set_current(dev);
+  lm.precision = precision.empty() ? checkpoint_precision(c) : resolve_precision(precision, dev);
+  lm.model = checkpoint_model(c, lm.cfg);
+  lm.class_names = checkpoint_class_names(c, lm.model.classes);
+  lm.normal_class = int(c.get_int_in("normal_class", 0, lm.model.classes - 1));
+  lm.step = c.get_int("step");
+  model::RunConfig inf = lm.cfg;
+  inf.batch_size = 1;  // the training buffers are not used; forward_eval sizes its own
+  inf.grad_accum = 1;
+  lm.ts = std::make_unique<model::TrainStep>(step_config(inf, lm.model, lm.precision, 1), dev, stream);
+  check_same_model(c, *lm.ts, "checkpoint");
+  Tensor master = Tensor::empty({lm.ts->params().size()}, DType::f32);
+  c.read_into("master", master);
+  lm.ts->params().master().copy_from(master, stream);
+  lm.ts->params().refresh_work(stream);
+  if (dev.is_cuda()) MF_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return lm;
+}
+
+}  // namespace mf::train

@@ -1,0 +1,176 @@
+#include "train/run_checkpoint.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "engine/error.hpp"
+#include "engine/log.hpp"
+#include "engine/nvtx.hpp"
+#include "train/run_setup.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace mf::train {
+
+namespace {
+
+std::string params_json(const model::ParamBuffer& pb) {
+  json j = json::array();
+  for (const auto& p : pb.params())
+    j.push_back({{"name", p.name}, {"offset", p.offset}, {"numel", p.numel}, {"shape", p.shape},
+                 {"torch_shape", p.torch_shape}});
+  return j.dump();
+}
+
+}  // namespace
+
+model::Checkpoint make_run_checkpoint(model::TrainStep& ts, const model::RunConfig& cfg, const RunState& s,
+                                      const io::ReaderState& rs, const std::vector<std::string>& class_names,
+                                      int normal_class, cudaStream_t stream) {
+  MF_NVTX_RANGE("checkpoint");
+  if (ts.device().is_cuda()) MF_CUDA_CHECK(cudaStreamSynchronize(stream));
+  model::ParamBuffer& pb = ts.params();
+  model::Checkpoint c;
+  c.put("master", pb.master());
+  c.put("adam_m", pb.m());
+  c.put("adam_v", pb.v());
+  if (pb.work_dtype() != DType::f32) c.put("weights", pb.work());
+  const kernels::AdamWState st = ts.optimizer_state(stream);
+  c.put("adamw_state", DType::u8, {std::int64_t(sizeof(st))}, &st);
+  const model::LeakCNNConfig& mc = ts.config().model;
+  c.ints = {{"step", s.step},
+            {"epoch", s.epoch},
+            {"step_in_epoch", s.step_in_epoch},
+            {"reader_epoch", rs.epoch},
+            {"reader_position", rs.position},
+            {"seed", cfg.seed},
+            {"samples", s.samples},
+            {"best_step", s.best.step},
+            {"bad_evals", s.best.bad_evals},
+            {"in_mels", mc.in_mels},
+            {"in_frames", mc.in_frames},
+            {"classes", mc.classes},
+            {"normal_class", normal_class},
+            {"adamw_iteration", st.iteration},
+            {"adamw_step", st.step},
+            {"adamw_skipped_steps", st.skipped_steps}};
+  c.floats = {{"best_metric", s.best.value},
+              {"loss_scale", st.loss_scale},
+              {"lr", st.lr},
+              {"elapsed_s", s.elapsed_s}};
+  c.strings = {{"config", model::to_toml(cfg)},
+               {"precision", std::string(model::precision_name(ts.config().precision))},
+               {"class_names", json(class_names).dump()},
+               {"params", params_json(pb)},
+               {"rng", fmt::format("seed={}; init and dropout derive from (seed, optimizer iteration), shuffling "
+                                   "from (seed, epoch): no other generator state",
+                                   cfg.seed)},
+               {"melforge", "0.1.0"}};
+  return c;
+}
+
+void restore_run_checkpoint(model::TrainStep& ts, const model::Checkpoint& c, cudaStream_t stream) {
+  model::ParamBuffer& pb = ts.params();
+  const std::int64_t n = pb.size();
+  Tensor master = Tensor::empty({n}, DType::f32), m = Tensor::empty({n}, DType::f32), v = Tensor::empty({n}, DType::f32);
+  c.read_into("master", master);
+  c.read_into("adam_m", m);
+  c.read_into("adam_v", v);
+  const auto& a = c.array("adamw_state");
+  kernels::AdamWState st;
+  MF_CHECK(a.bytes.size() == sizeof(st), "checkpoint {}: adamw_state has {} bytes, this melforge expects {}", c.source,
+           a.bytes.size(), sizeof(st));
+  std::memcpy(&st, a.bytes.data(), sizeof(st));
+  ts.load_state(master, m, v, st, stream);
+}
+
+RunState run_state_of(const model::Checkpoint& c) {
+  RunState s;
+  s.step = c.get_int("step");
+  s.epoch = c.get_int("epoch");
+  s.step_in_epoch = c.get_int("step_in_epoch");
+  s.samples = c.get_int("samples");
+  s.best.value = c.get_float("best_metric");
+  s.best.step = c.get_int("best_step");
+  s.best.bad_evals = c.get_int("bad_evals");
+  s.elapsed_s = c.get_float("elapsed_s");
+  return s;
+}
+
+std::optional<model::FoundCheckpoint> find_resume_checkpoint(const model::RunConfig& cfg, const fs::path& ckpt_dir) {
+  std::optional<model::FoundCheckpoint> resume;
+  if (cfg.resume == "auto") {
+    resume = model::newest_good_checkpoint(ckpt_dir);
+    if (!resume) log_info("--resume auto: no checkpoint in {}, starting a new run", ckpt_dir.string());
+  } else if (!cfg.resume.empty()) {
+    fs::path p(cfg.resume);
+    if (fs::is_directory(p)) {
+      resume = model::newest_good_checkpoint(fs::exists(p / "checkpoints") ? p / "checkpoints" : p);
+      MF_CHECK(resume.has_value(), "--resume {}: no readable checkpoint there", cfg.resume);
+    } else {
+      resume = model::FoundCheckpoint{p, model::read_checkpoint(p)};
+    }
+  }
+  if (!resume && !cfg.fast_dev_run) {
+    model::CheckpointDir existing(ckpt_dir, 1);
+    MF_CHECK(existing.list().empty() && !fs::exists(existing.best_path()),
+             "run.out {} already holds checkpoints of an earlier run: continue it with --resume auto, or choose "
+             "another --out",
+             cfg.out);
+  }
+  return resume;
+}
+
+void check_same_model(const model::Checkpoint& c, const model::TrainStep& ts, const std::string& what) {
+  const model::LeakCNNConfig& mc = ts.config().model;
+  MF_CHECK(c.get_int("in_mels") == mc.in_mels && c.get_int("in_frames") == mc.in_frames &&
+               c.get_int("classes") == mc.classes,
+           "{} {}: its model takes {}x{} inputs and {} classes, this run's data {}x{} and {} classes", what, c.source,
+           c.get_int("in_mels"), c.get_int("in_frames"), c.get_int("classes"), mc.in_mels, mc.in_frames, mc.classes);
+  MF_CHECK(c.array("master").shape == Shape{ts.params().size()},
+           "{} {}: {} parameters, the configured model has {} (model.channels/pools/kernel/dense differ?)", what,
+           c.source, shape_numel(c.array("master").shape), ts.params().size());
+}
+
+// What a checkpoint says about its model, each value checked: a damaged or
+// hand-edited file gets an error naming it, the entry, what was expected and
+// what was found (never a narrowed integer or a JSON library's message).
+model::Precision checkpoint_precision(const model::Checkpoint& c) {
+  const std::string& p = c.get_string("precision");
+  try {
+    return model::parse_precision(p);
+  } catch (const Error&) {
+    MF_THROW("checkpoint {}: /strings/precision: expected fp32, bf16 or fp16, found '{}'", c.source, p);
+  }
+}
+
+model::LeakCNNConfig checkpoint_model(const model::Checkpoint& c, const model::RunConfig& cfg) {
+  constexpr std::int64_t kMaxInt = std::numeric_limits<int>::max();
+  const std::int64_t mels = c.get_int_in("in_mels", 1, kMaxInt), frames = c.get_int_in("in_frames", 1, kMaxInt);
+  const int classes = int(c.get_int_in("classes", 1, kMaxInt));
+  try {
+    return model_config(cfg, mels, frames, classes);
+  } catch (const Error& e) {
+    MF_THROW("checkpoint {}: the model of /ints/in_mels = {}, /ints/in_frames = {}, /ints/classes = {} and "
+             "/strings/config is not valid: {}", c.source, mels, frames, classes, e.message());
+  }
+}
+
+std::vector<std::string> checkpoint_class_names(const model::Checkpoint& c, int classes) {
+  const std::string& text = c.get_string("class_names");
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const bool ok = j.is_array() && std::all_of(j.begin(), j.end(), [](const json& x) { return x.is_string(); });
+  MF_CHECK(ok, "checkpoint {}: /strings/class_names: expected a JSON list of strings, found {}", c.source,
+           j.is_discarded() ? "text that is not JSON" : fmt::format("a JSON {}", j.type_name()) +
+                                                            (j.is_array() ? " holding a non-string" : ""));
+  MF_CHECK(j.size() == std::size_t(classes), "checkpoint {}: /strings/class_names: expected {} names (/ints/classes), "
+           "found {}", c.source, classes, j.size());
+  return j.get<std::vector<std::string>>();
+}
+
+}  // namespace mf::train

@@ -1,0 +1,80 @@
+#include "train/run_setup.hpp"
+
+#include <algorithm>
+
+namespace mf::train {
+
+model::Precision resolve_precision(const std::string& precision, Device dev) {
+  if (precision == "auto" || precision.empty()) return dev.is_cuda() ? model::Precision::bf16 : model::Precision::fp32;
+  return model::parse_precision(precision);
+}
+
+io::DatasetNames dataset_names(const model::RunConfig& cfg) {
+  io::DatasetNames n;
+  n.segments = cfg.segments_name;
+  n.labels = cfg.labels_name;
+  n.leak = cfg.leak_name;
+  n.normal_class = int(cfg.normal_class);
+  n.num_classes = int(cfg.num_classes);
+  return n;
+}
+
+model::LeakCNNConfig model_config(const model::RunConfig& cfg, std::int64_t mels, std::int64_t frames, int classes) {
+  model::LeakCNNConfig m;
+  m.in_mels = int(mels);
+  m.in_frames = int(frames);
+  m.channels.assign(cfg.channels.begin(), cfg.channels.end());
+  m.pools.assign(cfg.pools.begin(), cfg.pools.end());
+  m.kernel = int(cfg.kernel);
+  m.dense = int(cfg.dense);
+  m.dropout = float(cfg.dropout);
+  m.classes = classes;
+  m.validate();
+  return m;
+}
+
+model::TrainConfig step_config(const model::RunConfig& cfg, const model::LeakCNNConfig& mc, model::Precision p,
+                               std::int64_t total_steps) {
+  model::TrainConfig tc;
+  tc.model = mc;
+  tc.precision = p;
+  tc.micro_batch = cfg.batch_size;
+  tc.accum_steps = int(cfg.grad_accum);
+  tc.optim.lr = float(cfg.lr);
+  tc.optim.beta1 = float(cfg.beta1);
+  tc.optim.beta2 = float(cfg.beta2);
+  tc.optim.eps = float(cfg.eps);
+  tc.optim.weight_decay = float(cfg.weight_decay);
+  tc.optim.max_grad_norm = float(cfg.clip_norm);
+  tc.optim.schedule = cfg.schedule == "cosine"   ? kernels::LrSchedule::cosine
+                      : cfg.schedule == "linear" ? kernels::LrSchedule::linear
+                                                 : kernels::LrSchedule::constant;
+  tc.optim.warmup_steps = std::int32_t(cfg.warmup_steps);
+  tc.optim.total_steps = std::int32_t(std::max<std::int64_t>(1, total_steps));
+  tc.optim.min_lr = float(cfg.lr * cfg.min_lr_ratio);
+  tc.optim.growth_interval = std::int32_t(cfg.loss_scale_window);
+  tc.initial_loss_scale = float(cfg.loss_scale);
+  tc.label_smoothing = float(cfg.label_smoothing);
+  tc.class_loss_weight = float(cfg.class_loss_weight);
+  tc.leak_loss_weight = float(cfg.leak_loss_weight);
+  tc.cuda_graph = cfg.cuda_graphs;
+  tc.seed = std::uint64_t(cfg.seed);
+  return tc;
+}
+
+io::ReaderConfig reader_config(const model::RunConfig& cfg, Device dev, DType dtype, bool train) {
+  io::ReaderConfig rc;
+  rc.batch_size = cfg.batch_size;
+  rc.shuffle = train && cfg.overfit_batches == 0;
+  rc.seed = std::uint64_t(cfg.seed);
+  rc.last_batch = train && cfg.drop_last ? io::LastBatch::drop : io::LastBatch::pad;
+  rc.threads = int(cfg.reader_threads);  // exact: model::validate checked [1, io::kMaxReadThreads]
+  rc.ring_slots = int(cfg.reader_ring);
+  rc.device = dev;
+  rc.dtype = dtype;
+  rc.resident = io::parse_residency(cfg.gpu_cache);
+  rc.max_device_share = cfg.gpu_cache_fraction;
+  return rc;
+}
+
+}  // namespace mf::train

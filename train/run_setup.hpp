@@ -1,0 +1,32 @@
+// What a run configuration means for each component: the precision on the
+// chosen device, the dataset names, the LeakCNN shape, the training step's
+// and the readers' configurations. Pure translations, no I/O.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/device.hpp"
+#include "engine/dtype.hpp"
+#include "io/dataset.hpp"
+#include "io/reader.hpp"
+#include "model/leakcnn_config.hpp"
+#include "model/run_config.hpp"
+#include "model/train_step.hpp"
+
+namespace mf::train {
+
+// "auto" (or empty) -> bf16 on a GPU, fp32 on the CPU; otherwise the named precision.
+model::Precision resolve_precision(const std::string& precision, Device dev);
+io::DatasetNames dataset_names(const model::RunConfig& cfg);
+// The LeakCNN for inputs of mels x frames and `classes` classes; throws when
+// the configuration does not make a valid model for them.
+model::LeakCNNConfig model_config(const model::RunConfig& cfg, std::int64_t mels, std::int64_t frames, int classes);
+// total_steps sizes the learning-rate schedule (at least 1).
+model::TrainConfig step_config(const model::RunConfig& cfg, const model::LeakCNNConfig& mc, model::Precision p,
+                               std::int64_t total_steps);
+// train: shuffled (unless --overfit-batches), last batch dropped per
+// train.drop_last; evaluation: dataset order, last batch padded.
+io::ReaderConfig reader_config(const model::RunConfig& cfg, Device dev, DType dtype, bool train);
+
+}  // namespace mf::train

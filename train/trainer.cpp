@@ -1,0 +1,739 @@
+#include "train/trainer.hpp"
+
+#include <cuda_profiler_api.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/error.hpp"
+#include "engine/log.hpp"
+#include "engine/memory.hpp"
+#include "engine/nvtx.hpp"
+#include "engine/stream.hpp"
+#include "engine/timer.hpp"
+#include "io/dataset.hpp"
+#include "io/reader.hpp"
+#include "model/checkpoint.hpp"
+#include "model/metrics.hpp"
+#include "model/train_step.hpp"
+#include "train/early_stopping.hpp"
+#include "train/epoch_report.hpp"
+#include "train/evaluate.hpp"
+#include "train/load_model.hpp"
+#include "train/perf.hpp"
+#include "train/plot.hpp"
+#include "train/progress.hpp"
+#include "train/run_checkpoint.hpp"
+#include "train/run_log.hpp"
+#include "train/run_setup.hpp"
+#include "train/stop_request.hpp"
+#include "train/sysmon.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace mf::train {
+
+using model::RunConfig;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+json nan_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+// A metric value for a line of text: 4 decimals, "n/a" when undefined.
+std::string metric_text(const json& v) {
+  return v.is_number() ? fmt::format("{:.4f}", v.get<double>()) : std::string("n/a");
+}
+
+// Why eval.metric can be NaN on a validation set (for the warning).
+std::string undefined_metric_reason(const std::string& metric) {
+  if (metric.find("leak_auc") != std::string::npos)
+    return "the leak AUC needs both leak and non-leak examples, and the set holds a single leak label";
+  if (metric.find("loss") != std::string::npos) return "the loss is not a number (diverged weights or inputs)";
+  return "the metric has no examples to average over (an empty set or classes without examples)";
+}
+
+// The training data, opened and checked before anything is written.
+struct RunData {
+  std::shared_ptr<const io::Dataset> train, val, test;
+  int classes = 0;
+  std::vector<std::string> class_names;  // one per class (generated where the file has none)
+  int normal_class = 0;
+};
+
+RunData open_run_data(const RunConfig& cfg) {
+  const io::DatasetNames names = dataset_names(cfg);
+  RunData d;
+  d.train = io::Dataset::open(cfg.train_path, names);
+  const io::DatasetInfo& ti = d.train->info();
+  auto open_compatible = [&](const std::string& path, const char* key) {
+    auto ds = io::Dataset::open(path, names);
+    const io::DatasetInfo& vi = ds->info();
+    MF_CHECK(vi.n_mels == ti.n_mels && vi.frames == ti.frames, "{} {}: segments are {}x{}, the training set's {}x{}",
+             key, vi.path, vi.n_mels, vi.frames, ti.n_mels, ti.frames);
+    return ds;
+  };
+  if (!cfg.val_path.empty()) d.val = open_compatible(cfg.val_path, "data.val");
+  if (!cfg.test_path.empty()) d.test = open_compatible(cfg.test_path, "data.test");
+  d.classes = int(cfg.num_classes);
+  if (d.classes == 0) {
+    d.classes = ti.num_classes;
+    if (d.val) d.classes = std::max(d.classes, d.val->info().num_classes);
+  }
+  MF_CHECK(d.classes >= 2, "data.train {}: {} class(es) found; LeakCNN needs at least 2 (set model.num_classes)",
+           ti.path, d.classes);
+  d.class_names = ti.class_names;
+  while (int(d.class_names.size()) < d.classes) d.class_names.push_back(fmt::format("class_{}", d.class_names.size()));
+  d.normal_class = ti.normal_class;
+  return d;
+}
+
+}  // namespace
+
+// ---- the run's state --------------------------------------------------------------
+
+class Trainer::Run {
+ public:
+  Run(RunConfig cfg, TrainerOptions options);
+
+  void restore_or_init();
+  bool epochs_left() const { return st_.epoch < cfg_.epochs && !stop_->requested() && !early_stopped_; }
+  bool train_epoch();
+  void report_epoch();
+  bool validate();
+  void checkpoint_after_epoch(bool best);
+  void finish_training();
+  void report();
+
+ private:
+  void log_interval(std::int64_t step_in_epoch);
+  void tick(std::int64_t step_in_epoch);
+  ProgressState progress_state(std::int64_t step_in_epoch, double samples_per_s) const;
+  void feed_step(std::int64_t micro_batch);
+  void save(bool best, std::int64_t epoch_of_next_step);
+  std::optional<model::Checkpoint> best_checkpoint_of_this_run();
+  json test_with_best_weights(json& report);
+  json report_json();
+  void print_summary(const json& report, const std::vector<fs::path>& plots) const;
+
+  // Configuration and setup.
+  RunConfig cfg_;
+  TrainerOptions options_;
+  Clock::time_point run_t0_ = Clock::now();
+  Device dev_;
+  model::Precision precision_;
+  DType act_;
+  fs::path out_, ckpt_dir_;
+  std::optional<model::FoundCheckpoint> resume_;
+  RunData data_;
+  model::LeakCNNConfig mc_;
+  double dataset_load_s_ = 0;
+  std::int64_t k_ = 1, B_ = 1, steps_per_epoch_ = 0, total_steps_ = 0;
+  std::string dev_name_;
+  std::optional<PeakTflops> peak_;
+  double peak_tf_ = 0;
+  ModelFlops flops_;
+  bool profiling_ = false;
+  EvalOptions eval_options_;
+
+  // Components, built in the constructor once the data and device are known.
+  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<io::BatchReader> train_rd_, val_rd_, overfit_rd_;
+  std::unique_ptr<model::TrainStep> ts_;
+  std::unique_ptr<EventTimer> timer_;
+  std::unique_ptr<SystemMonitor> mon_;
+  std::unique_ptr<Progress> prog_;
+  std::unique_ptr<JsonlWriter> mlog_;
+  std::unique_ptr<model::CheckpointDir> ckpts_;
+  std::optional<StopRequest> stop_;  // installed by restore_or_init, for the loop
+
+  // Where the run stands.
+  RunState st_;
+  EarlyStopping selection_{MetricGoal{}};
+  bool early_stopped_ = false, interrupted_ = false, warned_undefined_metric_ = false, best_written_ = false;
+  std::int64_t saved_step_ = -1;
+
+  // The current epoch.
+  std::int64_t start_step_ = 0;  // first step of this epoch run by this process
+  std::int64_t epoch_steps_done_ = 0;
+  double epoch_wall_s_ = 0, wait_ms_ = 0;
+  std::int64_t epoch_samples_ = 0, interval_samples_ = 0;
+  Clock::time_point interval_t0_;
+  io::Batch last_batch_;
+  ProgressState last_ps_;
+
+  // Totals for the report.
+  json last_eval_ = nullptr, last_bottleneck_ = nullptr, last_phases_ = nullptr;
+  double train_wall_s_ = 0;
+  std::int64_t train_samples_timed_ = 0;
+  double time_to_first_step_s_ = -1;  // launch to the end of this process's first step
+  std::vector<double> epoch_times_s_;  // training part of each whole epoch
+  double gpu_util_sum_ = 0;
+  std::int64_t gpu_util_samples_ = 0;
+};
+
+// ---- setup --------------------------------------------------------------------------
+
+Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)), options_(options) {
+  model::validate(cfg_);
+  if (cfg_.fast_dev_run) {
+    cfg_.epochs = 1;
+    cfg_.limit_batches = 1;
+    cfg_.overfit_batches = 0;
+  }
+  dev_ = parse_device(cfg_.device);
+  set_current(dev_);
+  precision_ = resolve_precision(cfg_.precision, dev_);
+  act_ = model::activation_dtype(precision_);
+  out_ = fs::path(cfg_.out);
+  ckpt_dir_ = out_ / "checkpoints";
+  resume_ = find_resume_checkpoint(cfg_, ckpt_dir_);  // before anything is written
+
+  // Data (validated at open: a bad file stops here, before anything is written).
+  const auto load_t0 = Clock::now();
+  data_ = open_run_data(cfg_);
+  const io::DatasetInfo& ti = data_.train->info();
+  mc_ = model_config(cfg_, ti.n_mels, ti.frames, data_.classes);
+  stream_ = std::make_unique<Stream>(dev_, "compute");
+  train_rd_ = std::make_unique<io::BatchReader>(data_.train, reader_config(cfg_, dev_, act_, true));
+  // Opening the datasets and (resident mode) loading the training set: the
+  // "dataset load" that time-to-first-step figures leave out.
+  dataset_load_s_ = seconds_since(load_t0);
+
+  k_ = cfg_.grad_accum;
+  B_ = cfg_.batch_size;
+  steps_per_epoch_ = train_rd_->batches_per_epoch() / k_;
+  MF_CHECK(steps_per_epoch_ > 0,
+           "data.train {}: {} segments make {} batches of {} (train.batch_size), fewer than train.grad_accum={}",
+           ti.path, ti.num_segments, train_rd_->batches_per_epoch(), B_, k_);
+  if (cfg_.limit_batches > 0) steps_per_epoch_ = std::min(steps_per_epoch_, cfg_.limit_batches);
+  if (cfg_.overfit_batches > 0) steps_per_epoch_ = std::min(steps_per_epoch_, cfg_.overfit_batches);
+  total_steps_ = cfg_.epochs * steps_per_epoch_;
+  MF_CHECK(total_steps_ <= std::numeric_limits<std::int32_t>::max(),
+           "train.epochs: {} epochs of {} optimizer steps make {} steps; the schedule accepts at most {}", cfg_.epochs,
+           steps_per_epoch_, total_steps_, std::numeric_limits<std::int32_t>::max());
+
+  ts_ = std::make_unique<model::TrainStep>(step_config(cfg_, mc_, precision_, total_steps_), dev_, *stream_);
+  timer_ = std::make_unique<EventTimer>(dev_);
+  ts_->set_phase_timer(timer_.get());  // per-layer times of eager steps
+  if (data_.val) val_rd_ = std::make_unique<io::BatchReader>(data_.val, reader_config(cfg_, dev_, act_, false));
+  // --overfit-batches validates on the very batches it trains on.
+  if (cfg_.overfit_batches > 0)
+    overfit_rd_ = std::make_unique<io::BatchReader>(data_.train, reader_config(cfg_, dev_, act_, false));
+
+  dev_name_ = dev_.is_cuda() ? device_properties(dev_.index).name : "CPU";
+  peak_ = dev_.is_cuda() ? peak_tflops(dev_name_) : std::nullopt;
+  peak_tf_ = peak_ ? (precision_ == model::Precision::fp32 ? peak_->fp32 : peak_->bf16) : 0.0;
+  flops_ = leakcnn_flops(mc_.in_mels, mc_.in_frames, cfg_.channels, cfg_.pools, cfg_.kernel, cfg_.dense,
+                         data_.classes);
+  profiling_ = dev_.is_cuda() && cfg_.profile_begin() >= 0;
+  eval_options_.threshold = cfg_.threshold;
+  eval_options_.class_loss_weight = cfg_.class_loss_weight;
+  eval_options_.leak_loss_weight = cfg_.leak_loss_weight;
+  if (cfg_.fast_dev_run) eval_options_.max_segments = B_;
+  selection_ = EarlyStopping(MetricGoal{cfg_.metric_higher_is_better(), cfg_.min_delta, cfg_.patience});
+  mon_ = std::make_unique<SystemMonitor>(dev_.is_cuda() ? dev_.index : -1);
+  prog_ = std::make_unique<Progress>(cfg_.progress);
+}
+
+// ---- restore_or_init: the starting state ----------------------------------------------
+
+void Trainer::Run::restore_or_init() {
+  if (resume_) {
+    const model::Checkpoint& c = resume_->checkpoint;
+    check_same_model(c, *ts_, "--resume");
+    RunConfig saved;
+    model::load_toml_string(saved, c.get_string("config"), resume_->path.string());
+    if (saved.seed != cfg_.seed || saved.batch_size != cfg_.batch_size || saved.grad_accum != cfg_.grad_accum ||
+        saved.lr != cfg_.lr || saved.epochs != cfg_.epochs || saved.schedule != cfg_.schedule ||
+        saved.precision != cfg_.precision)
+      log_warn("--resume: the configuration differs from the checkpoint's in seed, batch size, accumulation, lr, "
+               "epochs, schedule or precision; the run continues but will not match an uninterrupted one");
+    restore_run_checkpoint(*ts_, c, *stream_);
+    st_ = run_state_of(c);
+    selection_ = EarlyStopping(selection_.goal(), st_.best);
+    log_info("resuming from {} (step {}, epoch {}, step {} of the epoch)", resume_->path.string(), st_.step,
+             st_.epoch + 1, st_.step_in_epoch);
+  } else if (!cfg_.init_from.empty()) {
+    init_weights_from(*ts_, cfg_.init_from);
+    log_info("initial weights from {}", cfg_.init_from);
+  }
+
+  std::error_code ec;
+  fs::create_directories(out_, ec);
+  MF_CHECK(!ec, "run.out: cannot create {}: {}", out_.string(), ec.message());
+  write_text_atomic(out_ / "config.toml", model::to_toml(cfg_));
+  if (!resume_) fs::remove(out_ / "metrics.jsonl", ec);
+  mlog_ = std::make_unique<JsonlWriter>(out_ / "metrics.jsonl", resume_ ? st_.step : -1);
+  ckpts_ = std::make_unique<model::CheckpointDir>(ckpt_dir_, cfg_.keep_last);
+  stop_.emplace();
+
+  const io::DatasetInfo& ti = data_.train->info();
+  prog_->message(fmt::format(
+      "melforge train: {} on {} ({}), {} parameters, {} precision; {} train segments ({} reader, {} batches of {}), "
+      "{} steps/epoch x {} epochs{}",
+      mc_.str(), dev_.str(), dev_name_, ts_->params().count(), model::precision_name(precision_), ti.num_segments,
+      train_rd_->resident() ? "resident" : "streaming", train_rd_->batches_per_epoch(), B_, steps_per_epoch_,
+      cfg_.epochs, k_ > 1 ? fmt::format(" (accumulating {} batches per step)", k_) : std::string()));
+  // A run that had stopped early is finished: resuming it must not train on
+  // (an uninterrupted run would not have).
+  if (resume_ && selection_.exhausted()) {
+    early_stopped_ = true;
+    prog_->message(fmt::format("the run stopped early at step {} ({} evaluations without improvement, eval.patience "
+                               "= {}): nothing left to train",
+                               st_.step, st_.best.bad_evals, cfg_.patience));
+  }
+  start_step_ = st_.step_in_epoch;
+}
+
+// ---- checkpoint ---------------------------------------------------------------------
+
+// The state with its next step in `epoch_of_next_step`; the elapsed time
+// includes this process's so far.
+void Trainer::Run::save(bool best, std::int64_t epoch_of_next_step) {
+  if (cfg_.fast_dev_run) return;
+  RunState s = st_;
+  s.epoch = epoch_of_next_step;
+  s.best = selection_.state();
+  s.elapsed_s += seconds_since(run_t0_);
+  const io::ReaderState rs{s.epoch, s.step_in_epoch * k_};
+  const auto c = make_run_checkpoint(*ts_, cfg_, s, rs, data_.class_names, data_.normal_class, *stream_);
+  const fs::path p = ckpts_->save(c, st_.step, best);
+  saved_step_ = st_.step;
+  if (best) best_written_ = true;
+  prog_->message(fmt::format("checkpoint {}{}", p.string(), best ? " (best so far)" : ""));
+}
+
+void Trainer::Run::checkpoint_after_epoch(bool best) {
+  const bool last_epoch = st_.epoch + 1 == cfg_.epochs;
+  const bool due = (st_.epoch + 1) % cfg_.checkpoint_every == 0 || last_epoch || early_stopped_ || best;
+  if (due) save(best, st_.epoch + 1);  // the state points at the next epoch
+  ++st_.epoch;
+  start_step_ = 0;
+}
+
+// After the loop: a stop request (signal, --stop-after-steps) checkpoints the
+// step it stopped at.
+void Trainer::Run::finish_training() {
+  prog_->finish();
+  if (!stop_->requested()) return;
+  interrupted_ = true;
+  const bool asked = options_.stop_after_steps >= 0 && st_.step >= options_.stop_after_steps;
+  prog_->message(asked ? fmt::format("--stop-after-steps {}: stopping after step {}", options_.stop_after_steps,
+                                     st_.step)
+                       : fmt::format("{}: stopping after step {}", stop_->signal() == SIGTERM ? "SIGTERM" : "SIGINT",
+                                     st_.step));
+  if (saved_step_ != st_.step) save(false, st_.epoch);
+}
+
+// ---- train_epoch: the optimizer steps -----------------------------------------------
+
+// Micro-batch j of the next step: the reader's batch into the step's inputs.
+void Trainer::Run::feed_step(std::int64_t j) {
+  {
+    MF_NVTX_RANGE("data_wait");
+    const auto w0 = Clock::now();
+    last_batch_ = train_rd_->next(*stream_);
+    wait_ms_ += 1000.0 * seconds_since(w0);
+  }
+  MF_NVTX_RANGE("h2d_input");
+  EventTimer::Scope t(*timer_, "h2d", *stream_);
+  Tensor x = ts_->input_x().slice(j * B_, (j + 1) * B_), y = ts_->input_labels().slice(j * B_, (j + 1) * B_),
+         l = ts_->input_leak().slice(j * B_, (j + 1) * B_);
+  x.copy_from(last_batch_.x, *stream_);
+  y.copy_from(last_batch_.labels, *stream_);
+  l.copy_from(last_batch_.leak, *stream_);
+}
+
+bool Trainer::Run::train_epoch() {
+  MF_NVTX_RANGE("epoch");
+  const io::ReaderState want{st_.epoch, start_step_ * k_};
+  if (!(train_rd_->state() == want)) train_rd_->restore(want);
+  timer_->reset();
+  wait_ms_ = 0;
+  epoch_samples_ = interval_samples_ = 0;
+  const auto epoch_t0 = Clock::now();
+  interval_t0_ = epoch_t0;
+  std::int64_t s = start_step_;
+  while (s < steps_per_epoch_ && !stop_->requested()) {
+    if (profiling_ && st_.step == cfg_.profile_begin()) {
+      MF_CUDA_CHECK(cudaProfilerStart());
+      prog_->message(fmt::format("profiler capture on at step {}", st_.step));
+    }
+    for (std::int64_t j = 0; j < k_; ++j) feed_step(j);
+    {
+      MF_NVTX_RANGE("step");
+      EventTimer::Scope t(*timer_, "step", *stream_);
+      ts_->step(*stream_);
+    }
+    if (time_to_first_step_s_ < 0) {
+      stream_->synchronize();  // once per run: when did the first step really end?
+      time_to_first_step_s_ = seconds_since(run_t0_);
+    }
+    ++s;
+    ++st_.step;
+    st_.step_in_epoch = s;
+    st_.samples += k_ * B_;
+    epoch_samples_ += k_ * B_;
+    interval_samples_ += k_ * B_;
+    if (profiling_ && st_.step == cfg_.profile_end()) {
+      MF_CUDA_CHECK(cudaProfilerStop());
+      prog_->message(fmt::format("profiler capture off after step {}", st_.step - 1));
+    }
+    if (st_.step % cfg_.log_interval == 0 || s == steps_per_epoch_)
+      log_interval(s);
+    else if (prog_->mode() == Progress::Mode::tty)
+      tick(s);
+    if (options_.stop_after_steps >= 0 && st_.step >= options_.stop_after_steps) stop_->request();
+  }
+  stream_->synchronize();
+  epoch_wall_s_ = seconds_since(epoch_t0);
+  epoch_steps_done_ = s - start_step_;
+  if (s < steps_per_epoch_) return false;  // stopped inside the epoch: st_ points at the next step
+  st_.step_in_epoch = 0;
+  train_wall_s_ += epoch_wall_s_;
+  train_samples_timed_ += epoch_samples_;
+  if (epoch_steps_done_ == steps_per_epoch_) epoch_times_s_.push_back(epoch_wall_s_);
+  return true;
+}
+
+ProgressState Trainer::Run::progress_state(std::int64_t step_in_epoch, double samples_per_s) const {
+  ProgressState ps;
+  ps.epoch = st_.epoch + 1;
+  ps.epochs = cfg_.epochs;
+  ps.step_in_epoch = step_in_epoch;
+  ps.steps_per_epoch = steps_per_epoch_;
+  ps.global_step = st_.step;
+  ps.samples_per_s = samples_per_s;
+  const double remaining = double(total_steps_ - st_.step) * double(k_ * B_);
+  ps.eta_s = samples_per_s > 0 ? remaining / samples_per_s : -1;
+  return ps;
+}
+
+// Every log.interval steps and at the end of the epoch: the one device sync of
+// the interval reads the step's counters for the progress line and metrics.jsonl.
+void Trainer::Run::log_interval(std::int64_t step_in_epoch) {
+  MF_NVTX_RANGE("log");
+  const model::StepMetrics m = ts_->read_metrics(*stream_);
+  // Fold the finished timing events back into the timer's pool now that the
+  // stream has caught up (no extra wait): otherwise an epoch holds (and
+  // creates) events for every step it has timed.
+  if (dev_.is_cuda()) timer_->collect();
+  const double dt = seconds_since(interval_t0_);
+  const double sps = dt > 0 ? double(interval_samples_) / dt : 0;
+  interval_t0_ = Clock::now();
+  interval_samples_ = 0;
+  const SystemSample sys = mon_->sample();
+  ProgressState ps = progress_state(step_in_epoch, sps);
+  ps.loss = m.loss;
+  ps.accuracy = m.samples ? double(m.class_correct) / double(m.samples) : NAN;
+  ps.lr = m.lr;
+  ps.gpu = sys.gpu_available;
+  ps.gpu_util_pct = sys.gpu_util_pct;
+  ps.gpu_mem_gib = double(sys.gpu_mem_used) / 1073741824.0;
+  ps.gpu_mem_total_gib = double(sys.gpu_mem_total) / 1073741824.0;
+  prog_->log(ps);
+  last_ps_ = ps;
+  json line = {{"type", "train"},
+               {"epoch", st_.epoch + 1},
+               {"step", st_.step},
+               {"loss", nan_null(m.loss)},
+               {"class_loss", nan_null(m.class_loss)},
+               {"leak_loss", nan_null(m.leak_loss)},
+               {"accuracy", nan_null(ps.accuracy)},
+               {"leak_accuracy", m.samples ? json(double(m.leak_correct) / double(m.samples)) : json(nullptr)},
+               {"lr", m.lr},
+               {"grad_norm", nan_null(m.grad_norm)},
+               {"loss_scale", m.loss_scale},
+               {"skipped_steps", m.skipped_steps},
+               {"samples_per_s", sps},
+               {"cpu_pct", sys.cpu_pct},
+               {"rss_mib", double(sys.rss_bytes) / 1048576.0},
+               {"time_s", st_.elapsed_s + seconds_since(run_t0_)}};
+  if (sys.gpu_available) {
+    if (sys.gpu_util_pct >= 0) {
+      gpu_util_sum_ += sys.gpu_util_pct;
+      ++gpu_util_samples_;
+    }
+    line["gpu_util_pct"] = sys.gpu_util_pct;
+    line["gpu_mem_gib"] = ps.gpu_mem_gib;
+  }
+  mlog_->write(line);
+}
+
+// Between log intervals the live line advances the step and keeps the last
+// interval's numbers (reading new ones would need a sync).
+void Trainer::Run::tick(std::int64_t step_in_epoch) {
+  ProgressState ps = progress_state(step_in_epoch, last_ps_.samples_per_s);
+  ps.loss = last_ps_.loss;
+  ps.accuracy = last_ps_.accuracy;
+  ps.lr = last_ps_.lr;
+  ps.gpu = last_ps_.gpu;
+  ps.gpu_util_pct = last_ps_.gpu_util_pct;
+  ps.gpu_mem_gib = last_ps_.gpu_mem_gib;
+  ps.gpu_mem_total_gib = last_ps_.gpu_mem_total_gib;
+  prog_->tick(ps);
+}
+
+// ---- report_epoch: where the time went ---------------------------------------------------
+
+void Trainer::Run::report_epoch() {
+  {
+    // A forward-only probe splits a CUDA-graph step's time into estimates.
+    MF_NVTX_RANGE("forward_probe");
+    EventTimer::Scope t(*timer_, "forward_probe", *stream_);
+    (void)ts_->forward_eval(last_batch_.x, *stream_);
+  }
+  EpochMeasurements m;
+  m.wall_s = epoch_wall_s_;
+  m.data_wait_ms = wait_ms_;
+  m.steps = epoch_steps_done_;
+  m.samples = epoch_samples_;
+  m.micro_batches = k_;
+  m.train_flops_per_sample = flops_.train;
+  m.peak_tflops = peak_tf_;
+  BottleneckContext bc;
+  bc.on_gpu = dev_.is_cuda();
+  bc.resident = train_rd_->resident();
+  if (dev_.is_cuda() && !bc.resident) {
+    std::size_t free_b = 0, total_b = 0;
+    const io::DatasetInfo& ti = data_.train->info();
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+      bc.fits_on_gpu = double(ti.num_segments) * double(ti.segment_elems()) * double(dtype_size(act_)) <
+                       cfg_.gpu_cache_fraction * double(free_b);
+  }
+  bc.reader_threads = int(cfg_.reader_threads);
+  bc.cpu_cores = int(::sysconf(_SC_NPROCESSORS_ONLN));
+  bc.precision = std::string(model::precision_name(precision_));
+  bc.cuda_graphs = cfg_.cuda_graphs;
+  bc.batch_size = B_;
+  bc.log_interval = cfg_.log_interval;
+  const EpochReport r = summarize_epoch(timer_->collect(), m, bc);
+  last_phases_ = r.phases_json;
+  last_bottleneck_ = r.bottleneck_json;
+  const SystemSample sys = mon_->sample();
+  json line = {{"type", "epoch"},
+               {"epoch", st_.epoch + 1},
+               {"step", st_.step},
+               {"samples_per_s", r.samples_per_s},
+               {"train_tflops", r.achieved_tflops},
+               {"phases", r.phases_json},
+               {"bottleneck", r.bottleneck_json},
+               {"cpu_pct", sys.cpu_pct},
+               {"peak_rss_mib", double(sys.peak_rss_bytes) / 1048576.0}};
+  if (peak_tf_ > 0) line["share_of_peak"] = r.achieved_tflops / peak_tf_;
+  mlog_->write(line);
+  std::string speed;
+  if (dev_.is_cuda()) {
+    speed = fmt::format(", {:.1f} TFLOP/s", r.achieved_tflops);
+    if (peak_tf_ > 0) speed += fmt::format(" ({:.0f}% of {} peak)", 100 * r.achieved_tflops / peak_tf_, peak_->device);
+  }
+  prog_->message(fmt::format("epoch {}/{}: {:.0f} samples/s{}; {}", st_.epoch + 1, cfg_.epochs, r.samples_per_s,
+                             speed, r.bottleneck.line()));
+}
+
+// ---- validate: best checkpoint and early stopping --------------------------------------
+
+// Returns whether the weights after this epoch are the best so far.
+bool Trainer::Run::validate() {
+  const bool last_epoch = st_.epoch + 1 == cfg_.epochs;
+  const bool due = (st_.epoch + 1) % cfg_.val_every == 0 || last_epoch;
+  io::BatchReader* vr = overfit_rd_ ? overfit_rd_.get() : val_rd_.get();
+  if (!vr) return (st_.epoch + 1) % cfg_.val_every == 0 && selection_.observe_unvalidated(st_.step).is_best;
+  if (!due) return false;
+  EvalOptions o = eval_options_;
+  if (overfit_rd_) o.max_segments = steps_per_epoch_ * k_ * B_;
+  const auto e0 = Clock::now();
+  const EvalRun ev = evaluate(*ts_, *vr, o, *stream_);
+  const double eval_s = seconds_since(e0);
+  json j = model::to_json(ev.result, data_.class_names);
+  j["type"] = "eval";
+  j["split"] = overfit_rd_ ? "train-overfit" : "val";
+  j["epoch"] = st_.epoch + 1;
+  j["step"] = st_.step;
+  j["eval_s"] = eval_s;
+  mlog_->write(j);
+  last_eval_ = j;
+
+  const double v = model::metric_value(ev.result, cfg_.metric);
+  const Verdict verdict = selection_.observe(v, st_.step);
+  if (verdict.undefined && !warned_undefined_metric_) {
+    warned_undefined_metric_ = true;
+    log_warn("eval.metric {} is undefined (NaN) on the {} set at epoch {}: {}; undefined evaluations do not count "
+             "toward early stopping (eval.patience) and, until the metric has a value, the newest checkpoint is kept "
+             "as the best",
+             cfg_.metric, overfit_rd_ ? "overfit" : "validation", st_.epoch + 1, undefined_metric_reason(cfg_.metric));
+  }
+  std::string msg = fmt::format("eval epoch {}: loss {:.4f}, segment acc {:.4f} macro-F1 {:.4f} leak AUC {:.4f}",
+                                st_.epoch + 1, ev.result.loss, ev.result.segment.accuracy, ev.result.segment.macro_f1,
+                                ev.result.segment.leak_auc);
+  if (ev.result.has_files)
+    msg += fmt::format("; file acc {:.4f} macro-F1 {:.4f} false alarms {:.4f} ({} files)", ev.result.file.accuracy,
+                       ev.result.file.macro_f1, ev.result.file.false_alarm_rate, ev.files);
+  msg += fmt::format("; {} {:.4f}{}", cfg_.metric, v, verdict.improved ? " (best)" : "");
+  prog_->message(msg);
+  if (verdict.stop) {
+    early_stopped_ = true;
+    prog_->message(fmt::format("early stop: {} has not improved for {} evaluations (best {:.4f} at step {})",
+                               cfg_.metric, selection_.state().bad_evals, selection_.state().value,
+                               selection_.state().step));
+  }
+  return verdict.is_best;
+}
+
+// ---- report: the test set, report.json, plots, the summary ---------------------------------
+
+// best.h5 is trusted only when it belongs to this run: written by this process,
+// or (resumed) the checkpoint of the best step the resumed state records.
+// Anything else (a leftover of an earlier run) is ignored.
+std::optional<model::Checkpoint> Trainer::Run::best_checkpoint_of_this_run() {
+  const fs::path best = ckpts_->best_path();
+  const std::int64_t best_step = selection_.state().step;
+  if (!fs::exists(best)) return std::nullopt;
+  if (!best_written_ && !(resume_ && best_step >= 0)) {
+    log_warn("{} was not written by this run: the test set uses the final weights", best.string());
+    return std::nullopt;
+  }
+  model::Checkpoint c = model::read_checkpoint(best);
+  if (best_written_ || c.get_int("step") == best_step) return c;
+  log_warn("{} holds step {}, not this run's best step {}: the test set uses the final weights", best.string(),
+           c.get_int("step"), best_step);
+  return std::nullopt;
+}
+
+json Trainer::Run::test_with_best_weights(json& report) {
+  if (const auto best = best_checkpoint_of_this_run()) {
+    restore_run_checkpoint(*ts_, *best, *stream_);
+    report["test_weights"] = fmt::format("best ({} at step {})", cfg_.metric, selection_.state().step);
+  } else {
+    report["test_weights"] = "final";
+  }
+  io::BatchReader test_rd(data_.test, reader_config(cfg_, dev_, act_, false));
+  const EvalRun ev = evaluate(*ts_, test_rd, eval_options_, *stream_);
+  json j = model::to_json(ev.result, data_.class_names);
+  j["type"] = "eval";
+  j["split"] = "test";
+  j["step"] = st_.step;
+  mlog_->write(j);
+  return j;
+}
+
+json Trainer::Run::report_json() {
+  const BestState& best = selection_.state();
+  json report = {{"melforge", "0.1.0"},
+                 {"run_dir", out_.string()},
+                 {"device", dev_.str()},
+                 {"device_name", dev_name_},
+                 {"precision", std::string(model::precision_name(precision_))},
+                 {"model", mc_.str()},
+                 {"parameters", ts_->params().count()},
+                 {"steps", st_.step},
+                 {"samples", st_.samples},
+                 {"interrupted", interrupted_},
+                 {"early_stopped", early_stopped_},
+                 {"train_samples_per_s", train_wall_s_ > 0 ? double(train_samples_timed_) / train_wall_s_ : 0.0},
+                 {"train_flops_per_sample", flops_.train},
+                 {"best_metric", {{"name", cfg_.metric}, {"value", nan_null(best.value)}, {"step", best.step}}},
+                 {"last_epoch_phases", last_phases_},
+                 {"last_epoch_bottleneck", last_bottleneck_},
+                 {"val", last_eval_}};
+  if (peak_) report["peak_tflops"] = {{"value", peak_tf_}, {"source", peak_->source}, {"table_entry", peak_->device}};
+  if (data_.test && !interrupted_) report["test"] = test_with_best_weights(report);
+  report["elapsed_s"] = st_.elapsed_s + seconds_since(run_t0_);
+  // Top-level figures for side-by-side comparisons (bench/compare_torch.py).
+  // Steady throughput leaves out the first epoch (graph capture, warm-up)
+  // when there is more than one.
+  report["dataset_load_s"] = dataset_load_s_;
+  report["time_to_first_step_s"] = time_to_first_step_s_ >= 0 ? json(time_to_first_step_s_) : json(nullptr);
+  report["launch_to_first_step_excl_load_s"] =
+      time_to_first_step_s_ >= 0 ? json(time_to_first_step_s_ - dataset_load_s_) : json(nullptr);
+  report["epoch_time_s"] = nullptr;
+  report["steady_samples_per_s"] = nullptr;
+  if (!epoch_times_s_.empty()) {
+    const std::size_t skip = epoch_times_s_.size() > 1 ? 1 : 0;
+    double t = 0;
+    for (std::size_t i = skip; i < epoch_times_s_.size(); ++i) t += epoch_times_s_[i];
+    const double n = double(epoch_times_s_.size() - skip);
+    report["epoch_time_s"] = t / n;
+    report["steady_samples_per_s"] = double(steps_per_epoch_ * k_ * B_) / (t / n);
+  }
+  report["gpu_util_mean_pct"] = gpu_util_samples_ ? json(gpu_util_sum_ / double(gpu_util_samples_)) : json(nullptr);
+  report["peak_device_memory_bytes"] = dev_.is_cuda() ? json(device_pool_stats(dev_.index).high_water) : json(nullptr);
+  return report;
+}
+
+void Trainer::Run::report() {
+  const json report = report_json();
+  write_json_atomic(out_ / "report.json", report);
+  std::vector<fs::path> plots;
+  try {
+    plots = plot_run(out_);
+  } catch (const Error& e) {
+    log_warn("plots: {}", e.message());
+  }
+  print_summary(report, plots);
+}
+
+// The summary on stdout, every metric to 4 decimals.
+void Trainer::Run::print_summary(const json& report, const std::vector<fs::path>& plots) const {
+  fmt::print("\nmelforge train: {} steps, {} samples, {:.0f} samples/s{}\n", st_.step, st_.samples,
+             report["train_samples_per_s"].get<double>(),
+             interrupted_ ? " (interrupted: resume with --resume auto)" : early_stopped_ ? " (early stop)" : "");
+  auto print_metrics = [](const char* what, const json& j) {
+    if (j.is_null()) return;
+    fmt::print("{}: segment accuracy {}, macro-F1 {}", what, metric_text(j["segment"]["accuracy"]),
+               metric_text(j["segment"]["macro_f1"]));
+    if (j.contains("file")) {
+      const json& f = j["file"];
+      fmt::print("; file accuracy {}, macro-F1 {}, balanced accuracy {}", metric_text(f["accuracy"]),
+                 metric_text(f["macro_f1"]), metric_text(f["balanced_accuracy"]));
+      if (f.contains("leak"))
+        fmt::print(", leak AUC {}, false alarms {}", metric_text(f["leak"]["roc_auc"]),
+                   metric_text(f["leak"]["false_alarm_rate"]));
+    }
+    fmt::print("\n");
+  };
+  print_metrics("final validation", last_eval_);
+  if (report.contains("test")) print_metrics("test (best weights)", report["test"]);
+  fmt::print("report: {}\n", (out_ / "report.json").string());
+  std::vector<std::string> plot_names;
+  for (const auto& p : plots) plot_names.push_back(p.string());
+  if (!plots.empty()) fmt::print("plots:  {}\n", fmt::join(plot_names, ", "));
+  if (!cfg_.fast_dev_run) fmt::print("checkpoints: {}\n", ckpt_dir_.string());
+  std::fflush(stdout);
+}
+
+// ---- the loop -------------------------------------------------------------------
+
+Trainer::Trainer(RunConfig cfg, TrainerOptions options) : run_(std::make_unique<Run>(std::move(cfg), options)) {}
+Trainer::~Trainer() = default;
+
+int Trainer::run() {
+  Run& r = *run_;
+  r.restore_or_init();
+  while (r.epochs_left()) {
+    if (!r.train_epoch()) break;  // stopped inside the epoch: the state points at the next step
+    r.report_epoch();
+    const bool best = r.validate();
+    r.checkpoint_after_epoch(best);
+  }
+  r.finish_training();
+  r.report();
+  return 0;
+}
+
+}  // namespace mf::train
