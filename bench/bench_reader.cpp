@@ -148,6 +148,80 @@ void validate(std::shared_ptr<const io::Dataset> ds, const io::ReaderConfig& c) 
   }
 }
 
+// h5py reading the reader's batches of epoch 0 one segment at a time (what a
+// PyTorch Dataset does), through bench/h5py_reader.py.
+void time_h5py(const std::shared_ptr<const io::Dataset>& ds, const io::ReaderConfig& base, const std::string& path,
+               std::int64_t bpe, double limit, nlohmann::json& res) {
+  const double seg_bytes = double(ds->info().segment_bytes());
+  const std::int64_t batch = base.batch_size;
+  io::BatchReader r(ds, base);
+  const std::string idx_path = (std::filesystem::temp_directory_path() /
+                                fmt::format("melforge_bench_idx_{}.bin", ::getpid())).string();
+  {
+    std::ofstream f(idx_path, std::ios::binary);
+    for (std::int64_t k = 0; k < bpe; ++k) {
+      const auto rows = r.batch_rows(0, k);
+      f.write(reinterpret_cast<const char*>(rows.data()), std::streamsize(rows.size() * 8));
+    }
+  }
+  const char* py = std::getenv("MELFORGE_PYTHON");  // a python3 with h5py (tools/gpu-check.sh sets it)
+  const std::string cmd = fmt::format("{} {}/bench/h5py_reader.py {} {} {}", py && *py ? py : "/usr/bin/python3",
+                                      MELFORGE_SOURCE_DIR, path, idx_path, batch);
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[512];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    pclose(p);
+  }
+  std::filesystem::remove(idx_path);
+  try {
+    const auto j = nlohmann::json::parse(out);
+    const double sps = j["segments"].get<double>() / j["seconds"].get<double>();
+    res["h5py_per_segment"] = {{"segments_per_s", sps}, {"GBps", sps * seg_bytes / 1e9}};
+    fmt::print("{:<44} {:>10.3f} {:>14.0f} {:>9.1f}%\n", "h5py, same batches, one read per segment",
+               sps * seg_bytes / 1e9, sps, 100 * sps * seg_bytes / 1e9 / limit);
+  } catch (const std::exception& e) {
+    fmt::print("h5py baseline failed ({}): {}\n", e.what(), out);
+  }
+}
+
+// On the GPU: pinned host-to-device bandwidth alone, then the streaming reader
+// feeding the device and the resident gather, beside an assumed step rate.
+void time_gpu_feed(const std::shared_ptr<const io::Dataset>& ds, const io::ReaderConfig& base, int threads,
+                   std::int64_t bpe, double gpu_step_tflops, double step_flop, nlohmann::json& res) {
+  const auto& in = ds->info();
+  const double seg_bytes = double(in.segment_bytes());
+  const std::int64_t batch = base.batch_size;
+  const Device dev = Device::cuda(0);
+  Stream s(dev, "bench.compute");
+  const std::size_t bytes = std::size_t(batch) * in.segment_bytes();
+  PinnedBuffer host(bytes);
+  void* d = device_alloc(bytes, 0, s);
+  const double ms = time_cuda_ms([&] { MF_CUDA_CHECK(cudaMemcpyAsync(d, host.data(), bytes, cudaMemcpyHostToDevice, s)); },
+                                 s, 3, 20, false);
+  device_free(d, s);
+  const double h2d = double(bytes) / (ms * 1e-3) / 1e9;
+  res["gpu_pinned_h2d_GBps"] = h2d;
+  fmt::print("\n{:<44} {:>10.2f} {:>14.0f}\n", "GPU: pinned H2D alone (one batch)", h2d, h2d * 1e9 / seg_bytes);
+  for (io::Residency resd : {io::Residency::off, io::Residency::on}) {
+    io::ReaderConfig c = base;
+    c.device = dev;
+    c.dtype = DType::bf16;
+    c.resident = resd;
+    c.threads = threads;
+    const ReaderRun rr = time_reader(ds, c, bpe, s);
+    const double sps = rr.segments / rr.seconds;
+    const std::string name = resd == io::Residency::off ? "gpu_stream_bf16" : "gpu_resident_bf16";
+    res[name] = {{"segments_per_s", sps}, {"GBps", sps * seg_bytes / 1e9}, {"wait_ms_per_batch", rr.wait_ms / double(bpe)}};
+    fmt::print("{:<44} {:>10.2f} {:>14.0f}\n",
+               resd == io::Residency::off ? "GPU: reader streaming -> device bf16" : "GPU: reader resident gather bf16",
+               sps * seg_bytes / 1e9, sps);
+  }
+  const double gpu_need = gpu_step_tflops * 1e12 / step_flop;
+  res["gpu_step_segments_per_s_assumed"] = gpu_need;
+  fmt::print("GPU training step at an assumed {:.0f} TFLOP/s: {:.0f} segments/s\n", gpu_step_tflops, gpu_need);
+}
+
 void run_reader(const Opts& o) {
   std::string path = o.file;
   std::filesystem::path tmpdir;
@@ -226,38 +300,7 @@ void run_reader(const Opts& o) {
     fmt::print("{:<44} {:>10} {:>14.0f}\n", "reader resident (CPU gather) -> f32", "", sps);
   }
 
-  // h5py on the same batches.
-  if (!o.skip_h5py) {
-    io::BatchReader r(ds, base);
-    const std::string idx_path = (std::filesystem::temp_directory_path() /
-                                  fmt::format("melforge_bench_idx_{}.bin", ::getpid())).string();
-    {
-      std::ofstream f(idx_path, std::ios::binary);
-      for (std::int64_t k = 0; k < bpe; ++k) {
-        const auto rows = r.batch_rows(0, k);
-        f.write(reinterpret_cast<const char*>(rows.data()), std::streamsize(rows.size() * 8));
-      }
-    }
-    const char* py = std::getenv("MELFORGE_PYTHON");  // a python3 with h5py (tools/gpu-check.sh sets it)
-    const std::string cmd = fmt::format("{} {}/bench/h5py_reader.py {} {} {}", py && *py ? py : "/usr/bin/python3",
-                                        MELFORGE_SOURCE_DIR, path, idx_path, o.batch);
-    std::string out;
-    if (FILE* p = popen(cmd.c_str(), "r")) {
-      char buf[512];
-      while (fgets(buf, sizeof buf, p)) out += buf;
-      pclose(p);
-    }
-    std::filesystem::remove(idx_path);
-    try {
-      const auto j = nlohmann::json::parse(out);
-      const double sps = j["segments"].get<double>() / j["seconds"].get<double>();
-      res["h5py_per_segment"] = {{"segments_per_s", sps}, {"GBps", sps * seg_bytes / 1e9}};
-      fmt::print("{:<44} {:>10.3f} {:>14.0f} {:>9.1f}%\n", "h5py, same batches, one read per segment",
-                 sps * seg_bytes / 1e9, sps, 100 * sps * seg_bytes / 1e9 / limit);
-    } catch (const std::exception& e) {
-      fmt::print("h5py baseline failed ({}): {}\n", e.what(), out);
-    }
-  }
+  if (!o.skip_h5py) time_h5py(ds, base, path, bpe, limit, res);
 
   // What a training step consumes.
   const double step_flop = 246e6;
@@ -273,34 +316,7 @@ void run_reader(const Opts& o) {
   res["reader_over_cpu_step"] = reader_sps / cpu_need;
 
   if (gpu_available()) {
-    const Device dev = Device::cuda(0);
-    Stream s(dev, "bench.compute");
-    const std::size_t bytes = std::size_t(o.batch) * in.segment_bytes();
-    PinnedBuffer host(bytes);
-    void* d = device_alloc(bytes, 0, s);
-    const double ms = time_cuda_ms([&] { MF_CUDA_CHECK(cudaMemcpyAsync(d, host.data(), bytes, cudaMemcpyHostToDevice, s)); },
-                                   s, 3, 20, false);
-    device_free(d, s);
-    const double h2d = double(bytes) / (ms * 1e-3) / 1e9;
-    res["gpu_pinned_h2d_GBps"] = h2d;
-    fmt::print("\n{:<44} {:>10.2f} {:>14.0f}\n", "GPU: pinned H2D alone (one batch)", h2d, h2d * 1e9 / seg_bytes);
-    for (io::Residency resd : {io::Residency::off, io::Residency::on}) {
-      io::ReaderConfig c = base;
-      c.device = dev;
-      c.dtype = DType::bf16;
-      c.resident = resd;
-      c.threads = threads.back();
-      const ReaderRun rr = time_reader(ds, c, bpe, s);
-      const double sps = rr.segments / rr.seconds;
-      const std::string name = resd == io::Residency::off ? "gpu_stream_bf16" : "gpu_resident_bf16";
-      res[name] = {{"segments_per_s", sps}, {"GBps", sps * seg_bytes / 1e9}, {"wait_ms_per_batch", rr.wait_ms / double(bpe)}};
-      fmt::print("{:<44} {:>10.2f} {:>14.0f}\n",
-                 resd == io::Residency::off ? "GPU: reader streaming -> device bf16" : "GPU: reader resident gather bf16",
-                 sps * seg_bytes / 1e9, sps);
-    }
-    const double gpu_need = o.gpu_step_tflops * 1e12 / step_flop;
-    res["gpu_step_segments_per_s_assumed"] = gpu_need;
-    fmt::print("GPU training step at an assumed {:.0f} TFLOP/s: {:.0f} segments/s\n", o.gpu_step_tflops, gpu_need);
+    time_gpu_feed(ds, base, threads.back(), bpe, o.gpu_step_tflops, step_flop, res);
   } else {
     fmt::print("\nno GPU ({}): host-to-device and device-fed figures not measured\n", gpu_info().why_none);
   }
