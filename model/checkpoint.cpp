@@ -45,13 +45,7 @@ std::uint32_t crc32(const void* data, std::size_t n, std::uint32_t crc) {
 void Checkpoint::put(const std::string& name, DType dtype, const Shape& shape, const void* data) {
   MF_CHECK(!name.empty() && name.find('/') == std::string::npos,
            "checkpoint: array name '{}' must be non-empty and contain no '/'", name);
-  CheckpointArray a;
-  a.dtype = dtype;
-  a.shape = shape;
-  const std::size_t bytes = std::size_t(shape_numel(shape)) * dtype_size(dtype);
-  a.bytes.resize(bytes);
-  if (bytes) std::memcpy(a.bytes.data(), data, bytes);
-  arrays[name] = std::move(a);
+  arrays[name] = HostArray(dtype, shape, data);
 }
 
 void Checkpoint::put(const std::string& name, const Tensor& t) {
@@ -59,14 +53,14 @@ void Checkpoint::put(const std::string& name, const Tensor& t) {
   put(name, h.dtype(), h.shape(), h.raw());
 }
 
-const CheckpointArray& Checkpoint::array(const std::string& name) const {
+const HostArray& Checkpoint::array(const std::string& name) const {
   auto it = arrays.find(name);
   MF_CHECK(it != arrays.end(), "checkpoint {}: no array '{}'", source, name);
   return it->second;
 }
 
 void Checkpoint::read_into(const std::string& name, Tensor& dst) const {
-  const CheckpointArray& a = array(name);
+  const HostArray& a = array(name);
   MF_CHECK(a.dtype == dst.dtype() && shape_numel(a.shape) == dst.numel(),
            "checkpoint {}: array '{}' is {}{}, expected {}{}", source, name, dtype_name(a.dtype), shape_str(a.shape),
            dtype_name(dst.dtype()), shape_str(dst.shape()));
@@ -228,11 +222,11 @@ void expect_array_type(const io::H5Value& v, DType dt) {
 }
 
 // /arrays/<name>: the data, its "dtype" attribute and its CRC-32.
-CheckpointArray read_array(hid_t group, const std::string& name, const std::string& ctx) {
+HostArray read_array(hid_t group, const std::string& name, const std::string& ctx) {
   const std::string shown = "/arrays/" + name;
   const io::H5Value ds = io::H5Value::dataset(group, name, ctx, shown);
   const io::H5Value dt_attr = io::H5Value::attribute(ds.id(), "dtype", ctx, shown);
-  CheckpointArray a;
+  HostArray a;
   const std::string dt = dt_attr.read_string();
   try {
     a.dtype = parse_dtype(dt);
@@ -333,7 +327,7 @@ Checkpoint decode(const std::string& bytes) {
   Checkpoint c;
   for (auto n = r.u64(); n > 0; --n) {
     const std::string name = r.str();
-    CheckpointArray a;
+    HostArray a;
     a.dtype = static_cast<DType>(r.u64());
     for (auto rank = r.u64(); rank > 0; --rank) a.shape.push_back(static_cast<std::int64_t>(r.u64()));
     const std::string data = r.str();

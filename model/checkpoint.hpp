@@ -1,5 +1,5 @@
-// Checkpoints: one HDF5 file holding named arrays (weights, FP32 master,
-// AdamW moments; f32, bf16, f16, i32 or u8) and scalar metadata (step, epoch,
+// Checkpoints: one HDF5 file holding named arrays (model/host_array.hpp:
+// weights, FP32 master, AdamW moments; f32, bf16, f16, i32 or u8) and scalar metadata (step, epoch,
 // sampler position, schedule state, loss scale, RNG state, the config TOML).
 //
 // File layout (readable with h5py):
@@ -26,18 +26,13 @@
 
 #include "engine/dtype.hpp"
 #include "engine/tensor.hpp"
+#include "model/host_array.hpp"
 
 namespace mf::model {
 
-struct CheckpointArray {
-  DType dtype = DType::f32;
-  Shape shape;
-  std::vector<unsigned char> bytes;
-};
-
 class Checkpoint {
  public:
-  std::map<std::string, CheckpointArray> arrays;
+  std::map<std::string, HostArray> arrays;
   std::map<std::string, std::int64_t> ints;
   std::map<std::string, double> floats;
   std::map<std::string, std::string> strings;
@@ -50,7 +45,7 @@ class Checkpoint {
   }
 
   // Accessors throw mf::Error naming the checkpoint (`source`) and the entry.
-  const CheckpointArray& array(const std::string& name) const;
+  const HostArray& array(const std::string& name) const;
   // Copies an array into `dst` (same dtype and element count; any device).
   void read_into(const std::string& name, Tensor& dst) const;
   std::int64_t get_int(const std::string& name) const;

@@ -71,19 +71,18 @@ DType parse_st_dtype(const std::string& s, const std::string& ctx) {
 }
 }  // namespace
 
-void SafeTensors::add(const std::string& name, DType dtype, const Shape& shape, const void* data) {
+void SafeTensors::add(const std::string& name, HostArray tensor) {
   MF_CHECK(!name.empty() && name != "__metadata__", "safetensors: invalid tensor name '{}'", name);
   MF_CHECK(!tensors.count(name), "safetensors: tensor '{}' added twice", name);
-  SafeTensor t;
-  t.dtype = dtype;
-  t.shape = shape;
-  t.bytes.resize(std::size_t(shape_numel(shape)) * dtype_size(dtype));
-  if (!t.bytes.empty()) std::memcpy(t.bytes.data(), data, t.bytes.size());
   order.push_back(name);
-  tensors[name] = std::move(t);
+  tensors[name] = std::move(tensor);
 }
 
-const SafeTensor& SafeTensors::at(const std::string& name) const {
+void SafeTensors::add(const std::string& name, DType dtype, const Shape& shape, const void* data) {
+  add(name, HostArray(dtype, shape, data));
+}
+
+const HostArray& SafeTensors::at(const std::string& name) const {
   auto it = tensors.find(name);
   MF_CHECK(it != tensors.end(), "{}: no tensor '{}'", source, name);
   return it->second;
@@ -94,7 +93,7 @@ void write_safetensors(const fs::path& path, const SafeTensors& st) {
   if (!st.metadata.empty()) header["__metadata__"] = st.metadata;
   std::uint64_t offset = 0;
   for (const std::string& name : st.order) {
-    const SafeTensor& t = st.at(name);
+    const HostArray& t = st.at(name);
     header[name] = {{"dtype", safetensors_dtype_name(t.dtype)},
                     {"shape", t.shape},
                     {"data_offsets", {offset, offset + t.bytes.size()}}};
@@ -111,7 +110,7 @@ void write_safetensors(const fs::path& path, const SafeTensors& st) {
     f.write(reinterpret_cast<const char*>(len), 8);
     f.write(h.data(), std::streamsize(h.size()));
     for (const std::string& name : st.order) {
-      const SafeTensor& t = st.at(name);
+      const HostArray& t = st.at(name);
       f.write(reinterpret_cast<const char*>(t.bytes.data()), std::streamsize(t.bytes.size()));
     }
     f.close();
@@ -162,7 +161,7 @@ SafeTensors read_safetensors(const fs::path& path) {
     const std::string tctx = fmt::format("{}: tensor '{}'", ctx, brief_name(name));
     MF_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
              "{}: expected dtype, shape and data_offsets", tctx);
-    SafeTensor t;
+    HostArray t;
     MF_CHECK(v["dtype"].is_string(), "{}: dtype must be a string (e.g. \"F32\"), found {}", tctx,
              brief_json(v["dtype"]));
     t.dtype = parse_st_dtype(v["dtype"].get<std::string>(), tctx);

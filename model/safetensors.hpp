@@ -14,22 +14,22 @@
 
 #include "engine/dtype.hpp"
 #include "engine/tensor.hpp"
+#include "model/host_array.hpp"
 
 namespace mf::model {
 
-struct SafeTensor {
-  DType dtype = DType::f32;
-  Shape shape;
-  std::vector<unsigned char> bytes;
-};
+// The name init_weights_from (train/trainer.cpp) spells a tensor with.
+using SafeTensor = HostArray;
 
 struct SafeTensors {
   std::vector<std::string> order;  // file order
-  std::map<std::string, SafeTensor> tensors;
+  std::map<std::string, HostArray> tensors;
   std::map<std::string, std::string> metadata;
 
+  // Appends `tensor` under `name` (non-empty, not "__metadata__", not taken).
+  void add(const std::string& name, HostArray tensor);
   void add(const std::string& name, DType dtype, const Shape& shape, const void* data);
-  const SafeTensor& at(const std::string& name) const;  // throws naming the file and tensor
+  const HostArray& at(const std::string& name) const;  // throws naming the file and tensor
   std::string source = "<memory>";
 };
 
