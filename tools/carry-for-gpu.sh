@@ -29,10 +29,12 @@ tools/deps.sh
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
   -DMELFORGE_ORACLE_PYTHON=/usr/bin/python3 '-DCMAKE_BUILD_RPATH=$ORIGIN/../../lib' \
   -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags >/dev/null
-GPU_TESTS=$(cd "$BUILD" && ctest -N -L gpu | sed -n 's/^ *Test *#[0-9]*: *\([^ ]*\)$/\1/p')
+cmake --build "$BUILD" --parallel "$(nproc)" --target melforge melforge-bench melforge_gpu_tests
+# The gpu suites' binaries, each once: ctest names some binaries in several
+# tests (other settings) and names a test's command only once it is built.
+GPU_TESTS=$(cd "$BUILD" && ctest -N -V -L gpu | sed -n 's|^[0-9]*: Test command: [^ ]*/\([^/ ]*\).*|\1|p' |
+            awk '!seen[$0]++')
 [ -n "$GPU_TESTS" ] || { echo "carry-for-gpu: ctest lists no gpu tests" >&2; exit 1; }
-# shellcheck disable=SC2086
-cmake --build "$BUILD" --parallel "$(nproc)" --target melforge melforge-bench $GPU_TESTS
 
 rm -rf .carry
 mkdir -p .carry/lib .carry/build/tools .carry/build/bench .carry/build/tests

@@ -149,8 +149,11 @@ else
 fi
 MELFORGE=$BUILD/tools/melforge
 BENCH=$BUILD/bench/melforge-bench
-# ctest -N -V: "N: Test command: /path/test_x_gpu".
-GPU_TESTS=$(cd "$CTEST_DIR" && ctest -L gpu -N -V 2>/dev/null | sed -n 's/^[0-9]*: Test command: \([^ ]*\).*/\1/p')
+# ctest -N -V: "N: Test command: /path/test_x_gpu [args]". Each binary once:
+# some run in several tests with other settings, and compute-sanitizer runs
+# the binary as is.
+GPU_TESTS=$(cd "$CTEST_DIR" && ctest -L gpu -N -V 2>/dev/null | sed -n 's/^[0-9]*: Test command: \([^ ]*\).*/\1/p' |
+            awk '!seen[$0]++')
 
 # CUDA's libraries (cudart, cuBLAS, cuDNN) where the loader does not find them
 # itself: CUDA's lib folders, then the pip wheels (nvidia/*/lib: cuDNN may

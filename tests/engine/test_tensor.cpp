@@ -7,7 +7,6 @@
 #include "engine/parallel.hpp"
 #include "engine/tensor.hpp"
 #include "engine/timer.hpp"
-#include "kernels/ops.hpp"
 #include "tests/support/testing.hpp"
 
 using namespace mf;
@@ -42,23 +41,6 @@ TEST_CASE("host copies, reshape and slice share or copy storage as documented") 
   CHECK(z.to_floats() == std::vector<float>{0, 0, 0});
   z.fill(2.5f);
   CHECK(z.to_floats() == std::vector<float>{2.5f, 2.5f, 2.5f});
-}
-
-TEST_CASE("cast through the dispatch point (CPU twin) rounds like the scalar conversions") {
-  const auto v = testing::random_floats(100000, 2, -70000.f, 70000.f);
-  Tensor a = Tensor::from_floats(v, {100000});
-  for (DType t : {DType::f16, DType::bf16}) {
-    Tensor h = Tensor::empty({100000}, t);
-    ops::cast(a, h);
-    const auto got = h.to_floats();
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      const float want = t == DType::f16 ? f16_bits_to_f32(f32_to_f16_bits(v[i]))
-                                         : bf16_bits_to_f32(f32_to_bf16_bits(v[i]));
-      REQUIRE(std::bit_cast<std::uint32_t>(got[i]) == std::bit_cast<std::uint32_t>(want));
-    }
-  }
-  Tensor wrong = Tensor::empty({5}, DType::f16);
-  CHECK_THROWS_WITH_AS(ops::cast(a, wrong), doctest::Contains("cast: dst must have shape [100000]"), Error);
 }
 
 TEST_CASE("pinned buffers fall back to aligned host memory without a GPU, and can be reused") {

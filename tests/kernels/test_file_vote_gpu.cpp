@@ -1,5 +1,8 @@
-// file_vote on the GPU against its CPU twin: bit-identical from probabilities,
-// outputs poisoned first so every element must be written; many files in one launch.
+// file_vote (kernels/file_vote.cu) through model::vote_files against its CPU
+// twin: bit-identical from probabilities (one vote per file, fixed order),
+// decisions equal and probabilities within f32 rounding from logits; outputs
+// poisoned first so every element must be written; many files in one launch.
+// Runs only where a GPU (or the CUDA emulator) is usable; else exits 77 (skipped).
 #include <doctest/doctest.h>
 
 #include <cmath>

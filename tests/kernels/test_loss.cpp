@@ -1,0 +1,139 @@
+// The fused two-head loss and the evaluation head (kernels/loss.hpp), CPU
+// twin: leak_loss against a float64 evaluation of PyTorch's formulas (class
+// weights, label smoothing), its gradient against finite differences of that
+// evaluation, and its metric counts against a direct count; head_probs
+// against a float64 softmax and sigmoid. The CUDA kernels against this twin:
+// test_loss_gpu.cpp.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/ops.hpp"
+#include "tests/support/testing.hpp"
+
+using namespace mf;
+
+namespace {
+
+// PyTorch's formulas in float64 (weighted mean with smoothing as in
+// torch.nn.functional.cross_entropy; BCEWithLogits mean).
+double total_loss(const std::vector<double>& z, const std::vector<int>& y, const std::vector<float>& t,
+                  const std::vector<float>& cw, std::int64_t B, std::int64_t C, double eps, double wc, double wl, double* ce_out,
+                  double* bce_out) {
+  double nll = 0, smooth = 0, den = 0, bce = 0;
+  for (std::int64_t i = 0; i < B; ++i) {
+    const double* r = z.data() + i * (C + 1);
+    double mx = r[0];
+    for (std::int64_t c = 1; c < C; ++c) mx = std::max(mx, r[c]);
+    double se = 0;
+    for (std::int64_t c = 0; c < C; ++c) se += std::exp(r[c] - mx);
+    const double lse = mx + std::log(se);
+    const double wy = cw.empty() ? 1 : cw[std::size_t(y[std::size_t(i)])];
+    nll += wy * (lse - r[y[std::size_t(i)]]);
+    den += wy;
+    for (std::int64_t c = 0; c < C; ++c) smooth += (cw.empty() ? 1 : cw[std::size_t(c)]) * (lse - r[c]);
+    const double zl = r[C], tt = t[std::size_t(i)];
+    bce += std::max(zl, 0.0) - zl * tt + std::log1p(std::exp(-std::fabs(zl)));
+  }
+  const double ce = (1 - eps) * nll / den + eps / C * smooth / den;
+  if (ce_out) *ce_out = ce;
+  if (bce_out) *bce_out = bce / B;
+  return wc * ce + wl * bce / B;
+}
+
+}  // namespace
+
+TEST_CASE("fused loss: PyTorch semantics (class weights, label smoothing), gradients by finite differences, metrics") {
+  const std::int64_t B = 13, C = 4;
+  const auto zf = testing::random_floats(std::size_t(B * (C + 1)), 21, -3, 3);
+  std::vector<int> y;
+  std::vector<float> labels, t;
+  for (std::int64_t i = 0; i < B; ++i) {
+    y.push_back((i * 7) % C);
+    labels.push_back(float(y.back()));
+    t.push_back(float(i % 3 == 0));
+  }
+  for (const std::vector<float>& cw : {std::vector<float>{}, std::vector<float>{1.f, 2.5f, 0.5f, 1.5f}})
+    for (float eps : {0.f, 0.2f}) {
+      kernels::LeakLossDims d;
+      d.batch = B;
+      d.classes = int(C);
+      d.label_smoothing = eps;
+      d.class_loss_weight = 0.8f;
+      d.leak_loss_weight = 1.3f;
+      d.grad_scale = 0.5f;
+      const float loss_scale = 4.f;
+      Tensor logits = Tensor::from_floats(zf, {B, C + 1});
+      Tensor lab = Tensor::from_floats(labels, {B}, DType::i32), leak = Tensor::from_floats(t, {B});
+      Tensor cwt = cw.empty() ? Tensor() : Tensor::from_floats(cw, {C});
+      Tensor dl = Tensor::empty({B, C + 1}, DType::f32);
+      dl.fill_bytes(0xff);
+      Tensor sums = Tensor::zeros({kernels::kLossSums}, DType::f32), counts = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32);
+      Tensor sl = Tensor::zeros({1}, DType::f32);
+      ops::leak_loss(logits, lab, leak, cw.empty() ? nullptr : &cwt, &loss_scale, d, dl, sums, counts, &sl);
+      std::vector<double> z(zf.begin(), zf.end());
+      double ce = 0, bce = 0;
+      const double ref = total_loss(z, y, t, cw, B, C, eps, 0.8, 1.3, &ce, &bce);
+      CHECK(std::fabs(sl.to_floats()[0] - ref) <= 1e-5 * std::fabs(ref));
+      const auto s = sums.to_floats();
+      CHECK(std::fabs(s[0] - ce) <= 1e-5 * ce);
+      CHECK(std::fabs(s[1] - bce) <= 1e-5 * bce);
+      CHECK(s[3] == 1.f);
+      std::vector<double> fd;
+      for (std::size_t i = 0; i < z.size(); ++i) {
+        auto zp = z, zm = z;
+        zp[i] += 1e-5;
+        zm[i] -= 1e-5;
+        fd.push_back((total_loss(zp, y, t, cw, B, C, eps, 0.8, 1.3, nullptr, nullptr) -
+                      total_loss(zm, y, t, cw, B, C, eps, 0.8, 1.3, nullptr, nullptr)) /
+                     2e-5 * loss_scale * 0.5);
+      }
+      CHECK(testing::rel_l2(dl.to_floats(), fd) < 1e-5);
+      // Metrics: argmax correct counts and the confusion matrix.
+      const auto cnt = counts.to_floats();
+      int correct = 0, lc = 0;
+      std::vector<int> conf(std::size_t(C * C), 0);
+      for (std::int64_t i = 0; i < B; ++i) {
+        std::int64_t arg = 0;
+        for (std::int64_t c = 1; c < C; ++c)
+          if (zf[std::size_t(i * (C + 1) + c)] > zf[std::size_t(i * (C + 1) + arg)]) arg = c;
+        correct += arg == y[std::size_t(i)];
+        ++conf[std::size_t(y[std::size_t(i)] * C + arg)];
+        lc += (zf[std::size_t(i * (C + 1) + C)] > 0) == (t[std::size_t(i)] > 0.5f);
+      }
+      CHECK(cnt[0] == B);
+      CHECK(cnt[1] == correct);
+      CHECK(cnt[2] == lc);
+      for (std::int64_t i = 0; i < C * C; ++i) CHECK(cnt[std::size_t(kernels::kLossCounts + i)] == conf[std::size_t(i)]);
+    }
+}
+
+TEST_CASE("head_probs: softmax of the class columns and sigmoid of the leak column, every precision") {
+  const std::int64_t B = 37, C = 6;
+  const auto z = testing::random_floats(std::size_t(B * (C + 1)), 22, -8, 8);
+  for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+    const Tensor logits = Tensor::from_floats(z, {B, C + 1}, t);
+    const auto zt = logits.to_floats();  // the reference reads the logits as rounded to t
+    std::vector<double> want_p, want_l;
+    for (std::int64_t i = 0; i < B; ++i) {
+      const float* r = zt.data() + i * (C + 1);
+      const double mx = *std::max_element(r, r + C);
+      double se = 0;
+      for (std::int64_t c = 0; c < C; ++c) se += std::exp(r[c] - mx);
+      for (std::int64_t c = 0; c < C; ++c) want_p.push_back(std::exp(r[c] - mx) / se);
+      want_l.push_back(1 / (1 + std::exp(-double(r[C]))));
+    }
+    Tensor p = Tensor::empty({B, C}, DType::f32), l = Tensor::empty({B}, DType::f32);
+    p.fill_bytes(0xff);  // NaN: every element must be written
+    l.fill_bytes(0xff);
+    ops::head_probs(logits, p, l);
+    // f32 arithmetic on exact inputs: a few ulps.
+    CHECK(testing::rel_l2(p.to_floats(), want_p) < 1e-6);
+    CHECK(testing::rel_l2(l.to_floats(), want_l) < 1e-6);
+  }
+  Tensor wrong = Tensor::empty({B, C + 1}, DType::f32), l = Tensor::empty({B}, DType::f32);
+  CHECK_THROWS_WITH_AS(ops::head_probs(Tensor::zeros({B, C + 1}, DType::f32), wrong, l),
+                       doctest::Contains("head_probs: probs must have shape"), Error);
+}
