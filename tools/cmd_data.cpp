@@ -13,6 +13,7 @@
 #include "engine/dtype.hpp"
 #include "io/dataset.hpp"
 #include "io/synth.hpp"
+#include "tools/cli_help.hpp"
 #include "tools/commands.hpp"
 
 namespace mf::cli {
@@ -116,14 +117,16 @@ void run_inspect(const std::string& path, const io::DatasetNames& names, bool sc
 }  // namespace
 
 void register_data(CLI::App& app) {
-  auto* data = app.add_subcommand("data", "Dataset tools: synth (synthetic dataset), inspect (validate a file)");
+  auto* data = app.add_subcommand(
+      "data", "Dataset tools: synth writes a synthetic dataset, inspect validates a file and prints its summary");
   data->require_subcommand(1);
 
-  auto* synth = data->add_subcommand("synth", "Write a synthetic leak dataset: DIR/train.h5, val.h5, test.h5");
+  auto* synth = data->add_subcommand(
+      "synth", "Make a synthetic leak-detection dataset split by file; writes DIR/train.h5, val.h5 and test.h5");
   static std::string out;
   static io::SynthConfig cfg;
   static std::string dtype = "f16", storage = "contiguous";
-  synth->add_option("--out", out, "Output directory")->required();
+  synth->add_option("--out", out, "Output directory")->required()->type_name("DIR");
   synth->add_option("--files", cfg.files, "Files over the three splits (70/15/15 by file)")->capture_default_str();
   synth->add_option("--classes", cfg.classes, "Classes (class 0 is normal)")->capture_default_str();
   synth->add_option("--mels", cfg.mels, "Mel bins")->capture_default_str();
@@ -131,23 +134,31 @@ void register_data(CLI::App& app) {
   synth->add_option("--long", cfg.long_segments, "Long segments per file (L)")->capture_default_str();
   synth->add_option("--short", cfg.short_segments, "Short segments per long segment (S)")->capture_default_str();
   synth->add_option("--seed", cfg.seed, "Seed")->capture_default_str();
-  synth->add_option("--dtype", dtype, "f16|f32")->capture_default_str();
-  synth->add_option("--storage", storage, "contiguous|chunked|gzip (gzip = chunked + shuffle + deflate)")
-      ->capture_default_str();
+  synth->add_option("--dtype", dtype, "Element type of the segments")
+      ->capture_default_str()
+      ->type_name(one_of_type({"f16", "f32"}));
+  synth->add_option("--storage", storage, "HDF5 storage of the segments (gzip = chunked + shuffle + deflate)")
+      ->capture_default_str()
+      ->type_name(one_of_type({"contiguous", "chunked", "gzip"}));
   synth->callback([] {
     cfg.dtype = parse_dtype(dtype);
     cfg.storage = io::parse_write_storage(storage);
     run_synth(out, cfg);
   });
 
-  auto* inspect = data->add_subcommand("inspect", "Validate a dataset file; print schema, storage, labels, values");
+  auto* inspect = data->add_subcommand(
+      "inspect", "Validate a dataset file; prints its schema, storage, label histogram and value statistics");
   static std::string file;
   static io::DatasetNames names;
   static bool no_scan = false;
-  inspect->add_option("file", file, "HDF5 file")->required();
-  inspect->add_option("--segments", names.segments, "Name of the segments dataset")->capture_default_str();
-  inspect->add_option("--labels", names.labels, "Name of the labels dataset")->capture_default_str();
-  inspect->add_option("--leak", names.leak, "Name of the optional leak dataset")->capture_default_str();
+  inspect->add_option("file", file, "HDF5 file")->required()->type_name("PATH");
+  inspect->add_option("--segments", names.segments, "Name of the segments dataset")
+      ->capture_default_str()
+      ->type_name("NAME");
+  inspect->add_option("--labels", names.labels, "Name of the labels dataset")->capture_default_str()->type_name("NAME");
+  inspect->add_option("--leak", names.leak, "Name of the optional leak dataset")
+      ->capture_default_str()
+      ->type_name("NAME");
   inspect->add_option("--normal-class", names.normal_class, "Class meaning no leak (-1: 'normal' or 0)")
       ->capture_default_str();
   inspect->add_option("--classes", names.num_classes, "Number of classes (0: from class_names or the labels)")

@@ -11,6 +11,7 @@
 #include "engine/tensor.hpp"
 #include "engine/timer.hpp"
 #include "kernels/ops.hpp"
+#include "tools/cli_help.hpp"
 #include "tools/commands.hpp"
 
 namespace mf::cli {
@@ -65,10 +66,11 @@ int run_smoke(const std::string& device_spec, std::int64_t n) {
 }  // namespace
 
 void register_smoke(CLI::App& app) {
-  auto* cmd = app.add_subcommand("smoke", "Exercise the engine on the GPU (or CPU) and check it");
+  auto* cmd = app.add_subcommand(
+      "smoke", "Exercise the engine on the GPU (or CPU); prints timings and whether it matches the CPU twin");
   static std::string device = "auto";
   static std::int64_t n = 1 << 20;
-  cmd->add_option("--device", device, "auto|cpu|cuda|cuda:N")->capture_default_str();
+  cmd->add_option("--device", device, "Where to run")->capture_default_str()->type_name(kDeviceType);
   cmd->add_option("-n,--elements", n, "Elements to push through")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->callback([] {
     if (int rc = run_smoke(device, n); rc != 0) throw CLI::RuntimeError(rc);

@@ -11,6 +11,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough();
   app.set_version_flag("--version", "melforge 0.1.0");
+  // Room for `--option TYPE=DEFAULT` before the description (subcommands share this formatter).
+  app.get_formatter()->column_width(36);
   mf::cli::register_info(app);
   mf::cli::register_smoke(app);
   mf::cli::register_data(app);

@@ -1,8 +1,15 @@
 // The binaries as a user runs them: exit codes and messages.
 #include <doctest/doctest.h>
 
+#include <map>
+#include <set>
+#include <sstream>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
+#include "model/run_config.hpp"
 #include "tests/support/cli.hpp"
 
 using mf::testing::CliResult;
@@ -42,4 +49,64 @@ TEST_CASE("melforge-bench conv without a GPU says so and exits 0") {
   const CliResult r = run("conv --no-write --batch 256 --reps 2", "MELFORGE_BENCH_BIN");
   CHECK(r.code == 0);
   if (r.out.find("no GPU") == std::string::npos) CHECK(r.out.find("cudnn us") != std::string::npos);
+}
+
+namespace {
+// The option lines of a --help text as (names, type): "  --batch-size INT=256   Segments ..." gives
+// ("--batch-size", "INT=256"); a flag gives an empty type.
+std::vector<std::pair<std::string, std::string>> option_lines(const std::string& help) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::istringstream in(help);
+  for (std::string line; std::getline(in, line);) {
+    std::string_view spec(line);
+    if (!spec.starts_with("  -")) continue;
+    spec.remove_prefix(2);
+    spec = spec.substr(0, spec.find("  "));  // the description starts after two spaces
+    const std::size_t space = spec.find(' ');
+    out.emplace_back(spec.substr(0, space), space == std::string_view::npos ? "" : spec.substr(space + 1));
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("every subcommand's --help shows each option's type, never a bare TEXT") {
+  const std::set<std::string> flags = {"-h,--help", "--version", "--fast-dev-run", "--gpu-cache", "--per-segment",
+                                       "--no-scan"};
+  for (const char* sub : {"", "info", "smoke", "data", "data synth", "data inspect", "train", "eval", "predict",
+                          "export", "plot"}) {
+    const CliResult r = run(std::string(sub) + " --help");
+    INFO(sub, "\n", r.out);
+    CHECK(r.code == 0);
+    CHECK(r.out.find("TEXT") == std::string::npos);
+    for (const auto& [names, type] : option_lines(r.out)) {
+      INFO(names);
+      CHECK((!type.empty() || flags.count(names) == 1));
+    }
+  }
+}
+
+TEST_CASE("train --help shows each flag's type and its configuration default") {
+  const CliResult r = run("train --help");
+  REQUIRE(r.code == 0);
+  std::map<std::string, std::string> type_of;
+  for (const auto& [names, type] : option_lines(r.out)) type_of[names] = type;
+  // The defaults have one home, model::RunConfig; the help shows them as TYPE=DEFAULT.
+  const mf::model::RunConfig defaults;
+  std::ostringstream batch_size, batch_size_key, epochs, out;
+  batch_size << defaults.batch_size;
+  batch_size_key << "(default " << defaults.batch_size << ")";
+  epochs << "INT=" << defaults.epochs;
+  out << "DIR=" << defaults.out;
+  INFO(r.out);
+  const std::string& batch_size_type = type_of["--batch-size"];
+  CHECK(batch_size_type.find("INT") != std::string::npos);
+  CHECK(batch_size_type.substr(batch_size_type.find('=') + 1) == batch_size.str());
+  CHECK(type_of["--epochs"] == epochs.str());
+  CHECK(type_of["--lr"].starts_with("FLOAT="));
+  CHECK(type_of["--precision"] == "{auto,fp32,bf16,fp16}=auto");
+  CHECK(type_of["--device"] == "{auto,cpu,cuda,cuda:N}=auto");
+  CHECK(type_of["--train"] == "PATH");
+  CHECK(type_of["--out"] == out.str());
+  // The configuration keys below the flags show their defaults too.
+  CHECK(r.out.find(batch_size_key.str()) != std::string::npos);
 }

@@ -1,0 +1,30 @@
+// What `melforge SUBCOMMAND --help` shows for an option: a type that says what
+// to write (INT, FLOAT, PATH, DIR, NAME, {a,b,c} for a fixed set of words) and
+// the default, as `--option TYPE=DEFAULT`. No option shows CLI11's bare TEXT
+// (tests/tools/test_cli.cpp checks every subcommand).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+namespace mf::cli {
+
+// The words engine/device.hpp's parse_device accepts (N: a GPU index).
+inline constexpr const char* kDeviceType = "{auto,cpu,cuda,cuda:N}";
+
+// "{a,b,c}": the type shown for an option that takes one of `words`.
+inline std::string one_of_type(const std::vector<std::string>& words) {
+  std::string s = "{";
+  for (std::size_t i = 0; i < words.size(); ++i) s += (i ? "," : "") + words[i];
+  return s + "}";
+}
+
+// An option that takes one of `words`, checked by CLI11 while parsing; the
+// help shows the words once, as the type (not also as the check's TEXT:{...}).
+inline CLI::Option* checked_one_of(CLI::Option* opt, const std::vector<std::string>& words) {
+  return opt->type_name(one_of_type(words))->check(CLI::IsMember(words).description(""));
+}
+
+}  // namespace mf::cli
