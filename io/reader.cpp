@@ -14,6 +14,7 @@
 #include <system_error>
 #include <thread>
 
+#include "engine/counter_rng.hpp"
 #include "engine/memory.hpp"
 #include "engine/nvtx.hpp"
 #include "engine/parallel.hpp"
@@ -37,17 +38,11 @@ LastBatch parse_last_batch(std::string_view s) {
 // ---- order -------------------------------------------------------------------
 
 namespace {
-std::uint64_t splitmix64(std::uint64_t& x) {
-  std::uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 // Uniform in [0, bound) without modulo bias.
 std::uint64_t bounded(std::uint64_t& state, std::uint64_t bound) {
   const std::uint64_t threshold = (0 - bound) % bound;
   for (;;) {
-    const std::uint64_t r = splitmix64(state);
+    const std::uint64_t r = splitmix64_next(state);
     if (r >= threshold) return r % bound;
   }
 }
@@ -62,7 +57,7 @@ std::vector<std::int64_t> epoch_order(std::int64_t n, std::uint64_t seed, std::i
   for (std::int64_t i = 0; i < n; ++i) v[std::size_t(i)] = i;
   if (!shuffle) return v;
   std::uint64_t state = seed * 0x2545f4914f6cdd1dull ^ (std::uint64_t(epoch) + 0x632be59bd9b4e019ull);
-  splitmix64(state);
+  splitmix64_next(state);
   for (std::int64_t i = n - 1; i > 0; --i) std::swap(v[std::size_t(i)], v[bounded(state, std::uint64_t(i + 1))]);
   return v;
 }

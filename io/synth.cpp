@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <numbers>
 
+#include "engine/counter_rng.hpp"
 #include "engine/error.hpp"
 #include "engine/parallel.hpp"
 
@@ -14,13 +15,8 @@ namespace {
 struct Rng {
   std::uint64_t s;
   explicit Rng(std::uint64_t seed) : s(seed) {}
-  std::uint64_t next() {
-    std::uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return double(next() >> 11) * 0x1.0p-53; }             // [0, 1)
+  std::uint64_t next() { return splitmix64_next(s); }
+  double uniform() { return unit_double(next()); }                           // [0, 1)
   double uniform(double a, double b) { return a + (b - a) * uniform(); }
   double open01() { return (double(next() >> 11) + 0.5) * 0x1.0p-53; }     // (0, 1)
   double normal() { return std::sqrt(-2 * std::log(open01())) * std::cos(2 * std::numbers::pi * uniform()); }
@@ -198,8 +194,8 @@ std::vector<SynthSplit> write_synthetic(const std::string& dir, const SynthConfi
       parallel_for(f1 - f0, [&](std::int64_t b, std::int64_t e) {
         for (std::int64_t i = b; i < e; ++i) {
           const std::int64_t f = fs[std::size_t(f0 + i)];
-          synth_file(cfg, int(f % cfg.classes), cfg.seed * 0x9e3779b97f4a7c15ull + std::uint64_t(f) * 0x632be59bd9b4e019ull + 1,
-                     buf.data() + i * spf * seg_elems);
+          const std::uint64_t file_seed = cfg.seed * kSplitmix64Gamma + std::uint64_t(f) * 0x632be59bd9b4e019ull + 1;
+          synth_file(cfg, int(f % cfg.classes), file_seed, buf.data() + i * spf * seg_elems);
         }
       });
       w.write_segments(f0 * spf, (f1 - f0) * spf, buf.data());

@@ -4,46 +4,41 @@
 
 #include <cmath>
 
+#include "engine/host_device.hpp"
 #include "kernels/adamw.hpp"
-
-#ifdef __CUDACC__
-#define MF_HD __host__ __device__
-#else
-#define MF_HD
-#endif
 
 namespace mf::kernels::detail {
 
 // The math calls valid in both host and device code.
-MF_HD inline bool finite_d(double x) {
+MF_HOST_DEVICE inline bool finite_d(double x) {
 #ifdef __CUDA_ARCH__
   return isfinite(x);
 #else
   return std::isfinite(x);
 #endif
 }
-MF_HD inline double sqrt_d(double x) {
+MF_HOST_DEVICE inline double sqrt_d(double x) {
 #ifdef __CUDA_ARCH__
   return sqrt(x);
 #else
   return std::sqrt(x);
 #endif
 }
-MF_HD inline double pow_d(double x, double y) {
+MF_HOST_DEVICE inline double pow_d(double x, double y) {
 #ifdef __CUDA_ARCH__
   return pow(x, y);
 #else
   return std::pow(x, y);
 #endif
 }
-MF_HD inline double cos_d(double x) {
+MF_HOST_DEVICE inline double cos_d(double x) {
 #ifdef __CUDA_ARCH__
   return cos(x);
 #else
   return std::cos(x);
 #endif
 }
-MF_HD inline float sqrt_f(float x) {
+MF_HOST_DEVICE inline float sqrt_f(float x) {
 #ifdef __CUDA_ARCH__
   return sqrtf(x);
 #else
@@ -51,7 +46,7 @@ MF_HD inline float sqrt_f(float x) {
 #endif
 }
 
-MF_HD inline double schedule_lr(const AdamWConfig& c, std::int64_t t) {
+MF_HOST_DEVICE inline double schedule_lr(const AdamWConfig& c, std::int64_t t) {
   const double base = c.lr;
   if (t < c.warmup_steps) return base * double(t + 1) / double(c.warmup_steps);
   const std::int64_t span = c.total_steps - c.warmup_steps > 1 ? c.total_steps - c.warmup_steps : 1;
@@ -66,7 +61,7 @@ MF_HD inline double schedule_lr(const AdamWConfig& c, std::int64_t t) {
 }
 
 // Pass 2 after the reduction: sumsq of the unscaled gradients, nonfinite count.
-MF_HD inline void finalize_step(const AdamWConfig& c, AdamWState& s, double sumsq, long long nonfinite) {
+MF_HOST_DEVICE inline void finalize_step(const AdamWConfig& c, AdamWState& s, double sumsq, long long nonfinite) {
   const double norm = sqrt_d(sumsq);
   const bool found = nonfinite > 0 || !finite_d(norm);
   const double lr = schedule_lr(c, s.iteration);
@@ -109,7 +104,7 @@ MF_HD inline void finalize_step(const AdamWConfig& c, AdamWState& s, double sums
 }
 
 // Pass 3 for one element.
-MF_HD inline void update_element(const AdamWConfig& c, const AdamWState& s, bool decay, float& p,
+MF_HOST_DEVICE inline void update_element(const AdamWConfig& c, const AdamWState& s, bool decay, float& p,
                                  float g, float& m, float& v) {
   g *= s.coef;
   if (decay) p *= s.decay_factor;

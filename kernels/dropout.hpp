@@ -12,13 +12,9 @@
 
 #include <cstdint>
 
+#include "engine/counter_rng.hpp"
 #include "engine/dtype.hpp"
-
-#ifdef __CUDACC__
-#define MF_DROPOUT_HD __host__ __device__
-#else
-#define MF_DROPOUT_HD
-#endif
+#include "engine/host_device.hpp"
 
 namespace mf::kernels {
 
@@ -29,14 +25,13 @@ struct DropoutDims {
   std::uint32_t stream = 0;
 };
 
-// splitmix64-style finaliser over the combined key; top 24 bits -> [0, 1).
-MF_DROPOUT_HD inline float dropout_uniform(std::uint64_t seed, std::uint32_t counter, std::uint32_t stream,
-                                           std::uint64_t index) {
-  std::uint64_t z = seed + 0x9e3779b97f4a7c15ull * (1 + index);
-  z ^= (std::uint64_t(counter) << 32 | stream) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
+// splitmix64's finalizer (engine/counter_rng.hpp) over the element's Weyl
+// point seed + gamma * (1 + index), xor the scrambled (counter, stream) key;
+// the top 24 bits -> [0, 1), exact in float.
+MF_HOST_DEVICE inline float dropout_uniform(std::uint64_t seed, std::uint32_t counter, std::uint32_t stream,
+                                            std::uint64_t index) {
+  const std::uint64_t key = (std::uint64_t(counter) << 32 | stream) * 0xbf58476d1ce4e5b9ull;
+  const std::uint64_t z = splitmix64_finalize((seed + kSplitmix64Gamma * (1 + index)) ^ key);
   return float(std::uint32_t(z >> 40)) * (1.f / 16777216.f);
 }
 

@@ -6,17 +6,12 @@
 #include <cmath>
 #include <cstdint>
 
+#include "engine/host_device.hpp"
 #include "kernels/file_vote.hpp"
-
-#ifdef __CUDACC__
-#define MF_FV_HD __host__ __device__ __forceinline__
-#else
-#define MF_FV_HD inline
-#endif
 
 namespace mf::kernels::detail {
 
-MF_FV_HD float fv_exp(float x) {
+MF_HOST_DEVICE_INLINE float fv_exp(float x) {
 #ifdef __CUDA_ARCH__
   return expf(x);
 #else
@@ -24,9 +19,9 @@ MF_FV_HD float fv_exp(float x) {
 #endif
 }
 
-MF_FV_HD void file_vote_one(const float* class_in, const float* leak_in, float* file_probs,
-                            std::int32_t* file_class, float* file_leak_prob, std::int32_t* file_leak,
-                            const FileVoteDims& d, std::int64_t f) {
+MF_HOST_DEVICE_INLINE void file_vote_one(const float* class_in, const float* leak_in, float* file_probs,
+                                         std::int32_t* file_class, float* file_leak_prob, std::int32_t* file_leak,
+                                         const FileVoteDims& d, std::int64_t f) {
   const int C = d.classes;
   const std::int64_t L = d.longs, S = d.shorts;
   float file_sum[kFileVoteMaxClasses];
@@ -54,10 +49,10 @@ MF_FV_HD void file_vote_one(const float* class_in, const float* leak_in, float* 
           z += p[c];
         }
         for (int c = 0; c < C; ++c) long_sum[c] += p[c] / z;
-        long_leak += 1.f / (1.f + fv_exp(-leak_in[row]));
+        if (leak_in) long_leak += 1.f / (1.f + fv_exp(-leak_in[row]));
       } else {
         for (int c = 0; c < C; ++c) long_sum[c] += x[c];
-        long_leak += leak_in[row];
+        if (leak_in) long_leak += leak_in[row];
       }
     }
     int best = 0;
@@ -84,6 +79,7 @@ MF_FV_HD void file_vote_one(const float* class_in, const float* leak_in, float* 
     if (votes[c] > votes[winner] || (votes[c] == votes[winner] && m > mw)) winner = c;
   }
   file_class[f] = winner;
+  if (!leak_in) return;  // no leak head: the class vote alone
   const float leak_mean = leak_sum / float(L);
   file_leak_prob[f] = leak_mean;
   const std::int64_t twice = 2 * leak_votes;

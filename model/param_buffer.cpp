@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "engine/counter_rng.hpp"
 #include "engine/error.hpp"
 #include "kernels/ops.hpp"
 #include "model/torch_layout.hpp"
@@ -10,14 +11,6 @@ namespace mf::model {
 
 namespace {
 std::int64_t pad8(std::int64_t x) { return (x + 7) / 8 * 8; }
-
-// splitmix64: a counter-based generator, identical everywhere.
-std::uint64_t mix(std::uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 }  // namespace
 
 ParamBuffer::ParamBuffer(const LeakCNNConfig& cfg, DType work_dtype, Device device, cudaStream_t stream)
@@ -96,9 +89,9 @@ void ParamBuffer::init(std::uint64_t seed, cudaStream_t stream) {
     const ParamInfo& p = params_[pi];
     const double bound = 1.0 / std::sqrt(double(p.fan_in));
     std::vector<float> torch_order(std::size_t(p.numel));
-    const std::uint64_t base = mix(seed ^ mix(0x5eed0000ull + pi));
+    const std::uint64_t base = splitmix64_hash(seed ^ splitmix64_hash(0x5eed0000ull + pi));
     for (std::int64_t i = 0; i < p.numel; ++i) {
-      const double u = double(mix(base + std::uint64_t(i)) >> 11) * (1.0 / 9007199254740992.0);
+      const double u = unit_double(splitmix64_hash(base + std::uint64_t(i)));
       torch_order[std::size_t(i)] = float(-bound + 2.0 * bound * u);
     }
     const std::vector<float> ours = from_torch_layout(cfg_, p, torch_order);
