@@ -9,7 +9,9 @@ Layout differences (handled by model/torch_layout.hpp on melforge's side):
   * input: PyTorch [N, 1, mels, frames]; melforge [N, mels, frames, 1] (the same
     memory, as there is one channel).
 The two heads are separate nn.Linear here; melforge stores them adjacently and
-runs them as one [C+1, D] layer, which computes the same logits.
+runs them as one [C+1, D] layer, which computes the same logits. With
+leak_head=False (melforge's model.heads = class) there is no leak_head module:
+forward returns (class logits, None), as melforge has no leak parameters.
 """
 import torch
 import torch.nn as nn
@@ -29,7 +31,7 @@ class Block(nn.Module):
 
 class LeakCNN(nn.Module):
     def __init__(self, in_mels=64, in_frames=64, channels=(32, 64, 128), pools=(2, 2, 2), kernel=3,
-                 dense=256, dropout=0.0, classes=2):
+                 dense=256, dropout=0.0, classes=2, leak_head=True):
         super().__init__()
         blocks, cin, h, w = [], 1, in_mels, in_frames
         for cout, p in zip(channels, pools):
@@ -39,13 +41,24 @@ class LeakCNN(nn.Module):
         self.fc = nn.Linear(cin * h * w, dense)
         self.dropout = nn.Dropout(dropout)
         self.class_head = nn.Linear(dense, classes)
-        self.leak_head = nn.Linear(dense, 1)
+        self.leak_head = nn.Linear(dense, 1) if leak_head else None
 
     def forward(self, x):
         for b in self.blocks:
             x = b(x)
         h = self.dropout(F.relu(self.fc(torch.flatten(x, 1))))
-        return self.class_head(h), self.leak_head(h).squeeze(1)
+        leak = self.leak_head(h).squeeze(1) if self.leak_head is not None else None
+        return self.class_head(h), leak
+
+
+def resolve_heads(heads, leak_in_file, class_names, normal_class=-1):
+    """melforge's model.heads = auto rule (model/heads.hpp): class+leak when the
+    data has a leak dataset, a class named "normal" (any case) or an explicit
+    normal class; class otherwise. An explicit value is returned unchanged."""
+    if heads != "auto":
+        return heads
+    named_normal = any(str(n).lower() == "normal" for n in class_names)
+    return "class+leak" if leak_in_file or named_normal or normal_class >= 0 else "class"
 
 
 def lr_at(it, lr, schedule="constant", warmup=0, total=1, min_lr=0.0):

@@ -68,7 +68,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from leakcnn_torch import LeakCNN, lr_at  # noqa: E402
+from leakcnn_torch import LeakCNN, lr_at, resolve_heads  # noqa: E402
 
 _IMPORTS_DONE = time.perf_counter()
 _FIRST_VARIANT = True  # time to first step counts from launch for the process's first variant
@@ -203,7 +203,8 @@ class H5Split:
             self.class_names = names or [str(c) for c in range(self.classes)]
             if normal_class < 0:
                 normal_class = self.class_names.index("normal") if "normal" in self.class_names else 0
-            lk = np.asarray(f[leak][()]).astype(np.float32).reshape(-1) if leak in f else (lab != normal_class).astype(np.float32)
+            self.leak_in_file = bool(leak) and leak in f
+            lk = np.asarray(f[leak][()]).astype(np.float32).reshape(-1) if self.leak_in_file else (lab != normal_class).astype(np.float32)
         self.file_labels = lab
         self.file_leak = lk.astype(np.int32)
         rep = self.per_file if len(shape) == 5 else 1
@@ -288,7 +289,8 @@ class BatchDataset(torch.utils.data.Dataset):
 
 # ---- metrics (model/metrics.cpp, kernels/file_vote.hpp) ----
 
-def class_metrics(labels, preds, classes, leak_labels, leak_scores, threshold):
+def class_metrics(labels, preds, classes, leak_labels=None, leak_scores=None, threshold=0.5):
+    """model/metrics.cpp's metrics; without leak scores (heads=class) no "leak" entry."""
     conf = np.zeros((classes, classes), dtype=np.int64)
     np.add.at(conf, (labels, preds), 1)
     n = len(labels)
@@ -298,19 +300,21 @@ def class_metrics(labels, preds, classes, leak_labels, leak_scores, threshold):
     rec = np.where(actual > 0, tp / np.maximum(actual, 1), 0.0)
     f1 = np.where(prec + rec > 0, 2 * prec * rec / np.maximum(prec + rec, 1e-300), 0.0)
     seen = (actual > 0) | (predicted > 0)
-    dec = leak_scores >= threshold
-    y = leak_labels != 0
     m = {
         "count": int(n),
         "accuracy": float(tp.sum() / n) if n else None,
         "balanced_accuracy": float(rec[actual > 0].mean()) if (actual > 0).any() else None,
         "macro_f1": float(f1[seen].mean()) if seen.any() else None,
         "confusion": conf.tolist(),
-        "leak": {"threshold": threshold,
+    }
+    if leak_scores is None:
+        return m
+    dec = leak_scores >= threshold
+    y = leak_labels != 0
+    m["leak"] = {"threshold": threshold,
                  "accuracy": float((dec == y).mean()) if n else None,
                  "detection_rate": float(dec[y].mean()) if y.any() else None,
-                 "false_alarm_rate": float(dec[~y].mean()) if (~y).any() else None},
-    }
+                 "false_alarm_rate": float(dec[~y].mean()) if (~y).any() else None}
     return m
 
 
@@ -321,13 +325,15 @@ def file_vote(probs, leak_p, files, longs, shorts, threshold):
     exact tie decided by the file-mean leak probability."""
     C = probs.shape[1]
     long_p = probs.reshape(files, longs, shorts, C).mean(axis=2, dtype=np.float32)
-    long_leak = leak_p.reshape(files, longs, shorts).mean(axis=2, dtype=np.float32)
     file_p = long_p.mean(axis=1, dtype=np.float32)
     votes = np.zeros((files, C), dtype=np.int64)
     np.add.at(votes, (np.repeat(np.arange(files), longs), long_p.argmax(axis=2).reshape(-1)), 1)
     # most votes, then larger mean probability, then lower class (argmax takes the first)
     key = votes.astype(np.float64) * 4.0 + file_p.astype(np.float64)  # file_p <= 1 < 4: votes dominate
     klass = key.argmax(axis=1)
+    if leak_p is None:  # heads=class: the class vote alone
+        return klass, file_p, None, None
+    long_leak = leak_p.reshape(files, longs, shorts).mean(axis=2, dtype=np.float32)
     leak_mean = long_leak.mean(axis=1, dtype=np.float32)
     leak_votes = (long_leak >= threshold).sum(axis=1)
     twice = 2 * leak_votes
@@ -392,15 +398,17 @@ def evaluate(model, xs, split, args, device, amp_ctx, resident, in_dtype):
             with amp_ctx():
                 logits, leak = model(xb)
             probs.append(torch.softmax(logits.float(), dim=1))
-            leaks.append(torch.sigmoid(leak.float()))
+            if leak is not None:
+                leaks.append(torch.sigmoid(leak.float()))
     model.train()
     p = torch.cat(probs).cpu().numpy()
-    lp = torch.cat(leaks).cpu().numpy()
+    lp = torch.cat(leaks).cpu().numpy() if leaks else None
     thr = args.threshold
     seg = class_metrics(split.labels, p.argmax(axis=1), split.classes, split.leak.astype(np.int32), lp, thr)
     klass, _, fleak, fleak_p = file_vote(p, lp, split.files, split.longs, split.shorts, thr)
     fil = class_metrics(split.file_labels, klass, split.classes, split.file_leak, fleak_p, thr)
-    fil["leak"]["accuracy"] = float((fleak == split.file_leak).mean())
+    if lp is not None:
+        fil["leak"]["accuracy"] = float((fleak == split.file_leak).mean())
     return {"segment": seg, "file": fil}
 
 
@@ -441,7 +449,7 @@ def run_variant(variant, args, train, val, orders):
         return torch.autocast(device_type=device.type, dtype=amp_dtype)
 
     model = LeakCNN(train.mels, train.frames, args.channels, args.pools, args.kernel, args.dense, args.dropout,
-                    train.classes)
+                    train.classes, leak_head=args.heads == "class+leak")
     if args.init == "melforge":
         melforge_init(model, args.seed)
     model = model.to(device, memory_format=torch.channels_last)
@@ -544,8 +552,9 @@ def run_variant(variant, args, train, val, orders):
             opt.zero_grad(set_to_none=True)
             with amp_ctx():
                 logits, leak = fwd(xb)
-                loss = args.class_loss_weight * ce(logits.float(), yb) + \
-                    args.leak_loss_weight * bce(leak.float(), tb)
+                loss = args.class_loss_weight * ce(logits.float(), yb)
+                if leak is not None:
+                    loss = loss + args.leak_loss_weight * bce(leak.float(), tb)
             if scaler is not None:
                 scaler.scale(loss).backward()
                 scaler.unscale_(opt)
@@ -744,6 +753,8 @@ def parse_args(argv):
     p.add_argument("--kernel", type=int, default=3)
     p.add_argument("--dense", type=int, default=256)
     p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--heads", default="auto", choices=("auto", "class", "class+leak"),
+                   help="melforge's model.heads (auto: class+leak when the data has /leak or a class named normal)")
     p.add_argument("--limit-batches", type=int, default=0, help="steps per epoch at most (0: all)")
     p.add_argument("--segments", default="segments")
     p.add_argument("--labels", default="labels")
@@ -784,6 +795,7 @@ def main(argv=None):
         raise SystemExit("torch_train: --train and --val are required (or --dry-run)")
     train = H5Split(args.train, args.segments, args.labels, args.leak, args.normal_class)
     val = H5Split(args.val, args.segments, args.labels, args.leak, args.normal_class, classes=train.classes)
+    args.heads = resolve_heads(args.heads, train.leak_in_file, train.class_names, args.normal_class)
     if (val.mels, val.frames) != (train.mels, train.frames):
         raise SystemExit(f"{args.val}: segments are {val.mels}x{val.frames}, train's are {train.mels}x{train.frames}")
     device = resolve_device(args.device)

@@ -6,6 +6,8 @@
 // (f, l, s) is row (f * L + l) * S + s.
 //   class_in  [F*L*S, C] f32: class probabilities, or logits when dims.logits
 //   leak_in   [F*L*S]    f32: leak probability, or leak logit when dims.logits
+// leak_in null (a model without the leak head): file_leak_prob and file_leak
+// are not written (may be null); the class vote is unchanged.
 // Outputs (every element written):
 //   file_probs      [F, C] f32: mean over long segments of the long-segment mean probabilities
 //   file_class      [F]    i32: the vote (below)

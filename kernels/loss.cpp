@@ -17,7 +17,7 @@ template <class T>
 void loss_impl(const LeakLossDims& d, const T* logits, const std::int32_t* labels, const float* leak,
                const float* cw, const float* loss_scale, T* dlogits, float* sums, std::int32_t* counts,
                float* step_loss) {
-  const int C = d.classes, L = C + 1;
+  const int C = d.classes, L = C + (d.leak_head ? 1 : 0);
   const std::int64_t B = d.batch;
   const float eps = d.label_smoothing;
   const float scale = (loss_scale ? *loss_scale : 1.f) * d.grad_scale;
@@ -52,9 +52,11 @@ void loss_impl(const LeakLossDims& d, const T* logits, const std::int32_t* label
       row.ce_num = valid ? (1.f - eps) * row.wy * -lp[y] + eps / float(C) * smooth : 0.f;
       row.pred = arg;
       row.correct = valid && arg == y;
-      const float zl = to_f32(z[C]), t = leak[i];
-      row.bce = std::fmax(zl, 0.f) - zl * t + std::log1p(std::exp(-std::fabs(zl)));
-      row.leak_correct = (zl > 0.f) == (t > 0.5f);
+      if (d.leak_head) {
+        const float zl = to_f32(z[C]), t = leak[i];
+        row.bce = std::fmax(zl, 0.f) - zl * t + std::log1p(std::exp(-std::fabs(zl)));
+        row.leak_correct = (zl > 0.f) == (t > 0.5f);
+      }
       rows[std::size_t(i)] = row;
     }
   }, 64);
@@ -76,7 +78,7 @@ void loss_impl(const LeakLossDims& d, const T* logits, const std::int32_t* label
   // Without class weights PyTorch divides the smoothing term by B and the NLL
   // term by the valid count; with all labels valid both equal den.
   const float class_loss = den > 0.f ? ce_num / den : 0.f;
-  const float leak_loss = B > 0 ? bce / float(B) : 0.f;
+  const float leak_loss = d.leak_head && B > 0 ? bce / float(B) : 0.f;  // 0: no leak term
   const float total = d.class_loss_weight * class_loss + d.leak_loss_weight * leak_loss;
   const float gc = den > 0.f ? d.class_loss_weight * scale / den : 0.f;
   const float gl = B > 0 ? d.leak_loss_weight * scale / float(B) : 0.f;
@@ -96,9 +98,11 @@ void loss_impl(const LeakLossDims& d, const T* logits, const std::int32_t* label
         }
         g[c] = from_f32<T>(v * gc);
       }
-      const float zl = to_f32(logits[i * L + C]);
-      const float sig = 1.f / (1.f + std::exp(-zl));
-      g[C] = from_f32<T>((sig - leak[i]) * gl);
+      if (d.leak_head) {
+        const float zl = to_f32(logits[i * L + C]);
+        const float sig = 1.f / (1.f + std::exp(-zl));
+        g[C] = from_f32<T>((sig - leak[i]) * gl);
+      }
     }
   }, 64);
   sums[0] += class_loss;
@@ -114,15 +118,16 @@ void loss_impl(const LeakLossDims& d, const T* logits, const std::int32_t* label
 
 template <class T>
 void probs_impl(std::int64_t B, int C, const T* logits, float* probs, float* leak_prob) {
+  const int L = C + (leak_prob ? 1 : 0);
   parallel_for(B, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t i = r0; i < r1; ++i) {
-      const T* z = logits + i * (C + 1);
+      const T* z = logits + i * L;
       float mx = to_f32(z[0]);
       for (int c = 1; c < C; ++c) mx = std::fmax(mx, to_f32(z[c]));
       float se = 0.f;
       for (int c = 0; c < C; ++c) se += std::exp(to_f32(z[c]) - mx);
       for (int c = 0; c < C; ++c) probs[i * C + c] = std::exp(to_f32(z[c]) - mx) / se;
-      leak_prob[i] = 1.f / (1.f + std::exp(-to_f32(z[C])));
+      if (leak_prob) leak_prob[i] = 1.f / (1.f + std::exp(-to_f32(z[C])));
     }
   }, 64);
 }

@@ -1,8 +1,9 @@
 // leak_loss on the GPU: one block of 512 threads (the loss is tiny next to the
-// GEMMs: B rows of C+1 logits). Pass 1: each thread takes rows t, t+512, ...,
-// accumulating its weighted CE numerator, weight, BCE and correct counts;
-// the confusion matrix is counted in shared memory with integer atomics
-// (exact, order-free); the float partials are added in a fixed tree. Pass 2
+// GEMMs: B rows of C+1 logits, C without the leak head). Pass 1: each thread
+// takes rows t, t+512, ..., accumulating its weighted CE numerator, weight,
+// BCE and correct counts; the confusion matrix is counted in shared memory with
+// integer atomics (exact, order-free); the float partials are added in a fixed
+// tree. Pass 2
 // (same block, after the denominator is known): the logits' gradients.
 // Deterministic: no float atomics. Reads the logits twice, writes dlogits once.
 #include "engine/error.hpp"
@@ -34,7 +35,7 @@ __global__ void __launch_bounds__(kThreads) leak_loss_kernel(
     T* __restrict__ dlogits, float* sums, std::int32_t* counts, float* step_loss) {
   extern __shared__ int conf[];  // C*C
   __shared__ float red[kThreads];
-  const int C = d.classes, L = C + 1;
+  const int C = d.classes, L = C + (d.leak_head ? 1 : 0);
   const float eps = d.label_smoothing;
   for (int i = threadIdx.x; i < C * C; i += kThreads) conf[i] = 0;
   __syncthreads();
@@ -63,19 +64,23 @@ __global__ void __launch_bounds__(kThreads) leak_loss_kernel(
       correct += arg == y ? 1.f : 0.f;
       atomicAdd(&conf[y * C + arg], 1);
     }
-    const float zl = cuda::load_f32(z[C]), t = leak[i];
-    bce += fmaxf(zl, 0.f) - zl * t + log1pf(expf(-fabsf(zl)));
-    lcorrect += ((zl > 0.f) == (t > 0.5f)) ? 1.f : 0.f;
+    if (d.leak_head) {
+      const float zl = cuda::load_f32(z[C]), t = leak[i];
+      bce += fmaxf(zl, 0.f) - zl * t + log1pf(expf(-fabsf(zl)));
+      lcorrect += ((zl > 0.f) == (t > 0.5f)) ? 1.f : 0.f;
+    }
   }
   den = block_sum(den, red);
   ce = block_sum(ce, red);
-  bce = block_sum(bce, red);
   correct = block_sum(correct, red);  // exact: integers below 2^24
-  lcorrect = block_sum(lcorrect, red);
+  if (d.leak_head) {  // uniform over the block: every thread reaches the same barriers
+    bce = block_sum(bce, red);
+    lcorrect = block_sum(lcorrect, red);
+  }
 
   const float scale = (loss_scale ? *loss_scale : 1.f) * d.grad_scale;
   const float class_loss = den > 0.f ? ce / den : 0.f;
-  const float leak_loss = d.batch > 0 ? bce / float(d.batch) : 0.f;
+  const float leak_loss = d.leak_head && d.batch > 0 ? bce / float(d.batch) : 0.f;  // 0: no leak term
   const float gc = den > 0.f ? d.class_loss_weight * scale / den : 0.f;
   const float gl = d.batch > 0 ? d.leak_loss_weight * scale / float(d.batch) : 0.f;
   if (threadIdx.x == 0) {
@@ -111,8 +116,10 @@ __global__ void __launch_bounds__(kThreads) leak_loss_kernel(
       }
       g[c] = cuda::store_f32<T>(v * gc);
     }
-    const float zl = cuda::load_f32(z[C]);
-    g[C] = cuda::store_f32<T>((1.f / (1.f + expf(-zl)) - leak[i]) * gl);
+    if (d.leak_head) {
+      const float zl = cuda::load_f32(z[C]);
+      g[C] = cuda::store_f32<T>((1.f / (1.f + expf(-zl)) - leak[i]) * gl);
+    }
   }
 }
 
@@ -121,13 +128,13 @@ __global__ void head_probs_kernel(std::int64_t batch, int C, const T* __restrict
                                   float* __restrict__ probs, float* __restrict__ leak_prob) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < batch;
        i += std::int64_t(gridDim.x) * blockDim.x) {
-    const T* z = logits + i * (C + 1);
+    const T* z = logits + i * (C + (leak_prob ? 1 : 0));
     float mx = cuda::load_f32(z[0]);
     for (int c = 1; c < C; ++c) mx = fmaxf(mx, cuda::load_f32(z[c]));
     float se = 0.f;
     for (int c = 0; c < C; ++c) se += expf(cuda::load_f32(z[c]) - mx);
     for (int c = 0; c < C; ++c) probs[i * C + c] = expf(cuda::load_f32(z[c]) - mx) / se;
-    leak_prob[i] = 1.f / (1.f + expf(-cuda::load_f32(z[C])));
+    if (leak_prob) leak_prob[i] = 1.f / (1.f + expf(-cuda::load_f32(z[C])));
   }
 }
 

@@ -1,8 +1,11 @@
-// leak_loss: the fused training loss of LeakCNN's two heads, its logits'
-// gradient and the step's metrics, in one pass.
+// leak_loss: the fused training loss of LeakCNN's heads, its logits' gradient
+// and the step's metrics, in one pass.
 //
 // logits [B, C+1] T: columns 0..C-1 are the class head, column C the leak head
 // (the two heads are one dense layer in melforge, see model/param_buffer.hpp).
+// Without the leak head (dims.leak_head false, model.heads = class) the logits
+// are [B, C], `leak` is not read (may be null) and every leak term below is 0:
+// no leak loss, no leak gradient column, leak correct count 0.
 //   class loss  = CrossEntropy(logits[:, :C], label; weight=class_weight,
 //                 label_smoothing=eps), PyTorch's semantics incl. the weighted
 //                 mean: sum_i [(1-eps) w_yi (-log p_i,yi) + eps/C sum_c w_c (-log p_i,c)]
@@ -42,6 +45,7 @@ struct LeakLossDims {
   float class_loss_weight = 1.f;
   float leak_loss_weight = 1.f;
   float grad_scale = 1.f;
+  bool leak_head = true;  // logits carry the leak column C
 };
 
 // class_weight f32 [C] or null; loss_scale f32 [1] (device pointer on GPU) or
@@ -54,7 +58,8 @@ void leak_loss_cuda(const LeakLossDims& d, DType dtype, const void* logits, cons
                     float* sums, std::int32_t* counts, float* step_loss, cudaStream_t stream);
 
 // head_probs: evaluation outputs. probs f32 [B, C] = softmax(logits[:, :C]),
-// leak_prob f32 [B] = sigmoid(logits[:, C]).
+// leak_prob f32 [B] = sigmoid(logits[:, C]). leak_prob null: the model has no
+// leak head and the logits are [B, C].
 void head_probs_cpu(std::int64_t batch, int classes, DType dtype, const void* logits, float* probs,
                     float* leak_prob, cudaStream_t stream);
 void head_probs_cuda(std::int64_t batch, int classes, DType dtype, const void* logits, float* probs,

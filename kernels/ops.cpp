@@ -26,23 +26,31 @@ void file_vote(const Tensor& class_in, const Tensor& leak_in, std::int64_t files
   MF_CHECK(c >= 1 && c <= kernels::kFileVoteMaxClasses, "file_vote: expected 1..{} classes, found {}",
            kernels::kFileVoteMaxClasses, c);
   check_shape(class_in, {n, c}, "file_vote", "class_in");
-  check_shape(leak_in, {n}, "file_vote", "leak_in");
   check_shape(file_probs, {files, c}, "file_vote", "file_probs");
   check_shape(file_class, {files}, "file_vote", "file_class");
-  check_shape(file_leak_prob, {files}, "file_vote", "file_leak_prob");
-  check_shape(file_leak, {files}, "file_vote", "file_leak");
   check_dtype(class_in, DType::f32, "file_vote", "class_in");
-  check_dtype(leak_in, DType::f32, "file_vote", "leak_in");
   check_dtype(file_probs, DType::f32, "file_vote", "file_probs");
   check_dtype(file_class, DType::i32, "file_vote", "file_class");
-  check_dtype(file_leak_prob, DType::f32, "file_vote", "file_leak_prob");
-  check_dtype(file_leak, DType::i32, "file_vote", "file_leak");
-  check_same_device({&class_in, &leak_in, &file_probs, &file_class, &file_leak_prob, &file_leak}, "file_vote");
+  check_same_device({&class_in, &file_probs, &file_class}, "file_vote");
+  const bool leak = leak_in.defined();
+  MF_CHECK(leak == file_leak_prob.defined() && leak == file_leak.defined(),
+           "file_vote: leak_in, file_leak_prob and file_leak must all be given (a model with the leak head) or all "
+           "be undefined (without it), found {}, {} and {}", leak_in.str(), file_leak_prob.str(), file_leak.str());
+  if (leak) {
+    check_shape(leak_in, {n}, "file_vote", "leak_in");
+    check_shape(file_leak_prob, {files}, "file_vote", "file_leak_prob");
+    check_shape(file_leak, {files}, "file_vote", "file_leak");
+    check_dtype(leak_in, DType::f32, "file_vote", "leak_in");
+    check_dtype(file_leak_prob, DType::f32, "file_vote", "file_leak_prob");
+    check_dtype(file_leak, DType::i32, "file_vote", "file_leak");
+    check_same_device({&class_in, &leak_in, &file_leak_prob, &file_leak}, "file_vote");
+  }
   const kernels::FileVoteDims d{files, longs, shorts, int(c), threshold, logits};
   auto fn = class_in.is_cuda() ? kernels::file_vote_cuda : kernels::file_vote_cpu;
-  fn(static_cast<const float*>(class_in.raw()), static_cast<const float*>(leak_in.raw()),
+  fn(static_cast<const float*>(class_in.raw()), leak ? static_cast<const float*>(leak_in.raw()) : nullptr,
      static_cast<float*>(file_probs.raw()), static_cast<std::int32_t*>(file_class.raw()),
-     static_cast<float*>(file_leak_prob.raw()), static_cast<std::int32_t*>(file_leak.raw()), d, stream);
+     leak ? static_cast<float*>(file_leak_prob.raw()) : nullptr,
+     leak ? static_cast<std::int32_t*>(file_leak.raw()) : nullptr, d, stream);
 }
 
 // ---- training step ops ----
@@ -101,12 +109,14 @@ void leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& leak, c
                const float* loss_scale, const kernels::LeakLossDims& opts, Tensor& dlogits, Tensor& sums,
                Tensor& counts, Tensor* step_loss, cudaStream_t stream) {
   constexpr const char* op = "leak_loss";
-  MF_CHECK(logits.ndim() == 2 && logits.size(1) >= 2,
-           "{}: logits must be [B, C+1] with C >= 1 classes, found {}", op, logits.str());
+  const int H = opts.leak_head ? 1 : 0;  // the leak column
+  MF_CHECK(logits.ndim() == 2 && logits.size(1) >= 1 + H, "{}: logits must be [B, C{}] with C >= 1 classes, found {}",
+           op, opts.leak_head ? "+1" : "", logits.str());
   check_float(logits, op, "logits");
   const std::int64_t B = logits.size(0);
-  const int C = int(logits.size(1) - 1);
-  MF_CHECK(opts.classes == C, "{}: {} classes configured, logits {} hold {}", op, opts.classes, logits.str(), C);
+  const int C = int(logits.size(1) - H);
+  MF_CHECK(opts.classes == C, "{}: {} classes configured ({}), logits {} hold {}", op, opts.classes,
+           opts.leak_head ? "and the leak head" : "no leak head", logits.str(), C);
   MF_CHECK(opts.batch == B, "{}: batch {} configured, logits {} hold {}", op, opts.batch, logits.str(), B);
   MF_CHECK(opts.label_smoothing >= 0.f && opts.label_smoothing <= 1.f,
            "{}: label smoothing must be in [0, 1], found {}", op, opts.label_smoothing);
@@ -115,15 +125,18 @@ void leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& leak, c
            "found {}", op, C);
   check_shape(labels, {B}, op, "labels");
   check_dtype(labels, DType::i32, op, "labels");
-  check_shape(leak, {B}, op, "leak");
-  check_dtype(leak, DType::f32, op, "leak");
+  if (opts.leak_head) {  // else not read: may be undefined
+    check_shape(leak, {B}, op, "leak");
+    check_dtype(leak, DType::f32, op, "leak");
+    check_same_device({&logits, &leak}, op);
+  }
   check_shape(dlogits, logits.shape(), op, "dlogits");
   check_dtype(dlogits, logits.dtype(), op, "dlogits");
   check_shape(sums, {kernels::kLossSums}, op, "sums");
   check_dtype(sums, DType::f32, op, "sums");
   check_shape(counts, {kernels::kLossCounts + std::int64_t(C) * C}, op, "counts");
   check_dtype(counts, DType::i32, op, "counts");
-  check_same_device({&logits, &labels, &leak, &dlogits, &sums, &counts}, op);
+  check_same_device({&logits, &labels, &dlogits, &sums, &counts}, op);
   if (class_weight) {
     check_shape(*class_weight, {C}, op, "class_weight");
     check_dtype(*class_weight, DType::f32, op, "class_weight");
@@ -135,23 +148,29 @@ void leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& leak, c
     check_same_device({&logits, step_loss}, op);
   }
   auto fn = logits.is_cuda() ? kernels::leak_loss_cuda : kernels::leak_loss_cpu;
-  fn(opts, logits.dtype(), logits.raw(), labels.data<std::int32_t>(), leak.data<float>(),
+  fn(opts, logits.dtype(), logits.raw(), labels.data<std::int32_t>(), opts.leak_head ? leak.data<float>() : nullptr,
      class_weight ? class_weight->data<float>() : nullptr, loss_scale, dlogits.raw(), sums.data<float>(),
      counts.data<std::int32_t>(), step_loss ? step_loss->data<float>() : nullptr, stream);
 }
 
 void head_probs(const Tensor& logits, Tensor& probs, Tensor& leak_prob, cudaStream_t stream) {
   constexpr const char* op = "head_probs";
-  MF_CHECK(logits.ndim() == 2 && logits.size(1) >= 2, "{}: logits must be [B, C+1], found {}", op, logits.str());
+  const bool leak = leak_prob.defined();
+  const int H = leak ? 1 : 0;
+  MF_CHECK(logits.ndim() == 2 && logits.size(1) >= 1 + H, "{}: logits must be [B, C{}], found {}", op,
+           leak ? "+1" : "", logits.str());
   check_float(logits, op, "logits");
-  const std::int64_t B = logits.size(0), C = logits.size(1) - 1;
+  const std::int64_t B = logits.size(0), C = logits.size(1) - H;
   check_shape(probs, {B, C}, op, "probs");
   check_dtype(probs, DType::f32, op, "probs");
-  check_shape(leak_prob, {B}, op, "leak_prob");
-  check_dtype(leak_prob, DType::f32, op, "leak_prob");
-  check_same_device({&logits, &probs, &leak_prob}, op);
+  check_same_device({&logits, &probs}, op);
+  if (leak) {
+    check_shape(leak_prob, {B}, op, "leak_prob");
+    check_dtype(leak_prob, DType::f32, op, "leak_prob");
+    check_same_device({&logits, &leak_prob}, op);
+  }
   auto fn = logits.is_cuda() ? kernels::head_probs_cuda : kernels::head_probs_cpu;
-  fn(B, int(C), logits.dtype(), logits.raw(), probs.data<float>(), leak_prob.data<float>(), stream);
+  fn(B, int(C), logits.dtype(), logits.raw(), probs.data<float>(), leak ? leak_prob.data<float>() : nullptr, stream);
 }
 
 void adamw_step(const kernels::AdamWConfig& cfg, std::int64_t decay_end, Tensor& master, const Tensor& grad,

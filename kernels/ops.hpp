@@ -27,6 +27,8 @@ void conv_relu_pool_backward(const Tensor& x, const Tensor& w, const Tensor& dy,
 // and leak_in [F*L*S] f32 (probabilities, or logits when `logits`); outputs
 // file_probs [F, C] f32, file_class [F] i32, file_leak_prob [F] f32,
 // file_leak [F] i32, all on the inputs' device. One launch for all files.
+// A model without the leak head: leak_in, file_leak_prob and file_leak all
+// undefined; the class vote is the same.
 void file_vote(const Tensor& class_in, const Tensor& leak_in, std::int64_t files, std::int64_t longs,
                std::int64_t shorts, float threshold, bool logits, Tensor& file_probs, Tensor& file_class,
                Tensor& file_leak_prob, Tensor& file_leak, cudaStream_t stream = nullptr);
@@ -41,14 +43,16 @@ void dense_forward(const Tensor& x, const Tensor& w, const Tensor& b, bool relu,
 void dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& dy, bool relu, Tensor* dx,
                     Tensor& dw, Tensor& db, cudaStream_t stream = nullptr);
 
-// The fused two-head loss (kernels/loss.hpp). logits/dlogits [B, C+1]; labels
-// i32 [B]; leak f32 [B]; class_weight f32 [C] or null; loss_scale: a float in
-// the tensors' memory (device pointer on GPU) or null; sums f32 [kLossSums];
-// counts i32 [kLossCounts + C*C]; step_loss f32 [1] or null.
+// The fused loss of the heads (kernels/loss.hpp). logits/dlogits [B, C+1]
+// ([B, C] when !opts.leak_head); labels i32 [B]; leak f32 [B] (not read, may be
+// undefined, without the leak head); class_weight f32 [C] or null; loss_scale:
+// a float in the tensors' memory (device pointer on GPU) or null; sums f32
+// [kLossSums]; counts i32 [kLossCounts + C*C]; step_loss f32 [1] or null.
 void leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& leak, const Tensor* class_weight,
                const float* loss_scale, const kernels::LeakLossDims& opts, Tensor& dlogits, Tensor& sums,
                Tensor& counts, Tensor* step_loss, cudaStream_t stream = nullptr);
-// probs f32 [B, C], leak_prob f32 [B] from logits [B, C+1].
+// probs f32 [B, C], leak_prob f32 [B] from logits [B, C+1]; with leak_prob
+// undefined (a model without the leak head) probs from logits [B, C].
 void head_probs(const Tensor& logits, Tensor& probs, Tensor& leak_prob, cudaStream_t stream = nullptr);
 
 // The fused AdamW step over flat f32 buffers [n] (kernels/adamw.hpp). work may

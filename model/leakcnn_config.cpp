@@ -43,9 +43,10 @@ void LeakCNNConfig::validate() const {
 }
 
 std::string LeakCNNConfig::str() const {
-  return fmt::format("LeakCNN(input 1x{}x{}, channels {}, pools {}, kernel {}, dense {}, dropout {}, classes {})",
-                     in_mels, in_frames, fmt::join(channels, "/"), fmt::join(pools, "/"), kernel, dense, dropout,
-                     classes);
+  return fmt::format(
+      "LeakCNN(input 1x{}x{}, channels {}, pools {}, kernel {}, dense {}, dropout {}, classes {}, heads {})", in_mels,
+      in_frames, fmt::join(channels, "/"), fmt::join(pools, "/"), kernel, dense, dropout, classes,
+      leak_head ? "class+leak" : "class");
 }
 
 Precision parse_precision(std::string_view s) {

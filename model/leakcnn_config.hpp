@@ -3,9 +3,10 @@
 // LeakCNN: input 1 x mels x frames (NHWC [N, mels, frames, 1] in melforge);
 // blocks i = 0..L-1 of conv k x k (padding k/2) + bias + ReLU + max pool p_i
 // (fused: kernels/conv_relu_pool.hpp), channels 1 -> c_0 -> ... -> c_{L-1};
-// flatten; fc (dense, + ReLU); dropout (optional); class head (C logits) and
-// leak head (1 logit). Default LeakCNN-64: 64 x 64, channels 32/64/128, pools
-// 2/2/2, k = 3, dense 256, 2 classes.
+// flatten; fc (dense, + ReLU); dropout (optional); class head (C logits) and,
+// when leak_head (model.heads = class+leak, model/heads.hpp), the leak head (1
+// logit). Default LeakCNN-64: 64 x 64, channels 32/64/128, pools 2/2/2, k = 3,
+// dense 256, 2 classes, both heads.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,7 @@ struct LeakCNNConfig {
   int dense = 256;
   float dropout = 0.f;
   int classes = 2;
+  bool leak_head = true;  // false: the class head alone (no leak parameters, loss term or outputs)
 
   int blocks() const { return int(channels.size()); }
   int in_channels(int block) const { return block == 0 ? 1 : channels[std::size_t(block - 1)]; }
@@ -34,6 +36,8 @@ struct LeakCNNConfig {
   int out_w(int block) const;
   // fc's input features: C_last * H_last * W_last.
   std::int64_t flat_features() const;
+  // Logits of the heads together: C, plus 1 for the leak head.
+  int head_outputs() const { return classes + (leak_head ? 1 : 0); }
   // Throws mf::Error naming the key when something does not fit.
   void validate() const;
   std::string str() const;

@@ -6,9 +6,12 @@
 #include <limits>
 #include <numeric>
 
+#include <fmt/ranges.h>
+
 #include "engine/error.hpp"
 #include "engine/stream.hpp"
 #include "kernels/ops.hpp"
+#include "model/run_config.hpp"
 
 namespace mf::model {
 
@@ -48,18 +51,15 @@ double roc_auc(std::span<const float> scores, std::span<const std::int32_t> labe
 }
 
 ClassMetrics compute_metrics(std::span<const std::int32_t> labels, std::span<const std::int32_t> predictions,
-                             std::span<const std::int32_t> leak_labels, std::span<const float> leak_scores,
-                             std::span<const std::int32_t> leak_decisions, int classes, double threshold) {
+                             int classes) {
   const std::size_t n = labels.size();
-  MF_CHECK(predictions.size() == n && leak_labels.size() == n && leak_scores.size() == n &&
-               leak_decisions.size() == n,
-           "metrics: expected {} predictions, leak labels, scores and decisions, found {}, {}, {}, {}", n,
-           predictions.size(), leak_labels.size(), leak_scores.size(), leak_decisions.size());
+  MF_CHECK(predictions.size() == n, "metrics: expected {} predictions, found {}", n, predictions.size());
   MF_CHECK(classes >= 1, "metrics: expected at least one class, found {}", classes);
   ClassMetrics m;
+  m.has_leak = false;
+  m.threshold = m.leak_auc = m.false_alarm_rate = m.detection_rate = m.leak_precision = m.leak_accuracy = kNaN;
   m.count = std::int64_t(n);
   m.classes = classes;
-  m.threshold = threshold;
   m.confusion.assign(std::size_t(classes), std::vector<std::int64_t>(std::size_t(classes), 0));
   std::int64_t correct = 0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -99,7 +99,20 @@ ClassMetrics compute_metrics(std::span<const std::int32_t> labels, std::span<con
   }
   m.balanced_accuracy = present ? recall_sum / present : kNaN;
   m.macro_f1 = seen ? f1_sum / seen : kNaN;
+  return m;
+}
 
+ClassMetrics compute_metrics(std::span<const std::int32_t> labels, std::span<const std::int32_t> predictions,
+                             std::span<const std::int32_t> leak_labels, std::span<const float> leak_scores,
+                             std::span<const std::int32_t> leak_decisions, int classes, double threshold) {
+  const std::size_t n = labels.size();
+  MF_CHECK(predictions.size() == n && leak_labels.size() == n && leak_scores.size() == n &&
+               leak_decisions.size() == n,
+           "metrics: expected {} predictions, leak labels, scores and decisions, found {}, {}, {}, {}", n,
+           predictions.size(), leak_labels.size(), leak_scores.size(), leak_decisions.size());
+  ClassMetrics m = compute_metrics(labels, predictions, classes);
+  m.has_leak = true;
+  m.threshold = threshold;
   std::int64_t tp = 0, fp = 0, tn = 0, fn = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const bool y = leak_labels[i] != 0, d = leak_decisions[i] != 0;
@@ -133,6 +146,7 @@ nlohmann::json to_json(const ClassMetrics& m, const std::vector<std::string>& cl
   }
   j["per_class"] = per;
   j["confusion_matrix"] = m.confusion;
+  if (!m.has_leak) return j;
   j["leak"] = {{"threshold", m.threshold},
                {"roc_auc", num(m.leak_auc)},
                {"false_alarm_rate", num(m.false_alarm_rate)},
@@ -147,16 +161,40 @@ ClassMetrics segment_metrics(const SegmentOutputs& s, double threshold) {
   const int C = s.classes;
   MF_CHECK(std::int64_t(s.class_probs.size()) == n * C, "segment_metrics: {} class probabilities for {} x {}",
            s.class_probs.size(), n, C);
-  std::vector<std::int32_t> pred(static_cast<std::size_t>(n)), dec(static_cast<std::size_t>(n));
+  std::vector<std::int32_t> pred(static_cast<std::size_t>(n)), dec;
   for (std::int64_t i = 0; i < n; ++i) {
     const float* p = s.class_probs.data() + i * C;
     int best = 0;
     for (int c = 1; c < C; ++c)
       if (p[c] > p[best]) best = c;
     pred[std::size_t(i)] = best;
-    dec[std::size_t(i)] = s.leak_probs[std::size_t(i)] >= float(threshold) ? 1 : 0;
   }
+  if (!s.has_leak) return compute_metrics(s.labels, pred, C);
+  MF_CHECK(s.size() == std::int64_t(s.leak_probs.size()), "segment_metrics: {} leak probabilities for {} segments",
+           s.leak_probs.size(), s.size());
+  for (std::int64_t i = 0; i < n; ++i) dec.push_back(s.leak_probs[std::size_t(i)] >= float(threshold) ? 1 : 0);
   return compute_metrics(s.labels, pred, s.leak_labels, s.leak_probs, dec, C, threshold);
+}
+
+double mean_loss(const SegmentOutputs& s, double class_loss_weight, double leak_loss_weight) {
+  const std::int64_t n = s.size();
+  const int C = s.classes;
+  MF_CHECK(std::int64_t(s.class_probs.size()) == n * C, "mean_loss: {} class probabilities for {} x {}",
+           s.class_probs.size(), n, C);
+  MF_CHECK(!s.has_leak || (std::int64_t(s.leak_probs.size()) == n && std::int64_t(s.leak_labels.size()) == n),
+           "mean_loss: {} leak probabilities and {} leak labels for {} segments", s.leak_probs.size(),
+           s.leak_labels.size(), n);
+  double loss = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto k = std::size_t(i);
+    const double p = std::max(double(s.class_probs[std::size_t(i * C + s.labels[k])]), 1e-12);
+    loss += class_loss_weight * -std::log(p);
+    if (!s.has_leak) continue;
+    const double q = std::clamp(double(s.leak_probs[k]), 1e-12, 1.0 - 1e-12);
+    const double y = s.leak_labels[k] ? 1.0 : 0.0;
+    loss += leak_loss_weight * -(y * std::log(q) + (1 - y) * std::log(1 - q));
+  }
+  return n ? loss / double(n) : kNaN;
 }
 
 FileVote vote_files(const Tensor& class_in, const Tensor& leak_in, std::int64_t files, std::int64_t longs,
@@ -165,28 +203,37 @@ FileVote vote_files(const Tensor& class_in, const Tensor& leak_in, std::int64_t 
   const Device dev = class_in.device();
   MF_CHECK(class_in.ndim() == 2, "vote_files: class outputs must be [segments, classes], found {}", class_in.str());
   const std::int64_t C = class_in.size(1);
+  const bool has_leak = leak_in.defined();
   Tensor probs = Tensor::empty({files, C}, DType::f32, dev, Layout::plain, stream);
   Tensor klass = Tensor::empty({files}, DType::i32, dev, Layout::plain, stream);
-  Tensor leak_prob = Tensor::empty({files}, DType::f32, dev, Layout::plain, stream);
-  Tensor leak = Tensor::empty({files}, DType::i32, dev, Layout::plain, stream);
+  Tensor leak_prob, leak;  // undefined without the leak head
+  if (has_leak) {
+    leak_prob = Tensor::empty({files}, DType::f32, dev, Layout::plain, stream);
+    leak = Tensor::empty({files}, DType::i32, dev, Layout::plain, stream);
+  }
   ops::file_vote(class_in, leak_in, files, longs, shorts, float(threshold), logits, probs, klass, leak_prob, leak,
                  stream);
   FileVote v;
   v.files = files;
   v.classes = int(C);
+  v.has_leak = has_leak;
   auto host = [&](const Tensor& t) { return dev.is_cuda() ? t.to(Device::cpu(), stream) : t; };
-  const Tensor hp = host(probs), hk = host(klass), hlp = host(leak_prob), hl = host(leak);
+  const Tensor hp = host(probs), hk = host(klass);
+  const Tensor hlp = has_leak ? host(leak_prob) : Tensor(), hl = has_leak ? host(leak) : Tensor();
   if (dev.is_cuda()) MF_CUDA_CHECK(cudaStreamSynchronize(stream));
   v.probs.assign(hp.data<float>(), hp.data<float>() + files * C);
   v.klass.assign(hk.data<std::int32_t>(), hk.data<std::int32_t>() + files);
-  v.leak_prob.assign(hlp.data<float>(), hlp.data<float>() + files);
-  v.leak.assign(hl.data<std::int32_t>(), hl.data<std::int32_t>() + files);
+  if (has_leak) {
+    v.leak_prob.assign(hlp.data<float>(), hlp.data<float>() + files);
+    v.leak.assign(hl.data<std::int32_t>(), hl.data<std::int32_t>() + files);
+  }
   v.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return v;
 }
 
 ClassMetrics file_metrics(const FileVote& v, std::span<const std::int32_t> file_labels,
                           std::span<const std::int32_t> file_leak_labels, double threshold) {
+  if (!v.has_leak) return compute_metrics(file_labels, v.klass, v.classes);
   return compute_metrics(file_labels, v.klass, file_leak_labels, v.leak_prob, v.leak, v.classes, threshold);
 }
 
@@ -198,7 +245,6 @@ nlohmann::json to_json(const EvalResult& r, const std::vector<std::string>& clas
   if (r.has_files) {
     j["file"] = to_json(r.file, class_names);
     j["files_per_s"] = num(r.files_per_s);
-    j["vote_files_per_s"] = num(r.vote_files_per_s);
   }
   return j;
 }
@@ -214,7 +260,11 @@ double metric_value(const EvalResult& r, const std::string& name) {
   if (leaf == "accuracy") return m.accuracy;
   if (leaf == "balanced_accuracy") return m.balanced_accuracy;
   if (leaf == "macro_f1") return m.macro_f1;
-  if (leaf == "leak_auc") return m.leak_auc;
+  if (leaf == "leak_auc") {
+    MF_CHECK(m.has_leak, "metric '{}' is of the leak head, and this model has none (model.heads = class): "
+             "choose one of {}", name, fmt::join(metric_names(false), ", "));
+    return m.leak_auc;
+  }
   MF_THROW("unknown metric '{}'", name);
 }
 

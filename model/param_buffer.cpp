@@ -35,7 +35,7 @@ ParamBuffer::ParamBuffer(const LeakCNNConfig& cfg, DType work_dtype, Device devi
   }
   add("fc.weight", ParamKind::fc_weight, {D, F}, {D, F}, F, true);
   add("class_head.weight", ParamKind::linear_weight, {C, D}, {C, D}, D, true);
-  add("leak_head.weight", ParamKind::linear_weight, {1, D}, {1, D}, D, false);
+  if (cfg_.leak_head) add("leak_head.weight", ParamKind::linear_weight, {1, D}, {1, D}, D, false);
   decay_end_ = off;
   for (int i = 0; i < L; ++i) {
     const int ci = cfg_.in_channels(i), co = cfg_.channels[std::size_t(i)];
@@ -43,7 +43,7 @@ ParamBuffer::ParamBuffer(const LeakCNNConfig& cfg, DType work_dtype, Device devi
   }
   add("fc.bias", ParamKind::bias, {D}, {D}, F, true);
   add("class_head.bias", ParamKind::bias, {C}, {C}, D, true);
-  add("leak_head.bias", ParamKind::bias, {1}, {1}, D, false);
+  if (cfg_.leak_head) add("leak_head.bias", ParamKind::bias, {1}, {1}, D, false);
   size_ = pad8(off);
 
   master_ = Tensor::zeros({size_}, DType::f32, device, Layout::plain, stream);
@@ -74,13 +74,13 @@ Tensor ParamBuffer::view(const Tensor& flat, const std::string& name) const {
 
 Tensor ParamBuffer::head_weight(const Tensor& flat) const {
   const ParamInfo& p = info("class_head.weight");
-  return flat.slice(p.offset, p.offset + std::int64_t(cfg_.classes + 1) * cfg_.dense)
-      .reshape({cfg_.classes + 1, cfg_.dense});
+  const int H = cfg_.head_outputs();
+  return flat.slice(p.offset, p.offset + std::int64_t(H) * cfg_.dense).reshape({H, cfg_.dense});
 }
 
 Tensor ParamBuffer::head_bias(const Tensor& flat) const {
   const ParamInfo& p = info("class_head.bias");
-  return flat.slice(p.offset, p.offset + cfg_.classes + 1);
+  return flat.slice(p.offset, p.offset + cfg_.head_outputs());
 }
 
 void ParamBuffer::init(std::uint64_t seed, cudaStream_t stream) {

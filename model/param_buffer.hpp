@@ -15,6 +15,8 @@
 //                         two heads are one [C+1, D] dense layer (head_weight())
 //   blocks.i.conv.bias [Cout], fc.bias [D], class_head.bias [C], leak_head.bias [1]
 //                         (the two head biases adjacent: head_bias() is [C+1])
+// A model without the leak head (LeakCNNConfig::leak_head false, model.heads =
+// class) has no leak_head.* parameters: head_weight() is [C, D], head_bias() [C].
 // Offsets are padded to multiples of 8 elements (16-byte aligned bf16 views)
 // except inside the head pairs; padding stays zero in every buffer.
 // Conversions to and from PyTorch's layouts: model/torch_layout.hpp.
@@ -68,7 +70,8 @@ class ParamBuffer {
 
   // A named view (shape in melforge's layout) of any flat buffer of this layout.
   Tensor view(const Tensor& flat, const std::string& name) const;
-  // The two heads as one dense layer: [C+1, D] and [C+1].
+  // The heads as one dense layer: [H, D] and [H], H = config().head_outputs()
+  // (C+1 with the leak head, C without).
   Tensor head_weight(const Tensor& flat) const;
   Tensor head_bias(const Tensor& flat) const;
 

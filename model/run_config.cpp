@@ -80,160 +80,196 @@ Check one_of(std::string RunConfig::*m, std::vector<std::string> choices) {
   };
 }
 
+using C = RunConfig;
+
+void add(std::vector<Field>& v, std::string key, Member m, std::string accepted, std::string help, Check check = {}) {
+  v.push_back(Field{std::move(key), m, std::move(accepted), std::move(help), std::move(check)});
+}
+
+// The keys of the data files and their dataset names ([data]), in help order.
+void data_fields(std::vector<Field>& v) {
+  add(v, "data.train", &C::train_path, "a path to an HDF5 file", "training set (required)");
+  add(v, "data.val", &C::val_path, "a path to an HDF5 file", "validation set (empty: no validation)");
+  add(v, "data.test", &C::test_path, "a path to an HDF5 file", "test set, evaluated once at the end (optional)");
+  add(v, "data.segments", &C::segments_name, "an HDF5 dataset name", "name of the segments dataset");
+  add(v, "data.labels", &C::labels_name, "an HDF5 dataset name", "name of the labels dataset");
+  add(v, "data.leak", &C::leak_name, "an HDF5 dataset name", "name of the optional 0/1 leak dataset");
+  add(v, "data.normal_class", &C::normal_class, "an integer in [-1, 2147483647]",
+      "class meaning 'no leak' when /leak is absent (-1: the class named normal, else 0)",
+      int_range(&C::normal_class, -1, kMaxInt32));
+}
+
+// The keys of the model's shape ([model]), in help order.
+void model_fields(std::vector<Field>& v) {
+  add(v, "model.arch", &C::arch, "leakcnn", "model family", one_of(&C::arch, {"leakcnn"}));
+  add(v, "model.channels", &C::channels, "a non-empty list of integers > 0", "output channels of each conv block",
+      [](const C& c) {
+        const bool ok = !c.channels.empty() &&
+                        std::all_of(c.channels.begin(), c.channels.end(),
+                                    [](auto x) { return x > 0 && x <= kMaxInt32; });
+        return ok ? std::string{} : fmt::format("a non-empty list of integers in [1, {}]", kMaxInt32);
+      });
+  add(v, "model.pools", &C::pools, "a list of integers >= 1, one per conv block", "max-pool size of each block",
+      [](const C& c) {
+        const bool ok = c.pools.size() == c.channels.size() &&
+                        std::all_of(c.pools.begin(), c.pools.end(), [](auto x) { return x >= 1 && x <= kMaxInt32; });
+        return ok ? std::string{}
+                  : fmt::format("a list of {} integers >= 1 (one per entry of model.channels, at most {})",
+                                c.channels.size(), kMaxInt32);
+      });
+  add(v, "model.kernel", &C::kernel, "an odd integer >= 1", "conv kernel size", [](const C& c) {
+    return c.kernel >= 1 && c.kernel <= kMaxInt32 && c.kernel % 2 == 1
+               ? std::string{}
+               : fmt::format("an odd integer in [1, {}]", kMaxInt32);
+  });
+  add(v, "model.dense", &C::dense, "an integer > 0", "width of the dense layer", positive_int(&C::dense));
+  add(v, "model.dropout", &C::dropout, "a number in [0, 1)", "dropout before the heads",
+      float_range(&C::dropout, 0, 1, true));
+  add(v, "model.num_classes", &C::num_classes, "0 (from the data) or an integer >= 2", "number of classes",
+      [](const C& c) {
+        return c.num_classes == 0 || (c.num_classes >= 2 && c.num_classes <= kMaxInt32)
+                   ? std::string{}
+                   : fmt::format("0 (from the data) or an integer in [2, {}]", kMaxInt32);
+      });
+  add(v, "model.heads", &C::heads, "one of auto, class, class+leak",
+      "output heads: class (the classes only) or class+leak (plus the 0/1 leak head and its metrics); auto: "
+      "class+leak when the training data has a leak dataset or a class named normal, class otherwise",
+      one_of(&C::heads, {"auto", "class", "class+leak"}));
+}
+
+// The keys of the training run ([train]), in help order.
+void train_fields(std::vector<Field>& v) {
+  add(v, "train.epochs", &C::epochs, "an integer > 0", "number of epochs", positive_int(&C::epochs));
+  add(v, "train.batch_size", &C::batch_size, "an integer > 0", "segments per micro-batch",
+      positive_int(&C::batch_size));
+  add(v, "train.grad_accum", &C::grad_accum, "an integer > 0", "micro-batches per optimizer step",
+      positive_int(&C::grad_accum));
+  add(v, "train.precision", &C::precision, "one of auto, fp32, bf16, fp16",
+      "compute precision (auto: bf16 on a GPU, fp32 on the CPU)",
+      one_of(&C::precision, {"auto", "fp32", "bf16", "fp16"}));
+  add(v, "train.device", &C::device, "auto, cpu, cuda or cuda:N", "where to train", [](const C& c) {
+    const std::string& d = c.device;
+    bool ok = d == "auto" || d == "cpu" || d == "cuda" || d == "gpu";
+    if (!ok && d.rfind("cuda:", 0) == 0 && d.size() > 5)
+      ok = std::all_of(d.begin() + 5, d.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    return ok ? std::string{} : std::string("auto, cpu, cuda or cuda:N");
+  });
+  add(v, "train.seed", &C::seed, ">= 0", "seed of initialization, shuffling and dropout",
+      at_least(&C::seed, std::int64_t(0)));
+  add(v, "train.limit_batches", &C::limit_batches, ">= 0",
+      "at most N optimizer steps (of train.grad_accum batches) per epoch (0: all)",
+      at_least(&C::limit_batches, std::int64_t(0)));
+  add(v, "train.overfit_batches", &C::overfit_batches, ">= 0",
+      "train and validate on the same first N steps' batches, unshuffled (0: off)",
+      at_least(&C::overfit_batches, std::int64_t(0)));
+  add(v, "train.fast_dev_run", &C::fast_dev_run, "true or false",
+      "one step of training and one batch of validation, one epoch, no checkpoints: checks the whole path quickly");
+  add(v, "train.cuda_graphs", &C::cuda_graphs, "true or false", "capture the step in a CUDA graph");
+  add(v, "train.drop_last", &C::drop_last, "true or false", "drop the last partial batch (else pad it)");
+}
+
+// The keys of the optimizer and the loss ([optim]), in help order.
+void optim_fields(std::vector<Field>& v) {
+  add(v, "optim.lr", &C::lr, "a finite number > 0", "peak learning rate", positive_float(&C::lr));
+  add(v, "optim.schedule", &C::schedule, "one of cosine, linear, constant", "learning-rate schedule after warmup",
+      one_of(&C::schedule, {"cosine", "linear", "constant"}));
+  add(v, "optim.warmup_steps", &C::warmup_steps, "an integer in [0, 2147483647]", "linear warmup steps",
+      int_range(&C::warmup_steps, 0, kMaxInt32));
+  add(v, "optim.min_lr_ratio", &C::min_lr_ratio, "a number in [0, 1]", "final lr as a share of optim.lr",
+      float_range(&C::min_lr_ratio, 0, 1, false));
+  add(v, "optim.weight_decay", &C::weight_decay, "a number >= 0", "decoupled weight decay (not on biases)",
+      float_range(&C::weight_decay, 0, 1e30, false));
+  add(v, "optim.beta1", &C::beta1, "a number in [0, 1)", "AdamW beta1", float_range(&C::beta1, 0, 1, true));
+  add(v, "optim.beta2", &C::beta2, "a number in [0, 1)", "AdamW beta2", float_range(&C::beta2, 0, 1, true));
+  add(v, "optim.eps", &C::eps, "a finite number > 0", "AdamW epsilon", positive_float(&C::eps));
+  add(v, "optim.clip_norm", &C::clip_norm, "a number >= 0", "global gradient-norm clip (0: off)",
+      float_range(&C::clip_norm, 0, 1e30, false));
+  add(v, "optim.label_smoothing", &C::label_smoothing, "a number in [0, 1)", "label smoothing of the class loss",
+      float_range(&C::label_smoothing, 0, 1, true));
+  add(v, "optim.class_loss_weight", &C::class_loss_weight, "a number >= 0", "weight of the class loss",
+      float_range(&C::class_loss_weight, 0, 1e30, false));
+  add(v, "optim.leak_loss_weight", &C::leak_loss_weight, "a number >= 0", "weight of the leak loss",
+      float_range(&C::leak_loss_weight, 0, 1e30, false));
+  add(v, "optim.loss_scale", &C::loss_scale, "a finite number > 0", "initial fp16 loss scale",
+      positive_float(&C::loss_scale));
+  add(v, "optim.loss_scale_window", &C::loss_scale_window, "an integer > 0",
+      "clean fp16 steps before the loss scale doubles", positive_int(&C::loss_scale_window));
+}
+
+// The keys of the input pipeline and evaluation ([reader], [eval]), in help order.
+void reader_eval_fields(std::vector<Field>& v) {
+  // [reader]
+  add(v, "reader.threads", &C::reader_threads, fmt::format("an integer in [1, {}]", io::kMaxReadThreads),
+      "HDF5 reader threads", int_range(&C::reader_threads, 1, io::kMaxReadThreads));
+  add(v, "reader.ring", &C::reader_ring, "an integer in [2, 8]", "pinned batch slots", [](const C& c) {
+    return c.reader_ring >= 2 && c.reader_ring <= 8 ? std::string{} : std::string("an integer in [2, 8]");
+  });
+  add(v, "reader.gpu_cache", &C::gpu_cache, "one of auto, on, off",
+      "keep the dataset on the GPU (auto: when it fits in reader.gpu_cache_fraction of free memory)",
+      one_of(&C::gpu_cache, {"auto", "on", "off"}));
+  add(v, "reader.gpu_cache_fraction", &C::gpu_cache_fraction, "a number in (0, 1]",
+      "share of free GPU memory the cached dataset may take", [](const C& c) {
+        return c.gpu_cache_fraction > 0 && c.gpu_cache_fraction <= 1 ? std::string{}
+                                                                      : std::string("a number in (0, 1]");
+      });
+  // [eval]
+  add(v, "eval.val_every", &C::val_every, "an integer > 0", "validate every N epochs", positive_int(&C::val_every));
+  add(v, "eval.threshold", &C::threshold, "a number in (0, 1)", "leak decision threshold on the leak probability",
+      [](const C& c) {
+        return c.threshold > 0 && c.threshold < 1 ? std::string{} : std::string("a number in (0, 1)");
+      });
+  add(v, "eval.metric", &C::metric, "a validation metric name (see --help)",
+      "metric for early stopping and the best checkpoint", [](const C& c) {
+        const auto n = metric_names(c.heads != "class");
+        if (std::find(n.begin(), n.end(), c.metric) != n.end()) return std::string{};
+        return fmt::format("one of {}{}", fmt::join(n, ", "),
+                           is_leak_metric(c.metric) && c.heads == "class"
+                               ? " (model.heads is class: the model has no leak head)"
+                               : "");
+      });
+  add(v, "eval.patience", &C::patience, ">= 0", "stop after N validations without improvement (0: never)",
+      at_least(&C::patience, std::int64_t(0)));
+  add(v, "eval.min_delta", &C::min_delta, "a number >= 0", "smallest change that counts as an improvement",
+      float_range(&C::min_delta, 0, 1e30, false));
+}
+
+// The keys of checkpoints, logging and the run directory ([checkpoint], [log], [run]), in help order.
+void output_fields(std::vector<Field>& v) {
+  // [checkpoint]
+  add(v, "checkpoint.keep_last", &C::keep_last, "an integer > 0", "checkpoints kept (plus the best)",
+      positive_int(&C::keep_last));
+  add(v, "checkpoint.every", &C::checkpoint_every, "an integer > 0", "write a checkpoint every N epochs",
+      positive_int(&C::checkpoint_every));
+  // [log]
+  add(v, "log.interval", &C::log_interval, "an integer > 0", "optimizer steps between log lines",
+      positive_int(&C::log_interval));
+  add(v, "log.progress", &C::progress, "one of auto, tty, plain, off",
+      "progress display (auto: a live line on a terminal, plain lines otherwise)",
+      one_of(&C::progress, {"auto", "tty", "plain", "off"}));
+  // [run]
+  add(v, "run.out", &C::out, "a directory", "run directory (config, checkpoints, metrics, report, plots)",
+      [](const C& c) { return c.out.empty() ? std::string("a non-empty directory path") : std::string{}; });
+  add(v, "run.resume", &C::resume, "empty, auto or a checkpoint path",
+      "continue a run (auto: the newest good checkpoint in run.out, if any)");
+  add(v, "run.init_from", &C::init_from, "a .safetensors or checkpoint path", "initial weights");
+  add(v, "run.profile_steps", &C::profile_steps, "empty or A:B with 0 <= A < B",
+      "wrap steps [A, B) in cudaProfilerStart/Stop (nsys --capture-range=cudaProfilerApi)",
+      [](const C& c) {
+        if (c.profile_steps.empty()) return std::string{};
+        return c.profile_begin() >= 0 ? std::string{} : std::string("empty or A:B with 0 <= A < B");
+      });
+}
+
+// Every key, in the order of the help text and the written TOML.
 const std::vector<Field>& fields() {
-  using C = RunConfig;
   static const std::vector<Field> f = [] {
     std::vector<Field> v;
-    auto add = [&](std::string key, Member m, std::string accepted, std::string help, Check check = {}) {
-      v.push_back(Field{std::move(key), m, std::move(accepted), std::move(help), std::move(check)});
-    };
-    // [data]
-    add("data.train", &C::train_path, "a path to an HDF5 file", "training set (required)");
-    add("data.val", &C::val_path, "a path to an HDF5 file", "validation set (empty: no validation)");
-    add("data.test", &C::test_path, "a path to an HDF5 file", "test set, evaluated once at the end (optional)");
-    add("data.segments", &C::segments_name, "an HDF5 dataset name", "name of the segments dataset");
-    add("data.labels", &C::labels_name, "an HDF5 dataset name", "name of the labels dataset");
-    add("data.leak", &C::leak_name, "an HDF5 dataset name", "name of the optional 0/1 leak dataset");
-    add("data.normal_class", &C::normal_class, "an integer in [-1, 2147483647]",
-        "class meaning 'no leak' when /leak is absent (-1: the class named normal, else 0)",
-        int_range(&C::normal_class, -1, kMaxInt32));
-    // [model]
-    add("model.arch", &C::arch, "leakcnn", "model family", one_of(&C::arch, {"leakcnn"}));
-    add("model.channels", &C::channels, "a non-empty list of integers > 0", "output channels of each conv block",
-        [](const C& c) {
-          const bool ok = !c.channels.empty() &&
-                          std::all_of(c.channels.begin(), c.channels.end(),
-                                      [](auto x) { return x > 0 && x <= kMaxInt32; });
-          return ok ? std::string{} : fmt::format("a non-empty list of integers in [1, {}]", kMaxInt32);
-        });
-    add("model.pools", &C::pools, "a list of integers >= 1, one per conv block", "max-pool size of each block",
-        [](const C& c) {
-          const bool ok = c.pools.size() == c.channels.size() &&
-                          std::all_of(c.pools.begin(), c.pools.end(), [](auto x) { return x >= 1 && x <= kMaxInt32; });
-          return ok ? std::string{}
-                    : fmt::format("a list of {} integers >= 1 (one per entry of model.channels, at most {})",
-                                  c.channels.size(), kMaxInt32);
-        });
-    add("model.kernel", &C::kernel, "an odd integer >= 1", "conv kernel size", [](const C& c) {
-      return c.kernel >= 1 && c.kernel <= kMaxInt32 && c.kernel % 2 == 1
-                 ? std::string{}
-                 : fmt::format("an odd integer in [1, {}]", kMaxInt32);
-    });
-    add("model.dense", &C::dense, "an integer > 0", "width of the dense layer", positive_int(&C::dense));
-    add("model.dropout", &C::dropout, "a number in [0, 1)", "dropout before the heads",
-        float_range(&C::dropout, 0, 1, true));
-    add("model.num_classes", &C::num_classes, "0 (from the data) or an integer >= 2", "number of classes",
-        [](const C& c) {
-          return c.num_classes == 0 || (c.num_classes >= 2 && c.num_classes <= kMaxInt32)
-                     ? std::string{}
-                     : fmt::format("0 (from the data) or an integer in [2, {}]", kMaxInt32);
-        });
-    // [train]
-    add("train.epochs", &C::epochs, "an integer > 0", "number of epochs", positive_int(&C::epochs));
-    add("train.batch_size", &C::batch_size, "an integer > 0", "segments per micro-batch",
-        positive_int(&C::batch_size));
-    add("train.grad_accum", &C::grad_accum, "an integer > 0", "micro-batches per optimizer step",
-        positive_int(&C::grad_accum));
-    add("train.precision", &C::precision, "one of auto, fp32, bf16, fp16",
-        "compute precision (auto: bf16 on a GPU, fp32 on the CPU)",
-        one_of(&C::precision, {"auto", "fp32", "bf16", "fp16"}));
-    add("train.device", &C::device, "auto, cpu, cuda or cuda:N", "where to train", [](const C& c) {
-      const std::string& d = c.device;
-      bool ok = d == "auto" || d == "cpu" || d == "cuda" || d == "gpu";
-      if (!ok && d.rfind("cuda:", 0) == 0 && d.size() > 5)
-        ok = std::all_of(d.begin() + 5, d.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
-      return ok ? std::string{} : std::string("auto, cpu, cuda or cuda:N");
-    });
-    add("train.seed", &C::seed, ">= 0", "seed of initialization, shuffling and dropout",
-        at_least(&C::seed, std::int64_t(0)));
-    add("train.limit_batches", &C::limit_batches, ">= 0",
-        "at most N optimizer steps (of train.grad_accum batches) per epoch (0: all)",
-        at_least(&C::limit_batches, std::int64_t(0)));
-    add("train.overfit_batches", &C::overfit_batches, ">= 0",
-        "train and validate on the same first N steps' batches, unshuffled (0: off)",
-        at_least(&C::overfit_batches, std::int64_t(0)));
-    add("train.fast_dev_run", &C::fast_dev_run, "true or false",
-        "one step of training and one batch of validation, one epoch, no checkpoints: checks the whole path quickly");
-    add("train.cuda_graphs", &C::cuda_graphs, "true or false", "capture the step in a CUDA graph");
-    add("train.drop_last", &C::drop_last, "true or false", "drop the last partial batch (else pad it)");
-    // [optim]
-    add("optim.lr", &C::lr, "a finite number > 0", "peak learning rate", positive_float(&C::lr));
-    add("optim.schedule", &C::schedule, "one of cosine, linear, constant", "learning-rate schedule after warmup",
-        one_of(&C::schedule, {"cosine", "linear", "constant"}));
-    add("optim.warmup_steps", &C::warmup_steps, "an integer in [0, 2147483647]", "linear warmup steps",
-        int_range(&C::warmup_steps, 0, kMaxInt32));
-    add("optim.min_lr_ratio", &C::min_lr_ratio, "a number in [0, 1]", "final lr as a share of optim.lr",
-        float_range(&C::min_lr_ratio, 0, 1, false));
-    add("optim.weight_decay", &C::weight_decay, "a number >= 0", "decoupled weight decay (not on biases)",
-        float_range(&C::weight_decay, 0, 1e30, false));
-    add("optim.beta1", &C::beta1, "a number in [0, 1)", "AdamW beta1", float_range(&C::beta1, 0, 1, true));
-    add("optim.beta2", &C::beta2, "a number in [0, 1)", "AdamW beta2", float_range(&C::beta2, 0, 1, true));
-    add("optim.eps", &C::eps, "a finite number > 0", "AdamW epsilon", positive_float(&C::eps));
-    add("optim.clip_norm", &C::clip_norm, "a number >= 0", "global gradient-norm clip (0: off)",
-        float_range(&C::clip_norm, 0, 1e30, false));
-    add("optim.label_smoothing", &C::label_smoothing, "a number in [0, 1)", "label smoothing of the class loss",
-        float_range(&C::label_smoothing, 0, 1, true));
-    add("optim.class_loss_weight", &C::class_loss_weight, "a number >= 0", "weight of the class loss",
-        float_range(&C::class_loss_weight, 0, 1e30, false));
-    add("optim.leak_loss_weight", &C::leak_loss_weight, "a number >= 0", "weight of the leak loss",
-        float_range(&C::leak_loss_weight, 0, 1e30, false));
-    add("optim.loss_scale", &C::loss_scale, "a finite number > 0", "initial fp16 loss scale",
-        positive_float(&C::loss_scale));
-    add("optim.loss_scale_window", &C::loss_scale_window, "an integer > 0",
-        "clean fp16 steps before the loss scale doubles", positive_int(&C::loss_scale_window));
-    // [reader]
-    add("reader.threads", &C::reader_threads, fmt::format("an integer in [1, {}]", io::kMaxReadThreads),
-        "HDF5 reader threads", int_range(&C::reader_threads, 1, io::kMaxReadThreads));
-    add("reader.ring", &C::reader_ring, "an integer in [2, 8]", "pinned batch slots", [](const C& c) {
-      return c.reader_ring >= 2 && c.reader_ring <= 8 ? std::string{} : std::string("an integer in [2, 8]");
-    });
-    add("reader.gpu_cache", &C::gpu_cache, "one of auto, on, off",
-        "keep the dataset on the GPU (auto: when it fits in reader.gpu_cache_fraction of free memory)",
-        one_of(&C::gpu_cache, {"auto", "on", "off"}));
-    add("reader.gpu_cache_fraction", &C::gpu_cache_fraction, "a number in (0, 1]",
-        "share of free GPU memory the cached dataset may take", [](const C& c) {
-          return c.gpu_cache_fraction > 0 && c.gpu_cache_fraction <= 1 ? std::string{}
-                                                                        : std::string("a number in (0, 1]");
-        });
-    // [eval]
-    add("eval.val_every", &C::val_every, "an integer > 0", "validate every N epochs", positive_int(&C::val_every));
-    add("eval.threshold", &C::threshold, "a number in (0, 1)", "leak decision threshold on the leak probability",
-        [](const C& c) {
-          return c.threshold > 0 && c.threshold < 1 ? std::string{} : std::string("a number in (0, 1)");
-        });
-    add("eval.metric", &C::metric, "a validation metric name (see --help)",
-        "metric for early stopping and the best checkpoint", [](const C& c) {
-          const auto& n = metric_names();
-          if (std::find(n.begin(), n.end(), c.metric) != n.end()) return std::string{};
-          return fmt::format("one of {}", fmt::join(n, ", "));
-        });
-    add("eval.patience", &C::patience, ">= 0", "stop after N validations without improvement (0: never)",
-        at_least(&C::patience, std::int64_t(0)));
-    add("eval.min_delta", &C::min_delta, "a number >= 0", "smallest change that counts as an improvement",
-        float_range(&C::min_delta, 0, 1e30, false));
-    // [checkpoint]
-    add("checkpoint.keep_last", &C::keep_last, "an integer > 0", "checkpoints kept (plus the best)",
-        positive_int(&C::keep_last));
-    add("checkpoint.every", &C::checkpoint_every, "an integer > 0", "write a checkpoint every N epochs",
-        positive_int(&C::checkpoint_every));
-    // [log]
-    add("log.interval", &C::log_interval, "an integer > 0", "optimizer steps between log lines",
-        positive_int(&C::log_interval));
-    add("log.progress", &C::progress, "one of auto, tty, plain, off",
-        "progress display (auto: a live line on a terminal, plain lines otherwise)",
-        one_of(&C::progress, {"auto", "tty", "plain", "off"}));
-    // [run]
-    add("run.out", &C::out, "a directory", "run directory (config, checkpoints, metrics, report, plots)",
-        [](const C& c) { return c.out.empty() ? std::string("a non-empty directory path") : std::string{}; });
-    add("run.resume", &C::resume, "empty, auto or a checkpoint path",
-        "continue a run (auto: the newest good checkpoint in run.out, if any)");
-    add("run.init_from", &C::init_from, "a .safetensors or checkpoint path", "initial weights");
-    add("run.profile_steps", &C::profile_steps, "empty or A:B with 0 <= A < B",
-        "wrap steps [A, B) in cudaProfilerStart/Stop (nsys --capture-range=cudaProfilerApi)",
-        [](const C& c) {
-          if (c.profile_steps.empty()) return std::string{};
-          return c.profile_begin() >= 0 ? std::string{} : std::string("empty or A:B with 0 <= A < B");
-        });
+    data_fields(v);
+    model_fields(v);
+    train_fields(v);
+    optim_fields(v);
+    reader_eval_fields(v);
+    output_fields(v);
     return v;
   }();
   return f;
@@ -355,6 +391,15 @@ const std::vector<std::string>& metric_names() {
   return n;
 }
 
+std::vector<std::string> metric_names(bool leak_head) {
+  std::vector<std::string> out;
+  for (const std::string& n : metric_names())
+    if (leak_head || !is_leak_metric(n)) out.push_back(n);
+  return out;
+}
+
+bool is_leak_metric(std::string_view name) { return name.find("leak") != std::string_view::npos; }
+
 const std::vector<ConfigKeyInfo>& config_keys() {
   static const std::vector<ConfigKeyInfo> k = [] {
     std::vector<ConfigKeyInfo> v;
@@ -400,6 +445,15 @@ void load_toml_string(RunConfig& cfg, std::string_view text, std::string_view or
     MF_THROW("{}:{}:{}: TOML syntax error: {}", origin, b.line, b.column, e.description());
   }
   load_table(cfg, root, origin);
+}
+
+RunConfig load_saved_config(std::string_view text, std::string_view origin) {
+  RunConfig cfg;
+  load_toml_string(cfg, text, origin);
+  // Without the key (saved before it existed), or still auto (saved by a
+  // trainer that did not resolve it), the run trained both heads.
+  if (cfg.heads == "auto") cfg.heads = "class+leak";
+  return cfg;
 }
 
 void load_toml_file(RunConfig& cfg, const std::filesystem::path& path) {

@@ -34,6 +34,9 @@ struct RunConfig {
   std::int64_t dense = 256;
   double dropout = 0.0;
   std::int64_t num_classes = 0;  // 0: from the dataset's labels
+  // auto | class | class+leak (model/heads.hpp). A run records the resolved
+  // value (never auto) in its config.toml and checkpoints.
+  std::string heads = "auto";
 
   // [train]
   std::int64_t epochs = 10;
@@ -112,6 +115,12 @@ const std::vector<ConfigKeyInfo>& config_keys();
 void load_toml_file(RunConfig& cfg, const std::filesystem::path& path);
 // Same from TOML text (`origin` names it in messages).
 void load_toml_string(RunConfig& cfg, std::string_view text, std::string_view origin);
+// The configuration a run saved (its config.toml, a checkpoint's
+// /strings/config), over the defaults, with model.heads resolved: runs saved
+// before the key existed (or by a trainer that left it auto) trained both
+// heads, so a saved configuration without the key, or with auto, reads as
+// heads = class+leak (where plain loading would leave auto).
+RunConfig load_saved_config(std::string_view text, std::string_view origin);
 
 // Applies one override "key=value". The value is parsed as TOML when it can be
 // (numbers, true/false, [1, 2]); otherwise it is taken as a string.
@@ -120,6 +129,7 @@ void apply_override(RunConfig& cfg, std::string_view assignment);
 void set_key(RunConfig& cfg, std::string_view key, std::string_view value);
 
 // Checks ranges and choices across keys; throws mf::Error naming the key.
+// With model.heads = class, an eval.metric of the leak head is an error.
 void validate(const RunConfig& cfg);
 
 // The resolved configuration as TOML (every key), and back.
@@ -128,7 +138,11 @@ std::string to_toml(const RunConfig& cfg);
 // The closest known keys to `key` (for "did you mean"); empty when none is close.
 std::vector<std::string> suggest_keys(std::string_view key);
 
-// The names accepted by eval.metric.
+// The names accepted by eval.metric: every name, or those a model with (or
+// without) the leak head offers.
 const std::vector<std::string>& metric_names();
+std::vector<std::string> metric_names(bool leak_head);
+// True for the metrics of the leak head (val.*.leak_auc).
+bool is_leak_metric(std::string_view name);
 
 }  // namespace mf::model

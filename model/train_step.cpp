@@ -68,8 +68,8 @@ TrainStep::TrainStep(const TrainConfig& cfg, Device device, cudaStream_t stream)
     hd_ = make({B, D}, dtype_, device, stream);
     dhd_ = make({B, D}, dtype_, device, stream);
   }
-  logits_ = make({B, C + 1}, dtype_, device, stream);
-  dlogits_ = make({B, C + 1}, dtype_, device, stream);
+  logits_ = make({B, mc.head_outputs()}, dtype_, device, stream);
+  dlogits_ = make({B, mc.head_outputs()}, dtype_, device, stream);
   if (!cfg_.class_weights.empty())
     class_weight_ = Tensor::from_floats(cfg_.class_weights, {C}).to(device, stream);
   sums_ = make({kernels::kLossSums}, DType::f32, device, stream);
@@ -153,6 +153,7 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   ld.class_loss_weight = cfg_.class_loss_weight;
   ld.leak_loss_weight = cfg_.leak_loss_weight;
   ld.grad_scale = 1.f / float(cfg_.accum_steps);
+  ld.leak_head = mc.leak_head;  // without it the leak targets are not read
   {
     Phase ph(timer_, "loss", stream);
     ops::leak_loss(logits_, labels, leak, class_weight_.defined() && class_weight_.numel() ? &class_weight_ : nullptr,
@@ -264,10 +265,11 @@ EvalOutput TrainStep::forward_eval(const Tensor& xin, cudaStream_t stream) {
   Tensor h = Tensor::empty({B, mc.dense}, dtype_, device_, Layout::plain, stream);
   ops::dense_forward(a.reshape({B, mc.flat_features()}), pb.view(work, "fc.weight"), pb.view(work, "fc.bias"),
                      true, h, stream);
-  Tensor logits = Tensor::empty({B, mc.classes + 1}, dtype_, device_, Layout::plain, stream);
+  Tensor logits = Tensor::empty({B, mc.head_outputs()}, dtype_, device_, Layout::plain, stream);
   ops::dense_forward(h, pb.head_weight(work), pb.head_bias(work), false, logits, stream);
-  EvalOutput out{Tensor::empty({B, mc.classes}, DType::f32, device_, Layout::plain, stream),
-                 Tensor::empty({B}, DType::f32, device_, Layout::plain, stream)};
+  EvalOutput out;
+  out.probs = Tensor::empty({B, mc.classes}, DType::f32, device_, Layout::plain, stream);
+  if (mc.leak_head) out.leak_prob = Tensor::empty({B}, DType::f32, device_, Layout::plain, stream);
   ops::head_probs(logits, out.probs, out.leak_prob, stream);
   return out;
 }
@@ -277,6 +279,7 @@ StepMetrics TrainStep::read_metrics(cudaStream_t stream, bool reset) {
   Tensor sh = device_.is_cuda() ? sums_.to(Device::cpu(), stream) : sums_;
   const float* s = sh.data<float>();
   StepMetrics m;
+  m.has_leak = cfg_.model.leak_head;
   m.micro_batches = std::int64_t(s[3]);
   const double n = m.micro_batches > 0 ? double(m.micro_batches) : 1.0;
   m.class_loss = s[0] / n;

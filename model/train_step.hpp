@@ -12,6 +12,8 @@
 //   // or write the batch straight into ts.input_x()/input_labels()/input_leak() and ts.step(stream)
 //   StepMetrics m = ts.read_metrics(stream);        // one sync per log interval; resets the sums
 //   EvalOutput e = ts.forward_eval(xv, stream);     // class probabilities [B, C], leak probability [B]
+//                                                   // (none when !cfg.model.leak_head: the leak input
+//                                                   // is then allocated and filled but never read)
 //   checkpoints: ts.params().master()/m()/v() (flat f32, named views via params().view) +
 //                ts.optimizer_state() (AdamWState: step, iteration, loss scale, ...) + cfg.seed
 //                (the dropout RNG is a hash of seed and iteration: no other RNG state);
@@ -50,6 +52,7 @@ struct TrainConfig {
 };
 
 struct StepMetrics {
+  bool has_leak = true;            // the model has the leak head; else leak_loss and leak_correct are 0, not metrics
   std::int64_t micro_batches = 0;  // since the last reset
   double class_loss = 0, leak_loss = 0, loss = 0;  // means over those micro-batches
   std::int64_t samples = 0, class_correct = 0, leak_correct = 0;
@@ -62,7 +65,7 @@ struct StepMetrics {
 
 struct EvalOutput {
   Tensor probs;      // f32 [B, C]
-  Tensor leak_prob;  // f32 [B]
+  Tensor leak_prob;  // f32 [B]; undefined when the model has no leak head
 };
 
 class TrainStep {

@@ -280,31 +280,36 @@ void register_predict(CLI::App& app) {
     for (int c = 0; c < C; ++c) probs_header += ",prob_" + name(c);
     // The whole CSV in memory, then one atomic write (temporary file, fsync,
     // rename): a failure leaves no partial file and names the file and reason.
+    // A model without the leak head (model.heads = class) has no leak columns.
+    const bool leak = r.segments.has_leak;
+    const std::string leak_header = leak ? ",leak,leak_prob" : "";
     std::string f;
     std::int64_t rows = 0;
     if (r.vote && !a.per_segment) {
       const model::FileVote& v = *r.vote;
-      f += "file,label,label_name,pred,pred_name,leak,leak_prob" + probs_header + "\n";
+      f += "file,label,label_name,pred,pred_name" + leak_header + probs_header + "\n";
       for (std::int64_t i = 0; i < v.files; ++i) {
         const int y = info.file_labels[std::size_t(i)], p = v.klass[std::size_t(i)];
-        f += fmt::format("{},{},{},{},{},{},{:.7g}", i, y, name(y), p, name(p), v.leak[std::size_t(i)],
-                         v.leak_prob[std::size_t(i)]);
+        f += fmt::format("{},{},{},{},{}", i, y, name(y), p, name(p));
+        if (leak) f += fmt::format(",{},{:.7g}", v.leak[std::size_t(i)], v.leak_prob[std::size_t(i)]);
         for (int c = 0; c < C; ++c) f += fmt::format(",{:.7g}", v.probs[std::size_t(i * C + c)]);
         f += "\n";
         ++rows;
       }
     } else {
-      f += "segment,file,long,short,label,pred,pred_name,leak,leak_prob" + probs_header + "\n";
+      f += "segment,file,long,short,label,pred,pred_name" + leak_header + probs_header + "\n";
       for (std::int64_t i = 0; i < r.segments.size(); ++i) {
         const float* p = r.segments.class_probs.data() + i * C;
         int best = 0;
         for (int c = 1; c < C; ++c)
           if (p[c] > p[best]) best = c;
-        const float q = r.segments.leak_probs[std::size_t(i)];
         const std::int64_t file = info.file_of(i), within = i % info.segments_per_file;
-        f += fmt::format("{},{},{},{},{},{},{},{},{:.7g}", i, file, within / info.short_per_long,
-                         within % info.short_per_long, r.segments.labels[std::size_t(i)], best, name(best),
-                         q >= float(thr) ? 1 : 0, q);
+        f += fmt::format("{},{},{},{},{},{},{}", i, file, within / info.short_per_long, within % info.short_per_long,
+                         r.segments.labels[std::size_t(i)], best, name(best));
+        if (leak) {
+          const float q = r.segments.leak_probs[std::size_t(i)];
+          f += fmt::format(",{},{:.7g}", q >= float(thr) ? 1 : 0, q);
+        }
         for (int c = 0; c < C; ++c) f += fmt::format(",{:.7g}", p[c]);
         f += "\n";
         ++rows;
@@ -352,7 +357,8 @@ void register_export(CLI::App& app) {
                    {"model", "LeakCNN"},
                    {"model_args", json{{"in_mels", m.in_mels}, {"in_frames", m.in_frames}, {"channels", m.channels},
                                        {"pools", m.pools}, {"kernel", m.kernel}, {"dense", m.dense},
-                                       {"dropout", m.dropout}, {"classes", m.classes}}
+                                       {"dropout", m.dropout}, {"classes", m.classes},
+                                       {"leak_head", m.leak_head}}
                                       .dump()},
                    {"class_names", json(lm.class_names).dump()},
                    {"step", std::to_string(lm.step)},

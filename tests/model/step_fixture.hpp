@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cmath>
+#include <fstream>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -61,6 +63,39 @@ inline model::LeakCNNConfig small_model(int classes = 3) {
   m.dense = 16;
   m.classes = classes;
   return m;
+}
+
+// DIR/config.txt of the PyTorch oracle (tests/oracle/leakcnn_steps.py): the
+// model (both heads or the class head alone), optimizer, loss weights, batch,
+// steps (weights compared after step 1 and the last) and the tolerance.
+inline void write_oracle_config(const std::string& path, const model::TrainConfig& c, int steps, std::int64_t B,
+                                double tol) {
+  std::ofstream f(path);
+  auto join = [](const std::vector<int>& v) {
+    std::string s;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (i) s += ',';
+      s += std::to_string(v[i]);
+    }
+    return s;
+  };
+  std::string cw;
+  for (std::size_t i = 0; i < c.class_weights.size(); ++i) {
+    if (i) cw += ',';
+    cw += std::to_string(c.class_weights[i]);
+  }
+  f << "mels=" << c.model.in_mels << "\nframes=" << c.model.in_frames << "\nchannels=" << join(c.model.channels)
+    << "\npools=" << join(c.model.pools) << "\nkernel=" << c.model.kernel << "\ndense=" << c.model.dense
+    << "\nclasses=" << c.model.classes << "\nbatch=" << B << "\nsteps=" << steps << "\ncheck=1," << steps
+    << "\ntol=" << tol << "\ndtype=f64\nlr=" << c.optim.lr << "\nbeta1=" << c.optim.beta1
+    << "\nbeta2=" << c.optim.beta2 << "\neps=" << c.optim.eps << "\nwd=" << c.optim.weight_decay
+    << "\nmax_norm=" << c.optim.max_grad_norm << "\nschedule="
+    << (c.optim.schedule == kernels::LrSchedule::cosine   ? "cosine"
+        : c.optim.schedule == kernels::LrSchedule::linear ? "linear"
+                                                          : "constant")
+    << "\nwarmup=" << c.optim.warmup_steps << "\ntotal=" << c.optim.total_steps << "\nmin_lr=" << c.optim.min_lr
+    << "\nclass_weights=" << cw << "\nsmoothing=" << c.label_smoothing << "\nwclass=" << c.class_loss_weight
+    << "\nwleak=" << c.leak_loss_weight << "\nheads=" << (c.model.leak_head ? "class+leak" : "class") << "\n";
 }
 
 }  // namespace mf::testing

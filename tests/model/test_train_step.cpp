@@ -95,35 +95,6 @@ struct OracleSetup {
   int steps = 5;
 };
 
-void write_config(const std::string& path, const TrainConfig& c, int steps, std::int64_t B, double tol) {
-  std::ofstream f(path);
-  auto join = [](const std::vector<int>& v) {
-    std::string s;
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      if (i) s += ',';
-      s += std::to_string(v[i]);
-    }
-    return s;
-  };
-  std::string cw;
-  for (std::size_t i = 0; i < c.class_weights.size(); ++i) {
-    if (i) cw += ',';
-    cw += std::to_string(c.class_weights[i]);
-  }
-  f << "mels=" << c.model.in_mels << "\nframes=" << c.model.in_frames << "\nchannels=" << join(c.model.channels)
-    << "\npools=" << join(c.model.pools) << "\nkernel=" << c.model.kernel << "\ndense=" << c.model.dense
-    << "\nclasses=" << c.model.classes << "\nbatch=" << B << "\nsteps=" << steps << "\ncheck=1," << steps
-    << "\ntol=" << tol << "\ndtype=f64\nlr=" << c.optim.lr << "\nbeta1=" << c.optim.beta1
-    << "\nbeta2=" << c.optim.beta2 << "\neps=" << c.optim.eps << "\nwd=" << c.optim.weight_decay
-    << "\nmax_norm=" << c.optim.max_grad_norm << "\nschedule="
-    << (c.optim.schedule == kernels::LrSchedule::cosine   ? "cosine"
-        : c.optim.schedule == kernels::LrSchedule::linear ? "linear"
-                                                          : "constant")
-    << "\nwarmup=" << c.optim.warmup_steps << "\ntotal=" << c.optim.total_steps << "\nmin_lr=" << c.optim.min_lr
-    << "\nclass_weights=" << cw << "\nsmoothing=" << c.label_smoothing << "\nwclass=" << c.class_loss_weight
-    << "\nwleak=" << c.leak_loss_weight << "\n";
-}
-
 }  // namespace
 
 TEST_CASE("PyTorch oracle: 1 and 5 AdamW steps of the CPU backend match torch (fp32 vs float64)") {
@@ -149,7 +120,7 @@ TEST_CASE("PyTorch oracle: 1 and 5 AdamW steps of the CPU backend match torch (f
   const std::int64_t B = cfg.micro_batch;
   TrainStep ts(cfg, Device::cpu());
   write_arrays((dir / "init").string(), export_torch(ts.params(), ts.params().master()));
-  write_config((dir / "config.txt").string(), cfg, steps, B, 1e-5);
+  testing::write_oracle_config((dir / "config.txt").string(), cfg, steps, B, 1e-5);
   for (int s = 0; s < steps; ++s) {
     const auto b = testing::band_batch(B, cfg.model.in_mels, cfg.model.in_frames, 3, 100 + std::uint64_t(s));
     {

@@ -46,7 +46,7 @@ x = torch.from_numpy(x.reshape(-1, 1, mels, frames))
 with torch.no_grad():
     logits, leak = model(x)
     probs = torch.softmax(logits.double(), dim=1).numpy()
-    leak_p = torch.sigmoid(leak.double()).numpy()
+    leak_p = torch.sigmoid(leak.double()).numpy() if leak is not None else None
 
 rows = list(csv.DictReader(open(sys.argv[3])))
 assert len(rows) == probs.shape[0], (len(rows), probs.shape)
@@ -54,9 +54,16 @@ C = probs.shape[1]
 names = [k for k in rows[0].keys() if k.startswith("prob_")]
 assert len(names) == C, names
 ours = np.array([[float(r[k]) for k in names] for r in rows])
-ours_leak = np.array([float(r["leak_prob"]) for r in rows])
 ours_pred = np.array([int(r["pred"]) for r in rows])
-err = max(np.abs(ours - probs).max(), np.abs(ours_leak - leak_p).max())
+err = np.abs(ours - probs).max()
+# A model without the leak head (model.heads = class) has no leak columns.
+if ("leak_prob" in rows[0]) != (leak_p is not None):
+    print(f"leakcnn_predict: leak_prob column {'present' if 'leak_prob' in rows[0] else 'absent'}, "
+          f"torch model {'with' if leak_p is not None else 'without'} the leak head")
+    sys.exit(1)
+if leak_p is not None:
+    ours_leak = np.array([float(r["leak_prob"]) for r in rows])
+    err = max(err, np.abs(ours_leak - leak_p).max())
 # Predictions must agree wherever the top two probabilities are not within the error.
 top2 = np.sort(probs, axis=1)[:, -2:]
 clear = (top2[:, 1] - top2[:, 0]) > 1e-4

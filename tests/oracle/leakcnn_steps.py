@@ -1,7 +1,8 @@
 """Oracle for melforge's training step: PyTorch's LeakCNN (bench/leakcnn_torch.py),
-CrossEntropyLoss + BCEWithLogitsLoss, clip_grad_norm_, torch.optim.AdamW and the
-same LR schedule, from melforge's initial weights and batches. Compares the
-weights after each checkpointed step with melforge's and exits 1 on mismatch.
+CrossEntropyLoss + BCEWithLogitsLoss (CrossEntropyLoss alone for heads=class:
+no leak head), clip_grad_norm_, torch.optim.AdamW and the same LR schedule,
+from melforge's initial weights and batches. Compares the weights after each
+checkpointed step with melforge's and exits 1 on mismatch.
 
 usage: leakcnn_steps.py DIR   (DIR/config.txt, DIR/init/, DIR/batch{i}.bin,
                                DIR/after{s}/ written by tests/model/test_oracle.cpp)
@@ -41,8 +42,13 @@ def main():
     tol = float(cfg["tol"])
     check = [int(x) for x in cfg["check"].split(",")]
     torch.set_default_dtype(torch.float64 if cfg.get("dtype") == "f64" else torch.float32)
-    model = LeakCNN(mels, frames, ints("channels"), ints("pools"), int(cfg["kernel"]), int(cfg["dense"]), 0.0, C)
+    leak_head = cfg.get("heads", "class+leak") == "class+leak"
+    model = LeakCNN(mels, frames, ints("channels"), ints("pools"), int(cfg["kernel"]), int(cfg["dense"]), 0.0, C,
+                    leak_head=leak_head)
     init = read_arrays(os.path.join(d, "init"))
+    if set(init) != set(model.state_dict()):
+        print(f"parameter names differ: melforge {sorted(init)}, torch {sorted(model.state_dict())}")
+        sys.exit(1)
     sd = {k: torch.from_numpy(v.astype(np.float64 if cfg.get("dtype") == "f64" else np.float32)) for k, v in init.items()}
     model.load_state_dict(sd)
     lr = float(cfg["lr"])
@@ -70,7 +76,9 @@ def main():
             g["lr"] = lr_at(s, lr, cfg["schedule"], int(cfg["warmup"]), int(cfg["total"]), float(cfg["min_lr"]))
         opt.zero_grad()
         logits, leak = model(x)
-        loss = wc * ce(logits, y) + wl * bce(leak, t)
+        loss = wc * ce(logits, y)
+        if leak is not None:
+            loss = loss + wl * bce(leak, t)
         loss.backward()
         if max_norm > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)

@@ -1,0 +1,26 @@
+#include "model/heads.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+#include "engine/error.hpp"
+
+namespace mf::model {
+
+std::string resolve_heads(const RunConfig& cfg, const io::DatasetInfo& train) {
+  if (cfg.heads != "auto") return cfg.heads;
+  const bool named_normal = std::any_of(train.class_names.begin(), train.class_names.end(), [](std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+    return s == "normal";
+  });
+  const bool leak = train.leak_in_file || named_normal || cfg.normal_class >= 0;
+  return std::string(leak ? kHeadsClassLeak : kHeadsClass);
+}
+
+bool has_leak_head(const RunConfig& cfg) {
+  MF_CHECK(cfg.heads == kHeadsClass || cfg.heads == kHeadsClassLeak,
+           "model.heads: expected class or class+leak once resolved from the data, found '{}'", cfg.heads);
+  return cfg.heads == kHeadsClassLeak;
+}
+
+}  // namespace mf::model
