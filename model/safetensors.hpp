@@ -18,7 +18,7 @@
 
 namespace mf::model {
 
-// The name init_weights_from (train/trainer.cpp) spells a tensor with.
+// The name init_weights_from (train/load_model.cpp) spells a tensor with.
 using SafeTensor = HostArray;
 
 struct SafeTensors {
