@@ -113,9 +113,6 @@ struct EvalResult {
   // Throughput of the whole evaluation (read, forward, copies, vote) in wall time.
   double segments_per_s = 0;
   double files_per_s = 0;  // files voted on / the same time (has_files only)
-  // Not reported (it read as 8,177,032 files/s: one launch over a few files);
-  // kept until tools/trainer.cpp and train/evaluate.cpp stop setting it.
-  double vote_files_per_s = 0;
   // Whether the model has the leak head (the segment metrics say so).
   bool has_leak() const { return segment.has_leak; }
 };

@@ -23,8 +23,9 @@ EvalRun evaluate(model::TrainStep& ts, io::BatchReader& reader, const EvalOption
     if (info.layout == io::SegmentLayout::file_structured && n >= info.segments_per_file)
       n = n / info.segments_per_file * info.segments_per_file;
   }
+  const bool has_leak = ts.config().model.leak_head;
   Tensor probs = Tensor::empty({n, C}, DType::f32, dev, Layout::plain, stream);
-  Tensor leak = Tensor::empty({n}, DType::f32, dev, Layout::plain, stream);
+  Tensor leak = has_leak ? Tensor::empty({n}, DType::f32, dev, Layout::plain, stream) : Tensor();
   reader.restore({0, 0});
   std::int64_t done = 0;
   while (done < n) {
@@ -32,42 +33,35 @@ EvalRun evaluate(model::TrainStep& ts, io::BatchReader& reader, const EvalOption
     MF_CHECK(b.valid > 0, "evaluation: the reader returned an empty batch at segment {}", done);
     const model::EvalOutput out = ts.forward_eval(b.x, stream);
     const std::int64_t take = std::min(b.valid, n - done);
-    Tensor pd = probs.slice(done, done + take), ld = leak.slice(done, done + take);
-    pd.copy_from(out.probs.slice(0, take), stream);
-    ld.copy_from(out.leak_prob.slice(0, take), stream);
+    probs.slice(done, done + take).copy_from(out.probs.slice(0, take), stream);
+    if (has_leak) leak.slice(done, done + take).copy_from(out.leak_prob.slice(0, take), stream);
     done += take;
   }
   EvalRun r;
   r.segments.classes = C;
+  r.segments.has_leak = has_leak;
   {
     const Tensor hp = dev.is_cuda() ? probs.to(Device::cpu(), stream) : probs;
-    const Tensor hl = dev.is_cuda() ? leak.to(Device::cpu(), stream) : leak;
+    const Tensor hl = has_leak && dev.is_cuda() ? leak.to(Device::cpu(), stream) : leak;
     if (dev.is_cuda()) MF_CUDA_CHECK(cudaStreamSynchronize(stream));
     r.segments.class_probs.assign(hp.data<float>(), hp.data<float>() + n * C);
-    r.segments.leak_probs.assign(hl.data<float>(), hl.data<float>() + n);
+    if (has_leak) r.segments.leak_probs.assign(hl.data<float>(), hl.data<float>() + n);
   }
   r.segments.labels.assign(info.labels.begin(), info.labels.begin() + n);
-  r.segments.leak_labels.assign(info.leak.begin(), info.leak.begin() + n);
-  // The same loss as training (without label smoothing): weighted CE + BCE.
-  double loss = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const double p = std::max(double(r.segments.class_probs[std::size_t(i * C + r.segments.labels[std::size_t(i)])]), 1e-12);
-    const double q = std::clamp(double(r.segments.leak_probs[std::size_t(i)]), 1e-12, 1.0 - 1e-12);
-    const double y = r.segments.leak_labels[std::size_t(i)] ? 1.0 : 0.0;
-    loss += o.class_loss_weight * -std::log(p) + o.leak_loss_weight * -(y * std::log(q) + (1 - y) * std::log(1 - q));
-  }
-  r.result.loss = n ? loss / double(n) : NAN;
+  if (has_leak) r.segments.leak_labels.assign(info.leak.begin(), info.leak.begin() + n);
+  // The same loss as training (without label smoothing).
+  r.result.loss = model::mean_loss(r.segments, o.class_loss_weight, o.leak_loss_weight);
   r.result.segment = model::segment_metrics(r.segments, o.threshold);
   if (info.layout == io::SegmentLayout::file_structured && n >= info.segments_per_file) {
     const std::int64_t F = n / info.segments_per_file;
     const std::int64_t used = F * info.segments_per_file;
-    r.vote = model::vote_files(probs.slice(0, used), leak.slice(0, used), F, info.long_per_file, info.short_per_long,
+    const Tensor leak_used = has_leak ? leak.slice(0, used) : Tensor();
+    r.vote = model::vote_files(probs.slice(0, used), leak_used, F, info.long_per_file, info.short_per_long,
                                o.threshold, false, stream);
     std::vector<std::int32_t> fl(info.file_labels.begin(), info.file_labels.begin() + F);
     std::vector<std::int32_t> fk(info.file_leak.begin(), info.file_leak.begin() + F);
     r.result.file = model::file_metrics(*r.vote, fl, fk, o.threshold);
     r.result.has_files = true;
-    r.result.vote_files_per_s = r.vote->seconds > 0 ? double(F) / r.vote->seconds : 0;
     r.files = F;
   }
   const double secs = std::max(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1e-9);

@@ -1,6 +1,6 @@
 #include "train/load_model.hpp"
 
-#include <cstring>
+#include <fmt/format.h>
 
 #include "engine/error.hpp"
 #include "model/checkpoint.hpp"
@@ -26,25 +26,7 @@ void init_weights_from(model::TrainStep& ts, const fs::path& path) {
       const model::SafeTensor& t = st.at(p.name);
       MF_CHECK(t.shape == p.torch_shape, "{}: tensor '{}' has shape {}, the model expects {}", path.string(), p.name,
                shape_str(t.shape), shape_str(p.torch_shape));
-      model::NamedArray a{p.name, t.shape, std::vector<float>(std::size_t(shape_numel(t.shape)))};
-      for (std::size_t i = 0; i < a.values.size(); ++i) {
-        switch (t.dtype) {
-          case DType::f32: std::memcpy(&a.values[i], t.bytes.data() + 4 * i, 4); break;
-          case DType::bf16: {
-            std::uint16_t b;
-            std::memcpy(&b, t.bytes.data() + 2 * i, 2);
-            a.values[i] = bf16_bits_to_f32(b);
-            break;
-          }
-          case DType::f16: {
-            std::uint16_t b;
-            std::memcpy(&b, t.bytes.data() + 2 * i, 2);
-            a.values[i] = f16_bits_to_f32(b);
-            break;
-          }
-          default: MF_THROW("{}: tensor '{}' is {}, expected a float type", path.string(), p.name, dtype_name(t.dtype));
-        }
-      }
+      model::NamedArray a{p.name, t.shape, t.to_floats(fmt::format("{}: tensor '{}'", path.string(), p.name))};
       arrays.push_back(std::move(a));
     }
     model::import_torch(pb, pb.master(), arrays);
@@ -59,7 +41,7 @@ LoadedModel load_model(const fs::path& checkpoint, const std::string& device, co
                        cudaStream_t stream) {
   const model::Checkpoint c = model::read_checkpoint(checkpoint);
   LoadedModel lm;
-  model::load_toml_string(lm.cfg, c.get_string("config"), checkpoint.string() + ":/strings/config");
+  lm.cfg = model::load_saved_config(c.get_string("config"), checkpoint.string() + ":/strings/config");
   try {
     model::validate(lm.cfg);  // every integer narrowed below (and by the callers) is then in range
   } catch (const Error& e) {

@@ -57,7 +57,7 @@ std::optional<PeakTflops> peak_tflops(std::string_view device_name) {
 
 ModelFlops leakcnn_flops(std::int64_t n_mels, std::int64_t frames, const std::vector<std::int64_t>& channels,
                          const std::vector<std::int64_t>& pools, std::int64_t kernel, std::int64_t dense,
-                         std::int64_t classes) {
+                         std::int64_t head_outputs) {
   double h = double(n_mels), w = double(frames), cin = 1, fwd = 0, first_dx = 0;
   for (std::size_t i = 0; i < channels.size(); ++i) {
     const double conv = 2.0 * h * w * cin * double(channels[i]) * double(kernel * kernel);
@@ -69,7 +69,7 @@ ModelFlops leakcnn_flops(std::int64_t n_mels, std::int64_t frames, const std::ve
     cin = double(channels[i]);
   }
   const double flat = h * w * cin;
-  fwd += 2.0 * flat * double(dense) + 2.0 * double(dense) * double(classes + 1);
+  fwd += 2.0 * flat * double(dense) + 2.0 * double(dense) * double(head_outputs);
   return {fwd, 3.0 * fwd - first_dx};
 }
 

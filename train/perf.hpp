@@ -24,7 +24,7 @@ std::optional<PeakTflops> peak_tflops(std::string_view device_name);
 const std::vector<PeakTflops>& peak_table();
 
 // LeakCNN FLOPs per sample: convs (3x3 "same" conv before each pool), the dense
-// layer and both heads; a training step is forward + backward (backward = 2x
+// layer and the heads (head_outputs: C logits, plus 1 with the leak head); a training step is forward + backward (backward = 2x
 // forward, minus the first layer's input gradient, which is never computed).
 struct ModelFlops {
   double forward = 0;
@@ -32,7 +32,7 @@ struct ModelFlops {
 };
 ModelFlops leakcnn_flops(std::int64_t n_mels, std::int64_t frames, const std::vector<std::int64_t>& channels,
                          const std::vector<std::int64_t>& pools, std::int64_t kernel, std::int64_t dense,
-                         std::int64_t classes);
+                         std::int64_t head_outputs);
 
 // Where an epoch's training time went (milliseconds; device times from CUDA
 // events on a GPU, host clocks on the CPU backend).

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "model/heads.hpp"
+
 namespace mf::train {
 
 model::Precision resolve_precision(const std::string& precision, Device dev) {
@@ -29,6 +31,7 @@ model::LeakCNNConfig model_config(const model::RunConfig& cfg, std::int64_t mels
   m.dense = int(cfg.dense);
   m.dropout = float(cfg.dropout);
   m.classes = classes;
+  m.leak_head = model::has_leak_head(cfg);  // model.heads must be resolved (model::resolve_heads)
   m.validate();
   return m;
 }

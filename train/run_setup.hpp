@@ -19,8 +19,9 @@ namespace mf::train {
 // "auto" (or empty) -> bf16 on a GPU, fp32 on the CPU; otherwise the named precision.
 model::Precision resolve_precision(const std::string& precision, Device dev);
 io::DatasetNames dataset_names(const model::RunConfig& cfg);
-// The LeakCNN for inputs of mels x frames and `classes` classes; throws when
-// the configuration does not make a valid model for them.
+// The LeakCNN for inputs of mels x frames and `classes` classes, with the
+// heads of cfg.heads (resolved: class or class+leak); throws when the
+// configuration does not make a valid model for them.
 model::LeakCNNConfig model_config(const model::RunConfig& cfg, std::int64_t mels, std::int64_t frames, int classes);
 // total_steps sizes the learning-rate schedule (at least 1).
 model::TrainConfig step_config(const model::RunConfig& cfg, const model::LeakCNNConfig& mc, model::Precision p,

@@ -25,6 +25,7 @@
 #include "io/dataset.hpp"
 #include "io/reader.hpp"
 #include "model/checkpoint.hpp"
+#include "model/heads.hpp"
 #include "model/metrics.hpp"
 #include "model/train_step.hpp"
 #include "train/early_stopping.hpp"
@@ -120,6 +121,7 @@ class Trainer::Run {
   void report();
 
  private:
+  void resolve_heads(const io::DatasetInfo& train);
   void log_interval(std::int64_t step_in_epoch);
   void tick(std::int64_t step_in_epoch);
   ProgressState progress_state(std::int64_t step_in_epoch, double samples_per_s) const;
@@ -207,6 +209,7 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
   const auto load_t0 = Clock::now();
   data_ = open_run_data(cfg_);
   const io::DatasetInfo& ti = data_.train->info();
+  resolve_heads(ti);
   mc_ = model_config(cfg_, ti.n_mels, ti.frames, data_.classes);
   stream_ = std::make_unique<Stream>(dev_, "compute");
   train_rd_ = std::make_unique<io::BatchReader>(data_.train, reader_config(cfg_, dev_, act_, true));
@@ -239,7 +242,7 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
   peak_ = dev_.is_cuda() ? peak_tflops(dev_name_) : std::nullopt;
   peak_tf_ = peak_ ? (precision_ == model::Precision::fp32 ? peak_->fp32 : peak_->bf16) : 0.0;
   flops_ = leakcnn_flops(mc_.in_mels, mc_.in_frames, cfg_.channels, cfg_.pools, cfg_.kernel, cfg_.dense,
-                         data_.classes);
+                         mc_.head_outputs());
   profiling_ = dev_.is_cuda() && cfg_.profile_begin() >= 0;
   eval_options_.threshold = cfg_.threshold;
   eval_options_.class_loss_weight = cfg_.class_loss_weight;
@@ -250,19 +253,28 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
   prog_ = std::make_unique<Progress>(cfg_.progress);
 }
 
+// model.heads = auto becomes class or class+leak, recorded resolved in
+// config.toml and the checkpoints. A resumed run keeps its checkpoint's heads
+// (runs saved before the key existed had both), whatever the data would say.
+void Trainer::Run::resolve_heads(const io::DatasetInfo& train) {
+  if (cfg_.heads == "auto" && resume_)
+    cfg_.heads = model::load_saved_config(resume_->checkpoint.get_string("config"), resume_->path.string()).heads;
+  cfg_.heads = model::resolve_heads(cfg_, train);
+  model::validate(cfg_);  // with the heads known: a leak eval.metric needs the leak head
+}
+
 // ---- restore_or_init: the starting state ----------------------------------------------
 
 void Trainer::Run::restore_or_init() {
   if (resume_) {
     const model::Checkpoint& c = resume_->checkpoint;
     check_same_model(c, *ts_, "--resume");
-    RunConfig saved;
-    model::load_toml_string(saved, c.get_string("config"), resume_->path.string());
+    const RunConfig saved = model::load_saved_config(c.get_string("config"), resume_->path.string());
     if (saved.seed != cfg_.seed || saved.batch_size != cfg_.batch_size || saved.grad_accum != cfg_.grad_accum ||
         saved.lr != cfg_.lr || saved.epochs != cfg_.epochs || saved.schedule != cfg_.schedule ||
-        saved.precision != cfg_.precision)
+        saved.precision != cfg_.precision || saved.heads != cfg_.heads)
       log_warn("--resume: the configuration differs from the checkpoint's in seed, batch size, accumulation, lr, "
-               "epochs, schedule or precision; the run continues but will not match an uninterrupted one");
+               "epochs, schedule, precision or heads; the run continues but will not match an uninterrupted one");
     restore_run_checkpoint(*ts_, c, *stream_);
     st_ = run_state_of(c);
     selection_ = EarlyStopping(selection_.goal(), st_.best);
@@ -453,9 +465,7 @@ void Trainer::Run::log_interval(std::int64_t step_in_epoch) {
                {"step", st_.step},
                {"loss", nan_null(m.loss)},
                {"class_loss", nan_null(m.class_loss)},
-               {"leak_loss", nan_null(m.leak_loss)},
                {"accuracy", nan_null(ps.accuracy)},
-               {"leak_accuracy", m.samples ? json(double(m.leak_correct) / double(m.samples)) : json(nullptr)},
                {"lr", m.lr},
                {"grad_norm", nan_null(m.grad_norm)},
                {"loss_scale", m.loss_scale},
@@ -464,6 +474,10 @@ void Trainer::Run::log_interval(std::int64_t step_in_epoch) {
                {"cpu_pct", sys.cpu_pct},
                {"rss_mib", double(sys.rss_bytes) / 1048576.0},
                {"time_s", st_.elapsed_s + seconds_since(run_t0_)}};
+  if (mc_.leak_head) {
+    line["leak_loss"] = nan_null(m.leak_loss);
+    line["leak_accuracy"] = m.samples ? json(double(m.leak_correct) / double(m.samples)) : json(nullptr);
+  }
   if (sys.gpu_available) {
     if (sys.gpu_util_pct >= 0) {
       gpu_util_sum_ += sys.gpu_util_pct;
@@ -578,12 +592,15 @@ bool Trainer::Run::validate() {
              "as the best",
              cfg_.metric, overfit_rd_ ? "overfit" : "validation", st_.epoch + 1, undefined_metric_reason(cfg_.metric));
   }
-  std::string msg = fmt::format("eval epoch {}: loss {:.4f}, segment acc {:.4f} macro-F1 {:.4f} leak AUC {:.4f}",
-                                st_.epoch + 1, ev.result.loss, ev.result.segment.accuracy, ev.result.segment.macro_f1,
-                                ev.result.segment.leak_auc);
-  if (ev.result.has_files)
-    msg += fmt::format("; file acc {:.4f} macro-F1 {:.4f} false alarms {:.4f} ({} files)", ev.result.file.accuracy,
-                       ev.result.file.macro_f1, ev.result.file.false_alarm_rate, ev.files);
+  const model::EvalResult& e = ev.result;
+  std::string msg = fmt::format("eval epoch {}: loss {:.4f}, segment acc {:.4f} macro-F1 {:.4f}", st_.epoch + 1, e.loss,
+                                e.segment.accuracy, e.segment.macro_f1);
+  if (e.has_leak()) msg += fmt::format(" leak AUC {:.4f}", e.segment.leak_auc);
+  if (e.has_files) {
+    msg += fmt::format("; file acc {:.4f} macro-F1 {:.4f}", e.file.accuracy, e.file.macro_f1);
+    if (e.has_leak()) msg += fmt::format(" false alarms {:.4f}", e.file.false_alarm_rate);
+    msg += fmt::format(" ({} files)", ev.files);
+  }
   msg += fmt::format("; {} {:.4f}{}", cfg_.metric, v, verdict.improved ? " (best)" : "");
   prog_->message(msg);
   if (verdict.stop) {
@@ -640,6 +657,7 @@ json Trainer::Run::report_json() {
                  {"device_name", dev_name_},
                  {"precision", std::string(model::precision_name(precision_))},
                  {"model", mc_.str()},
+                 {"heads", cfg_.heads},
                  {"parameters", ts_->params().count()},
                  {"steps", st_.step},
                  {"samples", st_.samples},

@@ -167,6 +167,54 @@ TEST_CASE("train end to end on the CPU: high file-level accuracy, run directory,
   CHECK(rep2["val"]["file"]["accuracy"].get<double>() >= 0.9);  // one small step from trained weights
 }
 
+// Data without a leak target (no /leak, no class named "normal": digits,
+// words): model.heads = auto gives the class head alone, and no leak figure
+// appears anywhere a user looks.
+TEST_CASE("heads: data without a leak target trains the class head alone; no leak metric anywhere") {
+  TempDir d("heads");
+  const std::vector<std::string> digits = {"zero", "one", "two"};
+  write_easy(d / "train.h5", 60, 1, -1, digits);
+  write_easy(d / "val.h5", 18, 2, -1, digits);
+  const std::string run_dir = d / "run";
+  Result r = run(fmt::format("train --train {} --val {} --test {} --out {} --epochs 3 {}", d / "train.h5",
+                             d / "val.h5", d / "val.h5", run_dir, kModel));
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  auto no_leak = [](const std::string& where, const std::string& text) {
+    INFO(where);
+    std::string lower = text;
+    for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+    for (std::size_t at; (at = lower.find("leakcnn")) != std::string::npos;) lower.erase(at, 7);  // the model's name
+    CHECK(lower.find("leak") == std::string::npos);
+    CHECK(lower.find("false alarm") == std::string::npos);
+  };
+  no_leak("train output", r.out);
+  auto file_text = [](const std::string& path) {
+    std::ifstream f(path);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  no_leak("metrics.jsonl", file_text(run_dir + "/metrics.jsonl"));
+  no_leak("report.json", file_text(run_dir + "/report.json"));
+  for (const char* plot : {"/loss.svg", "/accuracy.svg"}) no_leak(plot, file_text(run_dir + plot));
+  mf::model::RunConfig cfg;
+  mf::model::load_toml_file(cfg, run_dir + "/config.toml");
+  CHECK(cfg.heads == "class");  // recorded resolved
+  const json rep = read_json(run_dir + "/report.json");
+  CHECK(rep["test"]["file"]["accuracy"].get<double>() >= 0.9);
+  const std::string ckpt = run_dir + "/checkpoints/best.h5";
+  r = run(fmt::format("eval --checkpoint {} --data {} --device cpu", ckpt, d / "val.h5"));
+  REQUIRE(r.code == 0);
+  no_leak("eval JSON", r.out);
+  r = run(fmt::format("predict --checkpoint {} --data {} --out {} --device cpu", ckpt, d / "val.h5", d / "p.csv"));
+  REQUIRE(r.code == 0);
+  no_leak("predict CSV", file_text(d / "p.csv"));
+  // A leak metric for early stopping is refused, naming the key.
+  r = run(fmt::format("train --train {} --val {} --out {} --epochs 1 --set eval.metric=val.file.leak_auc {}",
+                      d / "train.h5", d / "val.h5", d / "run_leak_metric", kModel));
+  CHECK(r.code != 0);
+  CHECK(has(r, "eval.metric"));
+}
+
 TEST_CASE("resume: an interrupted run continued with --resume auto is bit-identical to an uninterrupted one") {
   TempDir d("resume");
   write_easy(d / "train.h5", 24, 3);

@@ -112,7 +112,7 @@ TEST_CASE("peak table: names as CUDA reports them") {
 }
 
 TEST_CASE("LeakCNN-64 FLOPs match the design guide's model") {
-  const ModelFlops f = leakcnn_flops(64, 64, {32, 64, 128}, {2, 2, 2}, 3, 256, 4);
+  const ModelFlops f = leakcnn_flops(64, 64, {32, 64, 128}, {2, 2, 2}, 3, 256, 4 + 1);  // 4 classes + leak
   CHECK(f.forward / 1e6 == doctest::Approx(82.1).epsilon(0.01));  // conv 77.9 + FC 4.2
   CHECK(f.train / 1e6 == doctest::Approx(244).epsilon(0.02));
 }
@@ -253,6 +253,7 @@ TEST_CASE("load_model: out-of-range model entries of a checkpoint are errors nam
     mf::model::Checkpoint c;
     mf::model::RunConfig cfg;
     cfg.train_path = "train.h5";
+    cfg.heads = "class+leak";  // a run records its heads resolved
     c.strings = {{"config", mf::model::to_toml(cfg)}, {"precision", "fp32"}, {"class_names", R"(["normal","leak"])"}};
     c.ints = {{"in_mels", 16}, {"in_frames", 32}, {"classes", 2}, {"normal_class", 0}, {"step", 1}};
     return c;
@@ -279,6 +280,7 @@ TEST_CASE("load_model: out-of-range model entries of a checkpoint are errors nam
       {[](auto& c) {
          mf::model::RunConfig cfg;
          cfg.train_path = "train.h5";
+         cfg.heads = "class+leak";
          cfg.reader_threads = 100000;
          c.strings["config"] = mf::model::to_toml(cfg);
        },
