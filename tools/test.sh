@@ -20,6 +20,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/cuda/bin"
 tools/deps.sh
+# No function over 150 lines outside tests (docs/decisions.md, "Function length").
+tools/check-function-length.sh
 
 BUILD_DIR=${BUILD_DIR:-build-test}
 BUILD_TYPE=${BUILD_TYPE:-Release}
