@@ -52,12 +52,12 @@ bool gpu_is_sm80_or_newer() {
   return major >= 8;
 }
 
-int conv_weight_chunks(const ConvReluPoolDims& d, std::int64_t floats_per_chunk) {
-  const std::int64_t units = d.n * std::int64_t(d.ph()) * d.pool;
+int weight_partial_chunks(const ConvReluPoolDims& d, std::int64_t units, int max_chunks) {
   if (units <= 0) return 0;
   constexpr std::int64_t kMaxFloats = std::int64_t(16) << 20;  // 64 MiB of partials
+  const std::int64_t floats_per_chunk = weight_partial_floats(d);
   std::int64_t c = kMaxFloats / (floats_per_chunk > 0 ? floats_per_chunk : 1);
-  c = c < 1 ? 1 : (c > 1024 ? 1024 : c);
+  c = c < 1 ? 1 : (c > max_chunks ? max_chunks : c);
   return int(units < c ? units : c);
 }
 
@@ -251,15 +251,11 @@ void direct_backward(const ConvReluPoolDims& d, const void* x, const void* w, co
         d, static_cast<const D*>(w), static_cast<const D*>(dy), code, static_cast<D*>(dx));
     MF_CUDA_CHECK_LAUNCH();
   }
-  const int kkc = d.k * d.k * d.cin;
-  const int chunks = conv_weight_chunks(d, std::int64_t(d.cout) * (kkc + 1));
-  WeightPartials ws(std::size_t(chunks) * d.cout * (kkc + 1), stream);
-  if (chunks > 0) {
+  dw_db_by_partials(d, pooled_conv_rows(d), kMaxPartialChunks, dw, db, stream, [&](int chunks, float* part) {
     direct_dw_kernel<D><<<dim3(unsigned(chunks), unsigned(d.cout)), 128, 0, stream>>>(
-        d, static_cast<const D*>(x), static_cast<const D*>(dy), code, chunks, ws.data());
+        d, static_cast<const D*>(x), static_cast<const D*>(dy), code, chunks, part);
     MF_CUDA_CHECK_LAUNCH();
-  }
-  launch_reduce_partials(d, ws.data(), chunks, dw, db, stream);
+  });
 }
 
 // A bf16/f16 conv that cannot take the tensor-core path runs an FP32 CUDA-core

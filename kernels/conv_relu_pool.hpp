@@ -54,19 +54,30 @@ void conv_relu_pool_backward_cpu(const ConvReluPoolDims& d, DType dtype, const v
                                  float* db, cudaStream_t stream);
 
 // Which CUDA implementation conv_relu_pool_*_cuda runs (the CPU twin has one).
-// automatic picks the fastest variant valid for the shape and the GPU; an
-// explicit variant that cannot run a shape (e.g. mma with Cin % 16 != 0, or on
-// a GPU older than sm_80) falls back to the next simpler one, ending at direct.
 // Process-wide; the environment variable MELFORGE_CONV_ALGO (auto, direct,
-// tiled, mma, cin1, resident) sets the initial value. cin1 is the Cin = 1
-// input layer's path (k = 3, pool 1 or 2, Cout a power of two in [16, 256]);
-// automatic takes it first when it can run, and an explicit cin1 falls back to
-// tiled, then direct. resident is the workload-shaped tensor-core variant
-// (bf16/f16, sm_80+: weights resident in shared memory, cp.async-staged
-// inputs, ldmatrix fragments, all k*k taps of dw in one block; the Cin = 1
-// layer as a K = 9 -> 16 MMA); it falls back to cin1 (Cin = 1), mma, tiled,
-// direct. automatic does not pick it until a GPU measurement
-// says it wins (docs/decisions.md).
+// tiled, mma, cin1, resident) sets the initial value. What each variant needs
+// (checked by its launcher, which refuses otherwise):
+//   direct    nothing beyond the layouts above (the last fallback).
+//   tiled     k <= 5.
+//   mma       bf16/f16; k 1 or 3; Cin and Cout multiples of 16 (one m16n8k16
+//             step reduces 16 channels; outputs are stored 16 channels at a
+//             time); x, w, y, code (forward) and dx 16-byte aligned; sm_80+.
+//   cin1      Cin = 1, k = 3, Cout a power of two in [16, 256]; y, code
+//             (forward) and dy, code (backward) 16-byte aligned. Any dtype.
+//   resident  bf16/f16, sm_80+, and either mma's shape conditions (Cin and
+//             Cout multiples of 16, k 1 or 3; x, w, y, code, dy, dx 16-byte
+//             aligned, and a shared-memory budget per part), or the Cin = 1
+//             layer: k = 3, Cout a multiple of 16 in [16, 256] except 176 and
+//             208; y, code (forward) and dy 16-byte aligned, code (dw) 8-byte,
+//             x 2-byte (forward and dw only: a Cin = 1 backward that wants dx
+//             goes to cin1).
+// Every variant takes pool 1 or 2. automatic takes cin1 when it can run, else
+// mma, else tiled, else direct; it does not pick resident until a GPU
+// measurement says it wins (docs/decisions.md). An explicit variant that
+// refuses a shape falls back to the simpler ones: resident -> cin1 -> mma ->
+// tiled -> direct, cin1 -> tiled -> direct, mma -> tiled -> direct. A bf16/f16
+// conv that lands on tiled or direct runs in FP32 on CUDA cores and says so
+// once.
 enum class ConvAlgo : int { automatic = 0, direct = 1, tiled = 2, mma = 3, cin1 = 4, resident = 5 };
 void set_conv_relu_pool_algo(ConvAlgo algo);
 ConvAlgo conv_relu_pool_algo();

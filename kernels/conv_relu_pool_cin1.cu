@@ -81,7 +81,6 @@ constexpr int kTPW = 32;  // pooled columns per forward tile
 constexpr int kCpt = 8;   // output channels per thread
 constexpr int kMinCout = 16;
 constexpr int kMaxCout = 256;
-constexpr int kMaxChunks = 1024;
 constexpr int kTaps = 9;  // k * k, k = 3
 
 template <class D>
@@ -419,18 +418,13 @@ bool cin1_backward(const ConvReluPoolDims& d, const void* x, const void* w, cons
     else cin1_dx_kernel<D, 1><<<grid, kThreads, 0, stream>>>(d, wd, dyd, code, dxd);
     MF_CUDA_CHECK_LAUNCH();
   }
-  // A function of the shape only: the summation order, hence the bits, is fixed.
-  const std::int64_t units = d.n * d.ph();
-  const int chunks = int(units < kMaxChunks ? units : kMaxChunks);
-  WeightPartials ws(std::size_t(chunks) * d.cout * (kTaps + 1), stream);
-  if (chunks > 0 && d.pw() > 0) {
-    if (d.pool == 2)
-      cin1_dw_kernel<D, 2><<<unsigned(chunks), kThreads, 0, stream>>>(d, chunks, xd, dyd, code, ws.data());
-    else
-      cin1_dw_kernel<D, 1><<<unsigned(chunks), kThreads, 0, stream>>>(d, chunks, xd, dyd, code, ws.data());
+  // Units: pooled rows (n, ph); none when there is no pooled column.
+  const std::int64_t units = d.pw() > 0 ? d.n * d.ph() : 0;
+  dw_db_by_partials(d, units, kMaxPartialChunks, dw, db, stream, [&](int chunks, float* part) {
+    if (d.pool == 2) cin1_dw_kernel<D, 2><<<unsigned(chunks), kThreads, 0, stream>>>(d, chunks, xd, dyd, code, part);
+    else cin1_dw_kernel<D, 1><<<unsigned(chunks), kThreads, 0, stream>>>(d, chunks, xd, dyd, code, part);
     MF_CUDA_CHECK_LAUNCH();
-  }
-  launch_reduce_partials(d, ws.data(), d.pw() > 0 ? chunks : 0, dw, db, stream);
+  });
   return true;
 }
 

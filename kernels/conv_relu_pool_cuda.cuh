@@ -1,7 +1,8 @@
-// Pieces shared by the CUDA variants of conv_relu_pool (included by .cu files
-// only): the dw/db workspace and its fixed-order reduction, and the entry points
-// of the faster variants. Each variant's launcher returns false when it cannot
-// run the shape (or the GPU), and the caller falls back to a simpler one.
+// Pieces shared by the CUDA variants of conv_relu_pool (included by their .cu
+// files, and by conv_relu_pool.cpp, which defines note_conv_fp32_fallback): the
+// dw/db partials, their workspace and fixed-order reduction, and the entry
+// points of the faster variants. Each variant's launcher returns false when it
+// cannot run the shape (or the GPU), and the caller falls back to a simpler one.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -23,13 +24,29 @@ inline bool aligned_to(const void* p, std::uintptr_t bytes) {
 // Whether the current GPU has mma.sync m16n8k16, ldmatrix and cp.async (sm_80+).
 bool gpu_is_sm80_or_newer();
 
-// The number of dw/db partial chunks: a function of the shape only (never of
-// the GPU or of timing), so the summation order and the bits are fixed.
-// Conv rows (n, oh) are split into this many contiguous ranges; the workspace
-// holds chunks * floats_per_chunk floats (kept under ~64 MiB). Used by the
-// direct, tiled and mma variants; the resident and cin1 kernels split by their
-// own tiles under the same rule (shape-only count, <= 64 MiB).
-int conv_weight_chunks(const ConvReluPoolDims& d, std::int64_t floats_per_chunk);
+// ---- dw and db through per-chunk partials (every variant's backward) -------
+//
+// A dw/db kernel splits its work units (conv rows, pixel tiles: whatever the
+// variant walks) into `chunks` contiguous ranges and writes one partial per
+// (chunk, weight) into a workspace, in launch_reduce_partials' layout:
+//   part[(chunk * cout + co) * (k*k*cin + 1) + j] -> dw[co * k*k*cin + j] (j < k*k*cin)
+//                                                    and db[co] (j = k*k*cin).
+// The reduction sums the chunks of each weight in a fixed order that depends on
+// the chunk count only, and the count is a function of the shape only (never
+// of the GPU or of timing): the same inputs give the same bits. No atomics.
+
+// Floats of one chunk's partials: cout * (k*k*cin + 1).
+inline std::int64_t weight_partial_floats(const ConvReluPoolDims& d) {
+  return std::int64_t(d.cout) * (std::int64_t(d.k) * d.k * d.cin + 1);
+}
+
+// The conv rows (n, oh) that feed the pool, N * PH * P (a floor-dropped edge
+// row gets no gradient): the work units of the direct, tiled and mma dw kernels.
+inline std::int64_t pooled_conv_rows(const ConvReluPoolDims& d) { return d.n * std::int64_t(d.ph()) * d.pool; }
+
+// min(units, max_chunks, as many chunks as fit 64 MiB of partials), at least
+// 1 when there is any unit; 0 when units <= 0.
+int weight_partial_chunks(const ConvReluPoolDims& d, std::int64_t units, int max_chunks);
 
 // Stream-ordered f32 workspace from the device pool (engine/memory.hpp).
 class WeightPartials {
@@ -45,12 +62,27 @@ class WeightPartials {
   cudaStream_t stream_ = nullptr;
 };
 
-// part[(chunk * cout + co) * (k*k*cin + 1) + j] -> dw[co * k*k*cin + j] (j < k*k*cin)
-// and db[co] (j = k*k*cin), summed over the chunks in a fixed order that depends
-// on the chunk count only (reduce_partials_kernel in conv_relu_pool.cu).
-// chunks == 0 writes zeros.
+// Sums the partials of `chunks` chunks into dw and db (reduce_partials_kernel
+// in conv_relu_pool.cu); chunks == 0 writes zeros.
 void launch_reduce_partials(const ConvReluPoolDims& d, const float* part, int chunks, float* dw, float* db,
                             cudaStream_t stream);
+
+// One variant's dw and db: sizes the chunks from its `units` and `max_chunks`
+// (weight_partial_chunks), takes the workspace from the pool, lets
+// write_partials(int chunks, float* part) launch the variant's kernel (only
+// when chunks > 0; it must write every partial of every chunk) and reduces.
+template <class WritePartials>
+void dw_db_by_partials(const ConvReluPoolDims& d, std::int64_t units, int max_chunks, float* dw, float* db,
+                       cudaStream_t stream, WritePartials&& write_partials) {
+  const int chunks = weight_partial_chunks(d, units, max_chunks);
+  WeightPartials ws(std::size_t(chunks) * std::size_t(weight_partial_floats(d)), stream);
+  if (chunks > 0) write_partials(chunks, ws.data());
+  launch_reduce_partials(d, ws.data(), chunks, dw, db, stream);
+}
+
+// The chunk limit of the variants that split conv rows (direct, tiled, mma)
+// and of the Cin = 1 kernels.
+inline constexpr int kMaxPartialChunks = 1024;
 
 // Whether a variant can run this shape on the current GPU (ignoring pointer
 // alignment, which the mma launchers also check).

@@ -13,7 +13,8 @@
 //            and all 64 N (8 n-tiles): 32 f32 accumulators per thread.
 //   smem     per slice: the (8+k-1)^2 x 16 input halo and the k*k x 64 x 16
 //            weights, T, rows padded to 24 halves (bank-conflict-free 32-bit
-//            fragment loads); ~32 KB at k = 3. No cp.async pipeline yet.
+//            fragment loads); ~32 KB at k = 3. Synchronous staging (the
+//            resident variant pipelines it with cp.async).
 //   forward  epilogue: + bias, ReLU, 2 x 2 max with PyTorch's first-wins/NaN rule;
 //            the window's other column lives in lane ^ 4 (one shuffle). Writes y
 //            (|T| B) + code (1 B) per output, two channels per store. Reads x
@@ -48,9 +49,8 @@ constexpr int kHalo = kT + kMaxK - 1;
 
 enum class Mode { forward, dx };
 
+using mma::load_b16x2;
 using mma::mma_16816;
-
-__device__ __forceinline__ std::uint32_t ld32(const void* p) { return *static_cast<const std::uint32_t*>(p); }
 
 template <class D>
 __device__ __forceinline__ float routed_grad(const ConvReluPoolDims& d, const D* __restrict__ dy,
@@ -138,12 +138,12 @@ __global__ void __launch_bounds__(128) mma_conv_kernel(ConvReluPoolDims d, const
     for (int r = 0; r < k; ++r) {
       for (int s = 0; s < k; ++s) {
         const int p0 = (2 * warp + r) * halo + g + s, p1 = p0 + halo;  // tile rows 2w, 2w+1
-        const std::uint32_t a[4] = {ld32(&s_a[p0][2 * t]), ld32(&s_a[p1][2 * t]), ld32(&s_a[p0][2 * t + 8]),
-                                    ld32(&s_a[p1][2 * t + 8])};
+        const std::uint32_t a[4] = {load_b16x2(&s_a[p0][2 * t]), load_b16x2(&s_a[p1][2 * t]),
+                                    load_b16x2(&s_a[p0][2 * t + 8]), load_b16x2(&s_a[p1][2 * t + 8])};
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           const D* bp = &s_b[r * k + s][j * 8 + g][2 * t];
-          mma_16816<D>(acc[j], a, ld32(bp), ld32(bp + 8));
+          mma_16816<D>(acc[j], a, load_b16x2(bp), load_b16x2(bp + 8));
         }
       }
     }
@@ -271,12 +271,13 @@ __global__ void __launch_bounds__(128) mma_dw_kernel(ConvReluPoolDims d, const D
 #pragma unroll
     for (int kk = 0; kk < kDwPix; kk += 16) {
       const int m0 = warp * 16 + g;
-      const std::uint32_t a[4] = {ld32(&s_g[m0][kk + 2 * t]), ld32(&s_g[m0 + 8][kk + 2 * t]),
-                                  ld32(&s_g[m0][kk + 2 * t + 8]), ld32(&s_g[m0 + 8][kk + 2 * t + 8])};
+      const std::uint32_t a[4] = {load_b16x2(&s_g[m0][kk + 2 * t]), load_b16x2(&s_g[m0 + 8][kk + 2 * t]),
+                                  load_b16x2(&s_g[m0][kk + 2 * t + 8]),
+                                  load_b16x2(&s_g[m0 + 8][kk + 2 * t + 8])};
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const D* bp = &s_x[j * 8 + g][kk + 2 * t];
-        mma_16816<D>(acc[j], a, ld32(bp), ld32(bp + 8));
+        mma_16816<D>(acc[j], a, load_b16x2(bp), load_b16x2(bp + 8));
       }
     }
     if (do_db && tid < kN)
@@ -358,17 +359,13 @@ bool mma_backward(const ConvReluPoolDims& d, const void* x, const void* w, const
       launch_conv<D, 1, Mode::dx>(d, nullptr, static_cast<const D*>(w), nullptr, static_cast<const D*>(dy), code,
                                   static_cast<D*>(dx), nullptr, stream);
     if (!dw) return true;  // dx alone (another variant computed dw and db)
-    const int kkc = d.k * d.k * d.cin;
-    const int chunks = conv_weight_chunks(d, std::int64_t(d.cout) * (kkc + 1));
-    WeightPartials ws(std::size_t(chunks) * d.cout * (kkc + 1), stream);
-    if (chunks > 0) {
+    dw_db_by_partials(d, pooled_conv_rows(d), kMaxPartialChunks, dw, db, stream, [&](int chunks, float* part) {
       const int ci_tiles = (d.cin + kN - 1) / kN, co_tiles = (d.cout + kN - 1) / kN;
       const dim3 grid(unsigned(chunks), unsigned(co_tiles * ci_tiles), unsigned(d.k * d.k));
       mma_dw_kernel<D><<<grid, 128, 0, stream>>>(d, static_cast<const D*>(x), static_cast<const D*>(dy), code,
-                                                 chunks, ci_tiles, ws.data());
+                                                 chunks, ci_tiles, part);
       MF_CUDA_CHECK_LAUNCH();
-    }
-    launch_reduce_partials(d, ws.data(), chunks, dw, db, stream);
+    });
     return true;
   }
 }

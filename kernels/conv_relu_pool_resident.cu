@@ -78,7 +78,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "engine/error.hpp"
@@ -260,15 +259,6 @@ __device__ __forceinline__ void mma_stage(float (&acc)[2][NT][4], const D* a_lan
 
 // ---- epilogue ---------------------------------------------------------------
 
-template <class D>
-__device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
-  const D l = cuda::store_f32<D>(lo), h = cuda::store_f32<D>(hi);
-  std::uint16_t bl, bh;
-  std::memcpy(&bl, &l, 2);
-  std::memcpy(&bh, &h, 2);
-  return std::uint32_t(bl) | (std::uint32_t(bh) << 16);
-}
-
 __device__ __forceinline__ std::uint32_t sel4(const std::uint32_t (&w)[4], int i) {
   return (i & 2) ? ((i & 1) ? w[3] : w[2]) : ((i & 1) ? w[1] : w[0]);
 }
@@ -358,7 +348,7 @@ __device__ void epilogue_forward(const float (&acc)[2][NT][4], const Args<D>& a,
           res[cc] = pass ? best : 0.f;
           cd[cc] = pass ? std::uint32_t(bpos) : std::uint32_t(kNoGrad);
         }
-        yw[j] = pack2<D>(res[0], res[1]);
+        yw[j] = mma::pack_b16x2<D>(res[0], res[1]);
         cw[j] = cd[0] | (cd[1] << 8);
       }
       const int py = P == 2 ? oh / 2 : oh + rr, px = P == 2 ? ow / 2 : ow;
@@ -381,7 +371,7 @@ __device__ void epilogue_dx(const float (&acc)[2][NT][4], const Args<D>& a, cons
       const int ih = c.oh0 + 2 * warp + rr, iw = c.ow0 + 8 * i + g;
       std::uint32_t yw[NT];
 #pragma unroll
-      for (int j = 0; j < NT; ++j) yw[j] = pack2<D>(acc[i][j][2 * rr], acc[i][j][2 * rr + 1]);
+      for (int j = 0; j < NT; ++j) yw[j] = mma::pack_b16x2<D>(acc[i][j][2 * rr], acc[i][j][2 * rr + 1]);
       const bool ok = ih < a.h && iw < a.w;
       const std::int64_t o = ((std::int64_t(c.img) * a.h + ih) * a.w + iw) * a.out_c + n0;
       store_values<D, NT>(yw, ok, a.out + (ok ? o : 0), a.out_c - n0, t);

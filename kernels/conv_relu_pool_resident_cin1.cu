@@ -81,8 +81,8 @@
 //   Expected occupancy: 3 blocks = 24 warps per SM for LeakCNN's Cout 32
 //   (NT = 4, MT = 2) and for Cout <= 64, 2 blocks = 16 warps above; shared
 //   memory allows 6 (3 x 33 KB of 228 KB).
-//   Not measured yet: the first GPU run should confirm HBM-bound forward and
-//   dw at LeakCNN layer 1 (bench: melforge-bench conv, variant resident).
+//   Predicted, not measured on a GPU: HBM-bound forward and dw at LeakCNN
+//   layer 1 (bench: melforge-bench conv, variant resident).
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -105,8 +105,8 @@ constexpr int kOutElems = 8192;                    // forward: pooled pixels x C
 constexpr int kGElems = 8192;                      // dw: conv pixels x Cout of g per tile
 constexpr int kGCap = kGElems + 8 * (kGElems / 16);  // g rows padded by 8 halves (<= 512 pixels)
 constexpr int kXCap = 4096;                        // input halo, halves
-constexpr int kMaxChunks = 1024;
 
+using mma::load_b16x2_unaligned;
 using mma::mma_16816;
 
 // Tile geometry (host-computed; the kernels read it).
@@ -224,10 +224,6 @@ __device__ __forceinline__ float f32_of(std::uint32_t bits) {
   else return cuda::load_f32(__ushort_as_bfloat16(static_cast<unsigned short>(bits)));
 }
 
-__device__ __forceinline__ std::uint32_t pair(const std::uint16_t* p) {
-  return std::uint32_t(p[0]) | (std::uint32_t(p[1]) << 16);
-}
-
 template <class D, int P, int NT>
 __global__ void __launch_bounds__(kThreads, NT <= 4 ? 3 : 2)
     resident_cin1_fwd_kernel(ConvReluPoolDims d, Geom geo, bool wide, const std::uint16_t* __restrict__ x,
@@ -249,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, NT <= 4 ? 3 : 2)
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     const std::uint16_t* wc = w + (co_base + 8 * j + g) * kTaps;  // w[co][r][s][0]
-    b0[j] = pair(wc + 2 * t);
+    b0[j] = load_b16x2_unaligned(wc + 2 * t);
     b1[j] = t == 0 ? std::uint32_t(wc[8]) : 0u;
     const int cb = co_base + 8 * j + 2 * t;
     bias[j][0] = cuda::load_f32(b[cb]);
@@ -410,8 +406,8 @@ __global__ void __launch_bounds__(kThreads, MT <= 2 ? 3 : 2)
     for (int ks = k_first; ks < ks_count; ks += k_step) {
       const int row = ks / ks_cols, c0 = (ks - row * ks_cols) * 16;
       const std::uint16_t* xb = s_x + row * hs + c0;
-      const std::uint32_t b00 = pair(xb + off_g), b01 = pair(xb + off_g + 8);
-      const std::uint32_t t80 = pair(xb + off_8), t81 = pair(xb + off_8 + 8);
+      const std::uint32_t b00 = load_b16x2_unaligned(xb + off_g), b01 = load_b16x2_unaligned(xb + off_g + 8);
+      const std::uint32_t t80 = load_b16x2_unaligned(xb + off_8), t81 = load_b16x2_unaligned(xb + off_8 + 8);
       const std::uint32_t b10 = g == 0 ? t80 : second, b11 = g == 0 ? t81 : second;
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
@@ -486,6 +482,19 @@ void dw_p(const ConvReluPoolDims& d, const Geom& geo, bool wide, int chunks, con
   MF_CUDA_CHECK_LAUNCH();
 }
 
+// dw and db through partials over contiguous ranges of the geometry's tiles.
+template <class D>
+void dw_by_tiles(const ConvReluPoolDims& d, const Geom& geo, const void* x, const void* dy, const std::uint8_t* code,
+                 float* dw, float* db, cudaStream_t stream) {
+  dw_db_by_partials(d, geo.tiles, kMaxPartialChunks, dw, db, stream, [&](int chunks, float* part) {
+    const bool wide = d.w % 8 == 0 && aligned_to(x, 16);
+    const auto* xd = static_cast<const std::uint16_t*>(x);
+    const auto* dyd = static_cast<const std::uint16_t*>(dy);
+    if (d.pool == 2) dw_p<D, 2>(d, geo, wide, chunks, xd, dyd, code, part, stream);
+    else dw_p<D, 1>(d, geo, wide, chunks, xd, dyd, code, part, stream);
+  });
+}
+
 }  // namespace
 
 bool resident_cin1_can_run(const ConvReluPoolDims& d, DType dtype) {
@@ -522,19 +531,7 @@ bool resident_cin1_dw(const ConvReluPoolDims& d, const void* x, const void* dy, 
   } else {
     if (!shape_ok(d) || !aligned_to(dy, 16) || !aligned_to(code, 8) || !aligned_to(x, 2)) return false;
     if (!gpu_is_sm80_or_newer()) return false;
-    using D = cuda::device_t<T>;
-    const Geom geo = dw_geom(d);
-    // A function of the shape only: the summation order, hence the bits, is fixed.
-    const int chunks = int(geo.tiles < kMaxChunks ? geo.tiles : kMaxChunks);
-    WeightPartials ws(std::size_t(chunks) * d.cout * (kTaps + 1), stream);
-    if (chunks > 0) {
-      const bool wide = d.w % 8 == 0 && aligned_to(x, 16);
-      const auto* xd = static_cast<const std::uint16_t*>(x);
-      const auto* dyd = static_cast<const std::uint16_t*>(dy);
-      if (d.pool == 2) dw_p<D, 2>(d, geo, wide, chunks, xd, dyd, code, ws.data(), stream);
-      else dw_p<D, 1>(d, geo, wide, chunks, xd, dyd, code, ws.data(), stream);
-    }
-    launch_reduce_partials(d, ws.data(), chunks, dw, db, stream);
+    dw_by_tiles<cuda::device_t<T>>(d, dw_geom(d), x, dy, code, dw, db, stream);
     return true;
   }
 }

@@ -283,25 +283,17 @@ __global__ void __launch_bounds__(kThreads, 2)
 template <class D, int K, int P>
 void launch_dw(const ConvReluPoolDims& d, const D* x, const D* dy, const std::uint8_t* code, float* dw, float* db,
                cudaStream_t stream) {
-  const int kkc = K * K * d.cin;
-  const std::int64_t floats_per_chunk = std::int64_t(d.cout) * (kkc + 1);
   const std::int64_t tiles = d.n * tile_grid(d).per_image();
-  constexpr std::int64_t kMaxFloats = std::int64_t(16) << 20;  // 64 MiB of partials
-  std::int64_t chunks = kMaxFloats / floats_per_chunk;
-  chunks = chunks < 1 ? 1 : (chunks > kMaxChunks ? kMaxChunks : chunks);
-  if (tiles < chunks) chunks = tiles;
-  WeightPartials ws(std::size_t(chunks) * std::size_t(floats_per_chunk), stream);
-  if (chunks > 0) {
+  dw_db_by_partials(d, tiles, kMaxChunks, dw, db, stream, [&](int chunks, float* part) {
     const int ci_tiles = (d.cin + kCi - 1) / kCi, co_tiles = (d.cout + kCo - 1) / kCo;
     constexpr std::size_t smem = sizeof(DwSmem<D, K, P>);
     if (smem > 48 * 1024)  // all sizes fit every sm_80+ opt-in limit (99 KB and up)
       MF_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(resident_dw_kernel<D, K, P>),
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     resident_dw_kernel<D, K, P><<<dim3(unsigned(chunks), unsigned(co_tiles * ci_tiles)), kThreads, smem, stream>>>(
-        d, x, dy, code, int(chunks), ci_tiles, ws.data());
+        d, x, dy, code, chunks, ci_tiles, part);
     MF_CUDA_CHECK_LAUNCH();
-  }
-  launch_reduce_partials(d, ws.data(), int(chunks), dw, db, stream);
+  });
 }
 
 }  // namespace

@@ -281,17 +281,13 @@ bool tiled_backward(const ConvReluPoolDims& d, const void* x, const void* w, con
   if (dx)
     launch_conv<D, 1, Mode::dx>(d, nullptr, static_cast<const D*>(w), nullptr, static_cast<const D*>(dy), code,
                                 static_cast<D*>(dx), nullptr, stream);
-  const int kkc = d.k * d.k * d.cin;
-  const int chunks = conv_weight_chunks(d, std::int64_t(d.cout) * (kkc + 1));
-  WeightPartials ws(std::size_t(chunks) * d.cout * (kkc + 1), stream);
-  if (chunks > 0) {
+  dw_db_by_partials(d, pooled_conv_rows(d), kMaxPartialChunks, dw, db, stream, [&](int chunks, float* part) {
     const int ci_tiles = (d.cin + kCoTile - 1) / kCoTile, co_tiles = (d.cout + kCoTile - 1) / kCoTile;
     const dim3 grid(unsigned(chunks), unsigned(co_tiles * ci_tiles), unsigned(d.k * d.k));
     tiled_dw_kernel<D><<<grid, 256, 0, stream>>>(d, static_cast<const D*>(x), static_cast<const D*>(dy), code,
-                                                 chunks, ci_tiles, ws.data());
+                                                 chunks, ci_tiles, part);
     MF_CUDA_CHECK_LAUNCH();
-  }
-  launch_reduce_partials(d, ws.data(), chunks, dw, db, stream);
+  });
   return true;
 }
 

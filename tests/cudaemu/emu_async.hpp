@@ -2,9 +2,9 @@
 // asynchronous global -> shared copies of sm_80+ tensor-core kernels,
 //   ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16
 //   cp.async.{ca,cg}.shared.global, cp.async.commit_group, cp.async.wait_group
-// written from NVIDIA's PTX ISA (not from melforge's kernels). A kernel calls
-// them through its own wrapper under #if defined(MELFORGE_CUDA_EMU), passing
-// __FILE__ and __LINE__ so that a fault names the call site.
+// written from NVIDIA's PTX ISA (not from melforge's kernels). Kernels reach
+// them through the wrappers of include/kernels/mma_ptx.cuh, which pass the
+// call site's file and line so that a fault names it.
 // Implementation and the ISA sections each rule comes from: emu_async.cpp.
 #pragma once
 

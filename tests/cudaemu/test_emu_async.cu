@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/mma.cuh"
 #include "tests/cudaemu/emu_async.hpp"
 #include "tests/cudaemu/emu_test_child.hpp"
 
@@ -92,6 +93,18 @@ __global__ void ldmatrix_misaligned(std::uint32_t* out) {
   const void* addr = reinterpret_cast<const unsigned char*>(&tile[(lane % 8) * 16 + off]) + (lane == 3 ? 4 : 0);
   std::uint32_t r[1];
   mf_emu::ldmatrix(1, false, addr, r, __FILE__, __LINE__);
+  out[lane] = r[0];
+}
+
+// The same fault through the kernels' wrapper (kernels/mma.cuh, whose PTX the
+// emulated build replaces with include/kernels/mma_ptx.cuh): the report must
+// name this file's line, where the kernel calls the wrapper.
+__global__ void ldmatrix_misaligned_via_wrapper(std::uint32_t* out) {
+  __shared__ __align__(16) std::uint16_t tile[8 * 16];
+  const int lane = int(threadIdx.x);
+  const void* addr = reinterpret_cast<const unsigned char*>(&tile[(lane % 8) * 16]) + (lane == 3 ? 4 : 0);
+  std::uint32_t r[2];
+  mf::kernels::mma::ldmatrix_x2<false>(r, addr);
   out[lane] = r[0];
 }
 
@@ -253,7 +266,7 @@ TEST_CASE("emulated ldmatrix: x1, x2, x4, with and without .trans, match the ISA
   check_ldmatrix<4, true>();
 }
 
-TEST_CASE("emulated ldmatrix: a misaligned row address and a partial warp abort with a report") {
+TEST_CASE("emulated ldmatrix: misaligned rows (also via kernels/mma.cuh) and a partial warp abort with a report") {
   const auto [died1, err1] = in_child([] {
     std::uint32_t* d = nullptr;
     cudaMalloc(&d, 32 * 4);
@@ -263,6 +276,15 @@ TEST_CASE("emulated ldmatrix: a misaligned row address and a partial warp abort 
   CHECK(has(err1, "not 16-byte aligned"));
   CHECK(has(err1, "thread (3,0,0)"));
   CHECK(has(err1, "test_emu_async.cu:"));
+  const auto [died_w, err_w] = in_child([] {
+    std::uint32_t* d = nullptr;
+    cudaMalloc(&d, 32 * 4);
+    ldmatrix_misaligned_via_wrapper<<<1, 32>>>(d);
+  });
+  CHECK(died_w);
+  CHECK(has(err_w, "not 16-byte aligned"));
+  CHECK(has(err_w, "test_emu_async.cu:"));  // the caller's line, not the wrapper's
+  CHECK(!has(err_w, "mma_ptx.cuh"));
   const auto [died2, err2] = in_child([] {
     std::uint32_t* d = nullptr;
     cudaMalloc(&d, 32 * 4);
