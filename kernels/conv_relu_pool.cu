@@ -10,9 +10,11 @@
 // where tensor cores are used.
 //
 // Determinism: dw/db are summed without atomics. Each variant writes per-chunk
-// partial sums into a workspace (chunks = fixed ranges of conv rows, their
-// number a function of the shape only), then one reduction kernel sums the
-// partials of every weight in chunk order. Same inputs, same bits.
+// partial sums into a workspace (chunks = fixed ranges of the variant's work
+// units: conv rows, pooled rows or pixel tiles; their number a function of the
+// shape only), then one reduction kernel sums the partials of every weight in
+// chunk order (dw_db_by_partials, conv_relu_pool_cuda.cuh). Same inputs, same
+// bits.
 //
 // Variant 1, "direct" (this file): the simplest correct kernels.
 //   forward:  one thread per pooled output element (n, ph, pw, co), co fastest so

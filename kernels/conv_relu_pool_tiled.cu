@@ -20,8 +20,9 @@
 //            (|T| B per element). Output channels = Cin.
 // tiled_dw_kernel (dw, db):
 //   grid     (chunk, 32-channel Cout tile x 32-channel Cin tile, r*k+s); a
-//            chunk is a fixed range of conv rows (conv_weight_chunks: a function
-//            of the shape only). 256 threads, each 2 Cout x 2 Cin accumulators.
+//            chunk is a fixed range of conv rows (dw_db_by_partials: the count
+//            is a function of the shape only). 256 threads, each 2 Cout x 2 Cin
+//            accumulators.
 //   smem     32 pixels x 32 channels of g and of the shifted x per step (f32).
 //   writes   one partial per (chunk, co, r, s, ci) and per (chunk, co) for db
 //            (summed by the (rs = 0, Cin tile 0) blocks), then
