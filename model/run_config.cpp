@@ -31,7 +31,12 @@ struct Field {
   std::string accepted;
   std::string help;
   Check check;  // may be empty
+  // An integer key that also takes the word "auto", held as 0 and written
+  // back as "auto" (the trainer resolves it from the data).
+  bool auto_zero = false;
 };
+
+constexpr std::string_view kAuto = "auto";
 
 std::string type_name(const Member& m) {
   switch (m.index()) {
@@ -140,8 +145,14 @@ void model_fields(std::vector<Field>& v) {
 // The keys of the training run ([train]), in help order.
 void train_fields(std::vector<Field>& v) {
   add(v, "train.epochs", &C::epochs, "an integer > 0", "number of epochs", positive_int(&C::epochs));
-  add(v, "train.batch_size", &C::batch_size, "an integer > 0", "segments per micro-batch",
-      positive_int(&C::batch_size));
+  add(v, "train.batch_size", &C::batch_size, "auto or an integer > 0",
+      "segments per micro-batch; auto: from the training set size (train/batch_size.hpp: the largest power of "
+      "two leaving enough optimizer steps per epoch, within the device's range)",
+      [](const C& c) {
+        const std::string e = c.batch_size == 0 ? std::string{} : positive_int(&C::batch_size)(c);
+        return e.empty() ? e : "auto or " + e;
+      });
+  v.back().auto_zero = true;
   add(v, "train.grad_accum", &C::grad_accum, "an integer > 0", "micro-batches per optimizer step",
       positive_int(&C::grad_accum));
   add(v, "train.precision", &C::precision, "one of auto, fp32, bf16, fp16",
@@ -324,6 +335,10 @@ void assign(RunConfig& cfg, const Field& f, const toml::node& n, std::string_vie
           if (!n.is_string()) wrong();
           cfg.*m = *n.value<std::string>();
         } else if constexpr (std::is_same_v<T, std::int64_t>) {
+          if (f.auto_zero && n.value_exact<std::string>() == std::string(kAuto)) {
+            cfg.*m = 0;
+            return;
+          }
           if (!n.is_integer()) wrong();
           cfg.*m = *n.value<std::int64_t>();
         } else if constexpr (std::is_same_v<T, double>) {
@@ -482,6 +497,10 @@ void set_key(RunConfig& cfg, std::string_view key, std::string_view value) {
     cfg.*std::get<0>(f->member) = v;
     return;
   }
+  if (f->auto_zero && value == kAuto) {
+    cfg.*std::get<std::int64_t RunConfig::*>(f->member) = 0;
+    return;
+  }
   toml::table t;
   try {
     t = toml::parse(fmt::format("v = {}", value));
@@ -542,6 +561,11 @@ std::string to_toml(const RunConfig& cfg) {
             toml::array a;
             for (auto x : cfg.*m) a.push_back(x);
             t.insert_or_assign(name, std::move(a));
+          } else if constexpr (std::is_same_v<T, std::int64_t>) {
+            if (f.auto_zero && cfg.*m == 0)
+              t.insert_or_assign(name, std::string(kAuto));
+            else
+              t.insert_or_assign(name, cfg.*m);
           } else {
             t.insert_or_assign(name, cfg.*m);
           }

@@ -40,7 +40,7 @@ struct RunConfig {
 
   // [train]
   std::int64_t epochs = 10;
-  std::int64_t batch_size = 256;
+  std::int64_t batch_size = 0;  // 0: auto, resolved by the trainer from the training set (train/batch_size.hpp)
   std::int64_t grad_accum = 1;
   std::string precision = "auto";  // auto | fp32 | bf16 | fp16
   std::string device = "auto";     // auto | cpu | cuda | cuda:N

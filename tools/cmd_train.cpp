@@ -116,7 +116,7 @@ constexpr ConfigFlag kConfigFlags[] = {
     {"--test", "data.test", "PATH"},
     {"--out", "run.out", "DIR"},
     {"--epochs", "train.epochs"},
-    {"--batch-size", "train.batch_size"},
+    {"--batch-size", "train.batch_size", "auto|INT"},
     {"--grad-accum", "train.grad_accum"},
     {"--lr", "optim.lr"},
     {"--precision", "train.precision"},

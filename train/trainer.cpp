@@ -28,6 +28,7 @@
 #include "model/heads.hpp"
 #include "model/metrics.hpp"
 #include "model/train_step.hpp"
+#include "train/batch_size.hpp"
 #include "train/early_stopping.hpp"
 #include "train/epoch_report.hpp"
 #include "train/evaluate.hpp"
@@ -211,6 +212,11 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
   const io::DatasetInfo& ti = data_.train->info();
   resolve_heads(ti);
   mc_ = model_config(cfg_, ti.n_mels, ti.frames, data_.classes);
+  if (cfg_.batch_size == 0) {
+    cfg_.batch_size = auto_batch_size(ti.num_segments, cfg_.grad_accum, dev_.is_cuda());
+    log_info("train.batch_size = auto: {} for {} training segments on the {}", cfg_.batch_size, ti.num_segments,
+             dev_.is_cuda() ? "GPU" : "CPU");
+  }
   stream_ = std::make_unique<Stream>(dev_, "compute");
   train_rd_ = std::make_unique<io::BatchReader>(data_.train, reader_config(cfg_, dev_, act_, true));
   // Opening the datasets and (resident mode) loading the training set: the

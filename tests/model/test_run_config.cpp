@@ -68,6 +68,26 @@ TEST_CASE("wrong types name the key and the expected type") {
   CHECK(error_of([&] { apply_override(c, "novalue"); }).find("key=value") != std::string::npos);
 }
 
+TEST_CASE("train.batch_size takes auto (held as 0) in TOML, --set and flags, and writes it back as auto") {
+  RunConfig c;
+  CHECK(c.batch_size == 0);  // the default
+  apply_override(c, "train.batch_size=64");
+  CHECK(c.batch_size == 64);
+  apply_override(c, "train.batch_size=auto");
+  CHECK(c.batch_size == 0);
+  set_key(c, "train.batch_size", "32");
+  load_toml_string(c, "[train]\nbatch_size = \"auto\"\n", "r.toml");
+  CHECK(c.batch_size == 0);
+  const std::string text = to_toml(c);
+  CHECK(text.find("batch_size = 'auto'") != std::string::npos);
+  RunConfig back;
+  back.batch_size = 7;
+  load_toml_string(back, text, "resolved.toml");
+  CHECK(back.batch_size == 0);
+  CHECK(error_of([&] { apply_override(c, "train.batch_size=automatic"); }).find("train.batch_size") !=
+        std::string::npos);
+}
+
 TEST_CASE("impossible values name the key and what is accepted") {
   auto check = [](const std::string& set, const std::string& want) {
     RunConfig c;
@@ -77,7 +97,7 @@ TEST_CASE("impossible values name the key and what is accepted") {
     const std::string e = error_of([&] { validate(c); });
     CHECK_MESSAGE(e.find(want) != std::string::npos, set, " -> ", e);
   };
-  check("train.batch_size=0", "train.batch_size: expected an integer > 0, found 0");
+  check("train.batch_size=-1", "train.batch_size: expected auto or an integer > 0, found -1");
   check("optim.lr=-1", "optim.lr: expected a finite number > 0, found -1");
   check("train.precision=fp8", "train.precision: expected one of auto, fp32, bf16, fp16, found 'fp8'");
   check("train.device=tpu", "train.device: expected auto, cpu, cuda or cuda:N, found 'tpu'");
@@ -143,7 +163,7 @@ TEST_CASE("integers narrowed by the trainer are range-checked; huge integers con
   check("model.kernel=4294967297", "model.kernel: expected an odd integer in [1, 2147483647], found 4294967297");
   check("model.channels=[8, 4294967304, 8]", "model.channels: expected a non-empty list of integers in [1, 2147483647]");
   check("model.num_classes=4294967298", "model.num_classes: expected 0 (from the data) or an integer in [2, 2147483647]");
-  check("train.batch_size=9223372036854775807", "train.batch_size: expected an integer in [1, 2147483647]");
+  check("train.batch_size=9223372036854775807", "train.batch_size: expected auto or an integer in [1, 2147483647]");
   check("data.normal_class=4294967296", "data.normal_class: expected an integer in [-1, 2147483647], found 4294967296");
   // Issue 21: a huge reader.threads ended in std::terminate when the system refused a thread.
   check("reader.threads=100000", "reader.threads: expected an integer in [1, 256], found 100000");

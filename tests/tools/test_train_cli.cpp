@@ -40,9 +40,9 @@ TEST_CASE("train: configuration errors name the key and what is accepted") {
   r = run(base + "--epochs ten");
   CHECK(r.code == 1);
   CHECK(has(r, "train.epochs: expected integer (an integer > 0), found 'ten'"));
-  r = run(base + "--batch-size 0");
+  r = run(base + "--batch-size=-1");
   CHECK(r.code == 1);
-  CHECK(has(r, "train.batch_size: expected an integer > 0, found 0"));
+  CHECK(has(r, "train.batch_size: expected auto or an integer > 0, found -1"));
   r = run(base + "--precision fp8");
   CHECK(has(r, "train.precision: expected one of auto, fp32, bf16, fp16, found 'fp8'"));
   std::ofstream(d / "bad.toml") << "[optim]\nlr = \"fast\"\n";
@@ -213,6 +213,21 @@ TEST_CASE("heads: data without a leak target trains the class head alone; no lea
                       d / "train.h5", d / "val.h5", d / "run_leak_metric", kModel));
   CHECK(r.code != 0);
   CHECK(has(r, "eval.metric"));
+}
+
+TEST_CASE("train.batch_size = auto (the default) resolves from the training set and is recorded") {
+  TempDir d("autobatch");
+  write_easy(d / "train.h5", 200, 1);  // 1,200 segments: 32 is the largest batch leaving 32 steps an epoch
+  const std::string run_dir = d / "run";
+  const Result r = run(fmt::format("train --train {} --out {} --epochs 1 --set model.channels=[4,8] "
+                                   "--set model.pools=[2,2] --set model.dense=16 --progress plain --device cpu",
+                                   d / "train.h5", run_dir));
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  mf::model::RunConfig cfg;
+  mf::model::load_toml_file(cfg, run_dir + "/config.toml");
+  CHECK(cfg.batch_size == 32);
+  CHECK(read_json(run_dir + "/report.json")["steps"] == 1200 / 32);
 }
 
 TEST_CASE("resume: an interrupted run continued with --resume auto is bit-identical to an uninterrupted one") {
