@@ -259,20 +259,6 @@ __device__ __forceinline__ void mma_stage(float (&acc)[2][NT][4], const D* a_lan
 
 // ---- epilogue ---------------------------------------------------------------
 
-__device__ __forceinline__ std::uint32_t sel4(const std::uint32_t (&w)[4], int i) {
-  return (i & 2) ? ((i & 1) ? w[3] : w[2]) : ((i & 1) ? w[1] : w[0]);
-}
-
-// Lane t of each quad holds w[j] = channels 8j + 2t, 8j + 2t + 1 of one pixel
-// (j < 4). Returns lane t's n-tile t: channels 8t .. 8t + 7, in order.
-__device__ __forceinline__ uint4 quad_transpose(const std::uint32_t (&w)[4], int t) {
-  std::uint32_t recv[4];  // recv[x]: lane t ^ x's word of n-tile t
-  recv[0] = sel4(w, t);
-#pragma unroll
-  for (int x = 1; x < 4; ++x) recv[x] = __shfl_xor_sync(kFull, sel4(w, t ^ x), x);
-  return make_uint4(sel4(recv, t), sel4(recv, t ^ 1), sel4(recv, t ^ 2), sel4(recv, t ^ 3));
-}
-
 // Stores one pixel's NT*8 channels (this quad's words) as 16-byte pieces;
 // px points at the pixel's channel n0. Every lane must call (shuffles).
 template <class D, int NT>
@@ -280,7 +266,7 @@ __device__ __forceinline__ void store_values(const std::uint32_t (&yw)[NT], bool
 #pragma unroll
   for (int jj = 0; jj < NT; jj += 4) {
     const std::uint32_t w[4] = {yw[jj], yw[jj + 1], yw[jj + 2], yw[jj + 3]};
-    const uint4 v = quad_transpose(w, t);
+    const uint4 v = mma::quad_transpose(w, t);
     const int c = 8 * (jj + t);
     if (ok && c < n_left) *reinterpret_cast<uint4*>(px + c) = v;
   }
@@ -297,7 +283,7 @@ __device__ __forceinline__ void store_codes(const std::uint32_t (&cw)[NT], bool 
     w[j] = cw[j];
     if constexpr (NT == 8) w[j] |= cw[j + 4] << 16;
   }
-  const uint4 v = quad_transpose(w, t);
+  const uint4 v = mma::quad_transpose(w, t);
   if (!ok) return;
   if (8 * t < n_left)
     *reinterpret_cast<uint2*>(px + 8 * t) =

@@ -52,4 +52,20 @@ __device__ __forceinline__ std::uint32_t pack_b16x2(float lo, float hi) {
   return std::uint32_t(bl) | (std::uint32_t(bh) << 16);
 }
 
+// C-fragment rows to contiguous columns: lane t of each quad (t = lane % 4)
+// holds w[j] = one 32-bit word for columns 8j + 2t and 8j + 2t + 1 of a row,
+// for four n-tiles j < 4 (e.g. pack_b16x2 of c0, c1). Returns the four words
+// of n-tile t, columns 8t .. 8t + 7 in order, ready for one 16-byte store.
+// Every lane of the warp must call it (shuffles).
+__device__ __forceinline__ std::uint32_t select4(const std::uint32_t (&w)[4], int i) {
+  return (i & 2) ? ((i & 1) ? w[3] : w[2]) : ((i & 1) ? w[1] : w[0]);
+}
+__device__ __forceinline__ uint4 quad_transpose(const std::uint32_t (&w)[4], int t) {
+  std::uint32_t recv[4];  // recv[x]: lane t ^ x's word of n-tile t
+  recv[0] = select4(w, t);
+#pragma unroll
+  for (int x = 1; x < 4; ++x) recv[x] = __shfl_xor_sync(0xffffffffu, select4(w, t ^ x), x);
+  return make_uint4(select4(recv, t), select4(recv, t ^ 1), select4(recv, t ^ 2), select4(recv, t ^ 3));
+}
+
 }  // namespace mf::kernels::mma
