@@ -341,16 +341,7 @@ void register_export(CLI::App& app) {
     const auto arrays = model::export_torch(lm.ts->params(), lm.ts->params().master());
     const DType t = parse_dtype(dtype);
     model::SafeTensors st;
-    for (const auto& na : arrays) {
-      if (t == DType::f32) {
-        st.add(na.name, t, na.shape, na.values.data());
-      } else {
-        std::vector<std::uint16_t> bits(na.values.size());
-        for (std::size_t i = 0; i < bits.size(); ++i)
-          bits[i] = t == DType::bf16 ? f32_to_bf16_bits(na.values[i]) : f32_to_f16_bits(na.values[i]);
-        st.add(na.name, t, na.shape, bits.data());
-      }
-    }
+    for (const auto& na : arrays) st.add(na.name, model::HostArray::from_floats(na.values, na.shape, t));
     const model::LeakCNNConfig& m = lm.model;
     st.metadata = {{"format", "pt"},
                    {"producer", "melforge 0.1.0"},

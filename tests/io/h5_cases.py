@@ -148,7 +148,7 @@ with open(os.path.join(out, "bad_not_hdf5.h5"), "w") as f:
     f.write("segments,labels\n1,2\n" * 50)
 
 
-# ---- damaged declared sizes (issue 21): a good file whose /segments dataspace
+# ---- damaged declared sizes: a good file whose /segments dataspace
 # (dims, then the equal max dims: two runs of little-endian uint64) is patched
 # in place, a few dozen bytes changed, as a bit flip or a hand edit would.
 def patched_dims(name, shape, new_shape, **kw):

@@ -1,5 +1,5 @@
-// Files that make the HDF5 library itself hang or crash (issue 21, item 6;
-// docs/decisions.md "Damaged files and the HDF5 library"): Dataset::open must
+// Files that make the HDF5 library itself hang or crash (docs/decisions.md,
+// "Damaged files and the HDF5 library"): Dataset::open must
 // end with an error naming the file, in bounded time.
 #include <doctest/doctest.h>
 

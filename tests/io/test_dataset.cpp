@@ -185,7 +185,7 @@ TEST_CASE("each malformed file fails at open with a message naming file, dataset
       {"bad_not_hdf5.h5", {"not an HDF5 file", "expected the HDF5 signature"}},
       {"bad_lzf.h5", {"/segments is compressed with 'lzf'", "cannot decode", "expected no filter, gzip"}},
       {"does_not_exist.h5", {"cannot open", "No such file"}},
-      // Declared sizes the file does not hold, and values of the wrong shape (issue 21).
+      // Declared sizes the file does not hold, and values of the wrong shape.
       {"bad_huge_contiguous.h5", {"file truncated: dataset /segments occupies 8444249301319680 bytes"}},
       {"bad_huge_chunked.h5", {"/segments has a chunk at [6, 0, 0] that was never written"}},
       {"bad_overflow_shape.h5", {"/segments has shape [4294967296, 4294967296, 12]", "overflows"}},

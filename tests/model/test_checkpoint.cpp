@@ -187,7 +187,7 @@ TEST_CASE("a crash between write and rename leaves the previous checkpoint intac
   fs::remove_all(d);
 }
 
-// ---- malformed checkpoints (issue 21) -------------------------------------------
+// ---- malformed checkpoints ----------------------------------------------------
 // A good checkpoint, then one entry replaced with HDF5's C API (as a damaged or
 // hand-made file would have it). Every read of it must be an mf::Error naming
 // the file and the entry, never an overflow of a fixed-size buffer or a

@@ -1,4 +1,4 @@
-// model.heads (issue 13): the auto rule, a model without the leak head
+// model.heads: the auto rule, a model without the leak head
 // (parameters, loss, outputs, metrics, JSON, file vote), old configurations
 // without the key, and the PyTorch oracle of the class-only training step.
 #include <doctest/doctest.h>

@@ -241,7 +241,7 @@ TEST_CASE("progress: the line, durations, plain mode prints per log") {
   CHECK(out.find("eval: ok\n") != std::string::npos);
 }
 
-// ---- what a checkpoint says about its model (issue 21, item 7) ---------------------
+// ---- what a checkpoint says about its model ---------------------------------------
 // load_model (eval, predict, export) checks each value it takes from a
 // checkpoint: the error names the file, the entry, what was expected and what
 // was found, before any model is built.
