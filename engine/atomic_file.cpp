@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -16,6 +17,8 @@ namespace mf {
 namespace fs = std::filesystem;
 
 namespace {
+std::atomic<bool> g_crash_before_rename{false};
+
 void fsync_path(const fs::path& p, bool directory) {
   const int fd = ::open(p.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
   MF_CHECK(fd >= 0, "opening {} to sync it: {}", p.string(), std::strerror(errno));
@@ -37,8 +40,7 @@ void write_file_atomic(const fs::path& path, const std::function<void(const fs::
     fs::remove(tmp, ec);
     throw;
   }
-  if (const char* crash = std::getenv("MELFORGE_TEST_CRASH_BEFORE_RENAME"); crash && std::string(crash) == "1")
-    ::kill(::getpid(), SIGKILL);
+  if (g_crash_before_rename.load()) ::kill(::getpid(), SIGKILL);
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) {
@@ -69,5 +71,7 @@ void write_text_atomic(const fs::path& path, std::string_view text) {
              std::strerror(err));
   });
 }
+
+void set_crash_before_rename_for_testing(bool on) { g_crash_before_rename.store(on); }
 
 }  // namespace mf

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 
+#include "engine/atomic_file.hpp"
 #include "engine/error.hpp"
 #include "model/checkpoint.hpp"
 #include "tests/support/testing.hpp"
@@ -157,7 +158,7 @@ TEST_CASE("a crash between write and rename leaves the previous checkpoint intac
     const pid_t pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
-      ::setenv("MELFORGE_TEST_CRASH_BEFORE_RENAME", "1", 1);
+      mf::set_crash_before_rename_for_testing(true);
       try {
         if (scenario == 0)
           cd.save(sample(2), 2, false);         // a new step's file
@@ -165,7 +166,7 @@ TEST_CASE("a crash between write and rename leaves the previous checkpoint intac
           write_checkpoint(cd.best_path(), sample(3));  // overwriting an existing name
       } catch (...) {
       }
-      ::_exit(0);  // not reached: the hook kills the process
+      ::_exit(0);  // not reached: the seam kills the process
     }
     int status = 0;
     ::waitpid(pid, &status, 0);
