@@ -125,7 +125,7 @@ class Trainer::Run {
   void resolve_heads(const io::DatasetInfo& train);
   void log_interval(std::int64_t step_in_epoch);
   void tick(std::int64_t step_in_epoch);
-  ProgressState progress_state(std::int64_t step_in_epoch, double samples_per_s) const;
+  void set_position(ProgressState& ps, std::int64_t step_in_epoch, double samples_per_s) const;
   void feed_step(std::int64_t micro_batch);
   void save(bool best, std::int64_t epoch_of_next_step);
   std::optional<model::Checkpoint> best_checkpoint_of_this_run();
@@ -429,8 +429,8 @@ bool Trainer::Run::train_epoch() {
   return true;
 }
 
-ProgressState Trainer::Run::progress_state(std::int64_t step_in_epoch, double samples_per_s) const {
-  ProgressState ps;
+// The position fields of `ps` (epoch, step, throughput, ETA); the rest is left as is.
+void Trainer::Run::set_position(ProgressState& ps, std::int64_t step_in_epoch, double samples_per_s) const {
   ps.epoch = st_.epoch + 1;
   ps.epochs = cfg_.epochs;
   ps.step_in_epoch = step_in_epoch;
@@ -439,7 +439,6 @@ ProgressState Trainer::Run::progress_state(std::int64_t step_in_epoch, double sa
   ps.samples_per_s = samples_per_s;
   const double remaining = double(total_steps_ - st_.step) * double(k_ * B_);
   ps.eta_s = samples_per_s > 0 ? remaining / samples_per_s : -1;
-  return ps;
 }
 
 // Every log.interval steps and at the end of the epoch: the one device sync of
@@ -456,7 +455,8 @@ void Trainer::Run::log_interval(std::int64_t step_in_epoch) {
   interval_t0_ = Clock::now();
   interval_samples_ = 0;
   const SystemSample sys = mon_->sample();
-  ProgressState ps = progress_state(step_in_epoch, sps);
+  ProgressState ps;
+  set_position(ps, step_in_epoch, sps);
   ps.loss = m.loss;
   ps.accuracy = m.samples ? double(m.class_correct) / double(m.samples) : NAN;
   ps.lr = m.lr;
@@ -498,14 +498,8 @@ void Trainer::Run::log_interval(std::int64_t step_in_epoch) {
 // Between log intervals the live line advances the step and keeps the last
 // interval's numbers (reading new ones would need a sync).
 void Trainer::Run::tick(std::int64_t step_in_epoch) {
-  ProgressState ps = progress_state(step_in_epoch, last_ps_.samples_per_s);
-  ps.loss = last_ps_.loss;
-  ps.accuracy = last_ps_.accuracy;
-  ps.lr = last_ps_.lr;
-  ps.gpu = last_ps_.gpu;
-  ps.gpu_util_pct = last_ps_.gpu_util_pct;
-  ps.gpu_mem_gib = last_ps_.gpu_mem_gib;
-  ps.gpu_mem_total_gib = last_ps_.gpu_mem_total_gib;
+  ProgressState ps = last_ps_;
+  set_position(ps, step_in_epoch, last_ps_.samples_per_s);
   prog_->tick(ps);
 }
 

@@ -1,14 +1,22 @@
-// Shared helpers of the training-step tests: small configs and synthetic batches.
+// Shared helpers of the training-step tests: small configs, synthetic batches
+// and the PyTorch oracle of the step.
 #pragma once
 
+#include <doctest/doctest.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <fstream>
-#include <string>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/tensor.hpp"
+#include "kernels/adamw.hpp"
+#include "model/torch_layout.hpp"
 #include "model/train_step.hpp"
+#include "tests/support/testing.hpp"
 
 namespace mf::testing {
 
@@ -96,6 +104,59 @@ inline void write_oracle_config(const std::string& path, const model::TrainConfi
     << "\nwarmup=" << c.optim.warmup_steps << "\ntotal=" << c.optim.total_steps << "\nmin_lr=" << c.optim.min_lr
     << "\nclass_weights=" << cw << "\nsmoothing=" << c.label_smoothing << "\nwclass=" << c.class_loss_weight
     << "\nwleak=" << c.leak_loss_weight << "\nheads=" << (c.model.leak_head ? "class+leak" : "class") << "\n";
+}
+
+// The PyTorch oracle of the CPU training step (tests/oracle/leakcnn_steps.py):
+// `steps` AdamW steps of a fixed configuration (cosine schedule with warmup,
+// clipping, class weights, label smoothing, seed 11) on `model`, the weights
+// after step 1 and after the last step compared with torch in float64.
+// `name` keeps the folders of concurrent oracle tests apart.
+inline void check_steps_against_torch(const model::LeakCNNConfig& model, const std::string& name) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("melforge_oracle_" + name + "_" + std::to_string(::getpid()));
+  fs::create_directories(dir / "init");
+  model::TrainConfig cfg;
+  cfg.model = model;
+  cfg.micro_batch = 8;
+  cfg.optim.lr = 3e-3f;
+  cfg.optim.weight_decay = 0.05f;
+  cfg.optim.max_grad_norm = 0.5f;  // small enough to clip
+  cfg.optim.schedule = kernels::LrSchedule::cosine;
+  cfg.optim.warmup_steps = 2;
+  cfg.optim.total_steps = 6;
+  cfg.optim.min_lr = 1e-4f;
+  cfg.class_weights = {1.0f, 2.0f, 0.5f};
+  cfg.label_smoothing = 0.1f;
+  cfg.class_loss_weight = 1.0f;
+  cfg.leak_loss_weight = 0.7f;  // without the leak head: must not matter
+  cfg.seed = 11;
+  const int steps = 5;
+  const std::int64_t B = cfg.micro_batch;
+  model::TrainStep ts(cfg, Device::cpu());
+  model::write_arrays((dir / "init").string(), model::export_torch(ts.params(), ts.params().master()));
+  write_oracle_config((dir / "config.txt").string(), cfg, steps, B, 1e-5);
+  for (int s = 0; s < steps; ++s) {
+    const auto b = band_batch(B, cfg.model.in_mels, cfg.model.in_frames, 3, 100 + std::uint64_t(s));
+    {
+      std::ofstream f(dir / ("batch" + std::to_string(s) + ".bin"), std::ios::binary);
+      f.write(reinterpret_cast<const char*>(b.x.data()), std::streamsize(b.x.size() * 4));
+      f.write(reinterpret_cast<const char*>(b.labels.data()), std::streamsize(b.labels.size() * 4));
+      f.write(reinterpret_cast<const char*>(b.leak.data()), std::streamsize(b.leak.size() * 4));
+    }
+    const auto t = to_tensors(b, B, cfg.model.in_mels, cfg.model.in_frames);
+    ts.step(t.x, t.labels, t.leak, nullptr);
+    const model::StepMetrics m = ts.read_metrics(nullptr);
+    MESSAGE("step " << s + 1 << ": melforge loss " << m.loss << " grad norm " << m.grad_norm << " lr " << m.lr);
+    CHECK(m.step == s + 1);
+    CHECK(std::fabs(double(m.lr) - kernels::lr_at(cfg.optim, s)) < 1e-9);
+    if (s + 1 == 1 || s + 1 == steps) {
+      const fs::path out = dir / ("after" + std::to_string(s + 1));
+      fs::create_directories(out);
+      model::write_arrays(out.string(), model::export_torch(ts.params(), ts.params().master()));
+    }
+  }
+  CHECK(run_oracle("leakcnn_steps.py", dir.string()) == 0);
+  fs::remove_all(dir);
 }
 
 }  // namespace mf::testing

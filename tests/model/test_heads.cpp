@@ -347,50 +347,7 @@ TEST_CASE("class heads: metrics, file vote and JSON have no leak anywhere; a lea
 }
 
 TEST_CASE("PyTorch oracle, class heads: 1 and 5 AdamW steps of the CPU backend match torch (fp32 vs float64)") {
-  // The two-head oracle's configuration (tests/model/test_train_step.cpp) with
-  // the class head alone: PyTorch's LeakCNN(leak_head=False), CrossEntropyLoss only.
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("melforge_oracle_heads_" + std::to_string(::getpid()));
-  fs::create_directories(dir / "init");
-  TrainConfig cfg;
-  cfg.model = class_only(3);
-  cfg.micro_batch = 8;
-  cfg.optim.lr = 3e-3f;
-  cfg.optim.weight_decay = 0.05f;
-  cfg.optim.max_grad_norm = 0.5f;
-  cfg.optim.schedule = kernels::LrSchedule::cosine;
-  cfg.optim.warmup_steps = 2;
-  cfg.optim.total_steps = 6;
-  cfg.optim.min_lr = 1e-4f;
-  cfg.class_weights = {1.0f, 2.0f, 0.5f};
-  cfg.label_smoothing = 0.1f;
-  cfg.class_loss_weight = 1.0f;
-  cfg.leak_loss_weight = 0.7f;  // no leak head: must not matter
-  cfg.seed = 11;
-  const int steps = 5;
-  const std::int64_t B = cfg.micro_batch;
-  TrainStep ts(cfg, Device::cpu());
-  write_arrays((dir / "init").string(), export_torch(ts.params(), ts.params().master()));
-  testing::write_oracle_config((dir / "config.txt").string(), cfg, steps, B, 1e-5);
-  for (int s = 0; s < steps; ++s) {
-    const auto b = testing::band_batch(B, cfg.model.in_mels, cfg.model.in_frames, 3, 100 + std::uint64_t(s));
-    {
-      std::ofstream f(dir / ("batch" + std::to_string(s) + ".bin"), std::ios::binary);
-      f.write(reinterpret_cast<const char*>(b.x.data()), std::streamsize(b.x.size() * 4));
-      f.write(reinterpret_cast<const char*>(b.labels.data()), std::streamsize(b.labels.size() * 4));
-      f.write(reinterpret_cast<const char*>(b.leak.data()), std::streamsize(b.leak.size() * 4));
-    }
-    const auto t = testing::to_tensors(b, B, cfg.model.in_mels, cfg.model.in_frames);
-    ts.step(t.x, t.labels, t.leak, nullptr);
-    const StepMetrics m = ts.read_metrics(nullptr);
-    MESSAGE("step " << s + 1 << ": melforge loss " << m.loss << " grad norm " << m.grad_norm << " lr " << m.lr);
-    CHECK(m.step == s + 1);
-    if (s + 1 == 1 || s + 1 == steps) {
-      const fs::path out = dir / ("after" + std::to_string(s + 1));
-      fs::create_directories(out);
-      write_arrays(out.string(), export_torch(ts.params(), ts.params().master()));
-    }
-  }
-  CHECK(testing::run_oracle("leakcnn_steps.py", dir.string()) == 0);
-  fs::remove_all(dir);
+  // The two-head oracle's run with the class head alone: PyTorch's
+  // LeakCNN(leak_head=False), CrossEntropyLoss only.
+  testing::check_steps_against_torch(class_only(3), "heads");
 }
