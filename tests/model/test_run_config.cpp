@@ -88,6 +88,17 @@ TEST_CASE("train.batch_size takes auto (held as 0) in TOML, --set and flags, and
         std::string::npos);
 }
 
+TEST_CASE("string keys must be UTF-8 text (config.toml is TOML): other bytes are an error naming the key") {
+  RunConfig c;
+  set_key(c, "data.train", "donn\xc3\xa9" "es/train.h5");  // UTF-8: fine
+  CHECK_NOTHROW(validate(c));
+  for (const char* bad : {"x\xee\xa3" "d.h5", "x\xc3.h5", "\xed\xa0\x80.h5", "\xc0\xaf.h5"}) {
+    CAPTURE(bad);
+    set_key(c, "data.train", bad);
+    CHECK(error_of([&] { validate(c); }) == "data.train: expected UTF-8 text, found bytes that are not UTF-8");
+  }
+}
+
 TEST_CASE("impossible values name the key and what is accepted") {
   auto check = [](const std::string& set, const std::string& want) {
     RunConfig c;
