@@ -7,10 +7,11 @@
 
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
 
-# The runtime API, the block executor and cuBLASLt's matmul.
+# The runtime API, the block executor, cuBLASLt's matmul and cuFFT's R2C transform.
 add_library(melforge_cudaemu STATIC
   ${CMAKE_CURRENT_LIST_DIR}/emu_core.cpp ${CMAKE_CURRENT_LIST_DIR}/emu_runtime.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/emu_cublaslt.cpp ${CMAKE_CURRENT_LIST_DIR}/emu_async.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/emu_cublaslt.cpp ${CMAKE_CURRENT_LIST_DIR}/emu_async.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/emu_cufft.cpp)
 target_include_directories(melforge_cudaemu PUBLIC ${PROJECT_SOURCE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
 target_link_libraries(melforge_cudaemu PUBLIC Threads::Threads PRIVATE melforge_warnings)
 
