@@ -95,6 +95,10 @@ struct DatasetInfo {
   std::vector<std::uint8_t> file_leak;   // per file, [F]
   double sample_rate = 0;                // 0 when the attribute is absent
   std::int64_t hop_length = 0;           // 0 when absent
+  // The audio front-end's attributes (`melforge data build` writes them; see
+  // audio/frontend_params.hpp): all present, or n_fft = 0.
+  std::int64_t n_fft = 0, frames_attr = 0;
+  double fmin = 0, fmax = 0;
   StorageInfo storage;
 
   std::int64_t file_of(std::int64_t segment) const { return segment / segments_per_file; }

@@ -83,6 +83,27 @@ double read_number_attr(H5Id attr, const std::string& path, const char* name) {
   return x;
 }
 
+// The front-end's attributes (n_fft, fmin, fmax, frames), read only when all
+// four are there; frames must equal the segments' frame axis.
+void read_frontend_attributes(hid_t dset, hid_t file, const std::string& path, DatasetInfo& info) {
+  const char* names[] = {"n_fft", "fmin", "fmax", "frames"};
+  double v[4] = {0, 0, 0, 0};
+  for (int i = 0; i < 4; ++i) {
+    H5Id a = find_attr(dset, file, names[i]);
+    if (a.get() < 0) return;
+    v[i] = read_number_attr(std::move(a), path, names[i]);
+  }
+  MF_CHECK(v[0] >= 2 && v[0] <= 65536 && v[0] == std::floor(v[0]),
+           "{}: attribute n_fft: expected a whole number in [2, 65536], found {}", path, v[0]);
+  MF_CHECK(v[1] >= 0 && v[2] > v[1], "{}: attributes fmin = {}, fmax = {}: expected 0 <= fmin < fmax", path, v[1], v[2]);
+  MF_CHECK(v[3] == double(info.frames), "{}: attribute frames = {} disagrees with the segments' {} frames", path, v[3],
+           info.frames);
+  info.n_fft = std::int64_t(v[0]);
+  info.fmin = v[1];
+  info.fmax = v[2];
+  info.frames_attr = std::int64_t(v[3]);
+}
+
 // The optional attributes, on the segments dataset or the root group.
 void read_attributes(hid_t dset, hid_t file, const std::string& path, const std::string& seg, DatasetInfo& info) {
   if (H5Id a = find_attr(dset, file, "class_names"); a.get() >= 0)
@@ -95,6 +116,7 @@ void read_attributes(hid_t dset, hid_t file, const std::string& path, const std:
              "{}: attribute hop_length: expected a whole number in [0, 2^53], found {}", path, hop);
     info.hop_length = std::int64_t(hop);
   }
+  read_frontend_attributes(dset, file, path, info);
   if (H5Id a = find_attr(dset, file, "n_mels"); a.get() >= 0) {
     const double nm = read_number_attr(std::move(a), path, "n_mels");
     if (nm != double(info.n_mels))
@@ -115,6 +137,10 @@ void read_attributes_isolated(hid_t dset, hid_t file, const std::string& path, c
     for (const std::string& n : info.class_names) w.str(n);
     w.f64(info.sample_rate);
     w.u64(static_cast<unsigned long long>(info.hop_length));
+    w.u64(static_cast<unsigned long long>(info.n_fft));
+    w.u64(static_cast<unsigned long long>(info.frames_attr));
+    w.f64(info.fmin);
+    w.f64(info.fmax);
     return w.take();
   });
   ByteReader r(bytes);
@@ -122,6 +148,10 @@ void read_attributes_isolated(hid_t dset, hid_t file, const std::string& path, c
   for (std::string& n : info.class_names) n = r.str();
   info.sample_rate = r.f64();
   info.hop_length = static_cast<std::int64_t>(r.u64());
+  info.n_fft = static_cast<std::int64_t>(r.u64());
+  info.frames_attr = static_cast<std::int64_t>(r.u64());
+  info.fmin = r.f64();
+  info.fmax = r.f64();
 }
 
 }  // namespace mf::io

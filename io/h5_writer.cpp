@@ -1,6 +1,7 @@
 #include "io/h5_writer.hpp"
 
 #include <algorithm>
+#include <variant>
 #include <utility>
 
 #include "io/h5_error.hpp"
@@ -40,6 +41,58 @@ void write_vector(hid_t file, const char* name, hid_t ftype, hid_t mtype, const 
   H5Dclose(d);
   H5Sclose(sp);
 }
+
+void write_strings(hid_t obj, const char* name, const std::vector<std::string>& v, bool as_attribute,
+                   const std::string& path) {
+  const hid_t st = H5Tcopy(H5T_C_S1);
+  H5Tset_size(st, H5T_VARIABLE);
+  H5Tset_cset(st, H5T_CSET_UTF8);
+  const hsize_t n = v.size();
+  const hid_t sp = H5Screate_simple(1, &n, nullptr);
+  std::vector<const char*> p;
+  for (const auto& s : v) p.push_back(s.c_str());
+  if (as_attribute) {
+    const hid_t a = MF_H5_CHECK(H5Acreate2(obj, name, st, sp, H5P_DEFAULT, H5P_DEFAULT), "{}: attribute {}", path, name);
+    MF_H5_CHECK(H5Awrite(a, st, p.data()), "{}: writing attribute {}", path, name);
+    H5Aclose(a);
+  } else {
+    const hid_t d = MF_H5_CHECK(H5Dcreate2(obj, name, st, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                                "{}: creating /{}", path, name);
+    MF_H5_CHECK(H5Dwrite(d, st, H5S_ALL, H5S_ALL, H5P_DEFAULT, p.data()), "{}: writing /{}", path, name);
+    H5Dclose(d);
+  }
+  H5Sclose(sp);
+  H5Tclose(st);
+}
+
+void write_attr_string(hid_t obj, const char* name, const std::string& v, const std::string& path) {
+  const hid_t st = H5Tcopy(H5T_C_S1);
+  H5Tset_size(st, H5T_VARIABLE);
+  H5Tset_cset(st, H5T_CSET_UTF8);
+  const hid_t sp = H5Screate(H5S_SCALAR);
+  const hid_t a = MF_H5_CHECK(H5Acreate2(obj, name, st, sp, H5P_DEFAULT, H5P_DEFAULT), "{}: attribute {}", path, name);
+  const char* p = v.c_str();
+  MF_H5_CHECK(H5Awrite(a, st, &p), "{}: writing attribute {}", path, name);
+  H5Aclose(a);
+  H5Sclose(sp);
+  H5Tclose(st);
+}
+
+void write_root_attributes(hid_t file, const WriteSpec& spec, const std::string& path) {
+  if (!spec.class_names.empty()) write_strings(file, "class_names", spec.class_names, true, path);
+  if (spec.sample_rate > 0) write_attr_number(file, "sample_rate", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &spec.sample_rate, path);
+  if (spec.hop_length > 0) write_attr_number(file, "hop_length", H5T_STD_I64LE, H5T_NATIVE_INT64, &spec.hop_length, path);
+  const std::int64_t nm = spec.shape[spec.shape.size() - 2];
+  write_attr_number(file, "n_mels", H5T_STD_I64LE, H5T_NATIVE_INT64, &nm, path);
+  for (const auto& [name, value] : spec.attributes) {
+    if (const auto* d = std::get_if<double>(&value))
+      write_attr_number(file, name.c_str(), H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, d, path);
+    else if (const auto* i = std::get_if<std::int64_t>(&value))
+      write_attr_number(file, name.c_str(), H5T_STD_I64LE, H5T_NATIVE_INT64, i, path);
+    else
+      write_attr_string(file, name.c_str(), std::get<std::string>(value), path);
+  }
+}
 }  // namespace
 
 H5Writer::H5Writer(const std::string& path, const WriteSpec& spec) : path_(path), spec_(spec) {
@@ -48,14 +101,21 @@ H5Writer::H5Writer(const std::string& path, const WriteSpec& spec) : path_(path)
   MF_CHECK(sh.size() == 3 || sh.size() == 5, "H5Writer: shape {} must have rank 3 or 5", shape_str(sh));
   MF_CHECK(spec.dtype == DType::f16 || spec.dtype == DType::f32, "H5Writer: dtype must be f16 or f32");
   seg_per_row_ = sh.size() == 5 ? sh[1] * sh[2] : 1;
+  rows_ = spec.appendable ? 0 : sh[0];
   file_ = MF_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "{}: creating the file", path);
   ftype_ = spec.dtype == DType::f16 ? half_type() : H5Tcopy(H5T_IEEE_F32LE);
-  std::vector<hsize_t> dims(sh.begin(), sh.end());
-  const hid_t sp = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
+  std::vector<hsize_t> dims(sh.begin(), sh.end()), maxdims = dims;
+  if (spec.appendable) {
+    dims[0] = 0;
+    maxdims[0] = H5S_UNLIMITED;
+  }
+  const hid_t sp = H5Screate_simple(int(dims.size()), dims.data(), maxdims.data());
   const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-  if (spec.storage != WriteStorage::contiguous) {
+  if (spec.storage != WriteStorage::contiguous || spec.appendable) {
     Shape ch = spec.chunk;
-    if (ch.empty()) ch = sh.size() == 5 ? Shape{1, 1, sh[2], sh[3], sh[4]} : Shape{std::min<std::int64_t>(16, sh[0]), sh[1], sh[2]};
+    if (ch.empty())
+      ch = sh.size() == 5 ? Shape{1, 1, sh[2], sh[3], sh[4]}
+                          : Shape{std::max<std::int64_t>(1, std::min<std::int64_t>(16, sh[0])), sh[1], sh[2]};
     MF_CHECK(ch.size() == sh.size(), "H5Writer: chunk {} must have the rank of {}", shape_str(ch), shape_str(sh));
     std::vector<hsize_t> cd(ch.begin(), ch.end());
     MF_H5_CHECK(H5Pset_chunk(dcpl, int(cd.size()), cd.data()), "{}: chunk shape {}", path, shape_str(ch));
@@ -68,29 +128,15 @@ H5Writer::H5Writer(const std::string& path, const WriteSpec& spec) : path_(path)
                       path);
   H5Pclose(dcpl);
   H5Sclose(sp);
+  if (!spec.appendable) write_tables(spec.labels, spec.leak, spec.files);
+  write_root_attributes(file_, spec, path);
+}
 
-  const hsize_t nl = spec.labels.size();
-  write_vector(file_, "labels", H5T_STD_I64LE, H5T_NATIVE_INT64, spec.labels.data(), nl, path);
-  if (!spec.leak.empty()) write_vector(file_, "leak", H5T_STD_U8LE, H5T_NATIVE_UINT8, spec.leak.data(), spec.leak.size(), path);
-  if (!spec.class_names.empty()) {
-    const hid_t st = H5Tcopy(H5T_C_S1);
-    H5Tset_size(st, H5T_VARIABLE);
-    H5Tset_cset(st, H5T_CSET_UTF8);
-    const hsize_t n = spec.class_names.size();
-    const hid_t asp = H5Screate_simple(1, &n, nullptr);
-    const hid_t a = MF_H5_CHECK(H5Acreate2(file_, "class_names", st, asp, H5P_DEFAULT, H5P_DEFAULT),
-                                "{}: attribute class_names", path);
-    std::vector<const char*> p;
-    for (const auto& s : spec.class_names) p.push_back(s.c_str());
-    MF_H5_CHECK(H5Awrite(a, st, p.data()), "{}: writing class_names", path);
-    H5Aclose(a);
-    H5Sclose(asp);
-    H5Tclose(st);
-  }
-  if (spec.sample_rate > 0) write_attr_number(file_, "sample_rate", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &spec.sample_rate, path);
-  if (spec.hop_length > 0) write_attr_number(file_, "hop_length", H5T_STD_I64LE, H5T_NATIVE_INT64, &spec.hop_length, path);
-  const std::int64_t nm = sh[sh.size() - 2];
-  write_attr_number(file_, "n_mels", H5T_STD_I64LE, H5T_NATIVE_INT64, &nm, path);
+void H5Writer::write_tables(const std::vector<std::int64_t>& labels, const std::vector<std::uint8_t>& leak,
+                            const std::vector<std::string>& files) {
+  write_vector(file_, "labels", H5T_STD_I64LE, H5T_NATIVE_INT64, labels.data(), labels.size(), path_);
+  if (!leak.empty()) write_vector(file_, "leak", H5T_STD_U8LE, H5T_NATIVE_UINT8, leak.data(), leak.size(), path_);
+  if (!files.empty()) write_strings(file_, "files", files, false, path_);
 }
 
 H5Writer::~H5Writer() {
@@ -101,19 +147,33 @@ H5Writer::~H5Writer() {
 }
 
 void H5Writer::write_segments(std::int64_t first, std::int64_t n, const float* values) {
-  const auto& sh = spec_.shape;
   MF_CHECK(first % seg_per_row_ == 0 && n % seg_per_row_ == 0,
            "H5Writer: file-structured data is written in whole files ({} segments each)", seg_per_row_);
-  const std::int64_t elems = sh[sh.size() - 2] * sh[sh.size() - 1];
+  MF_CHECK((first + n) / seg_per_row_ <= rows_, "H5Writer: segments [{}, {}) beyond the dataset", first, first + n);
+  write_rows(first / seg_per_row_, n / seg_per_row_, values);
+}
+
+void H5Writer::append(std::int64_t rows, const float* values) {
+  MF_CHECK(spec_.appendable, "H5Writer: {}: append() needs an appendable spec", path_);
+  if (rows == 0) return;
+  std::vector<hsize_t> dims(spec_.shape.begin(), spec_.shape.end());
+  dims[0] = hsize_t(rows_ + rows);
+  MF_H5_CHECK(H5Dset_extent(dset_, dims.data()), "{}: growing /segments to {} rows", path_, rows_ + rows);
+  rows_ += rows;
+  write_rows(rows_ - rows, rows, values);
+}
+
+void H5Writer::write_rows(std::int64_t first_row, std::int64_t rows, const float* values) {
+  const auto& sh = spec_.shape;
+  const std::int64_t elems = sh[sh.size() - 2] * sh[sh.size() - 1] * seg_per_row_;
   std::vector<hsize_t> start(sh.size(), 0), count(sh.begin(), sh.end());
-  start[0] = hsize_t(first / seg_per_row_);
-  count[0] = hsize_t(n / seg_per_row_);
-  MF_CHECK(std::int64_t(start[0] + count[0]) <= sh[0], "H5Writer: segments [{}, {}) beyond the dataset", first, first + n);
+  start[0] = hsize_t(first_row);
+  count[0] = hsize_t(rows);
   const hid_t fs = H5Dget_space(dset_);
   H5Sselect_hyperslab(fs, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
   const hid_t ms = H5Screate_simple(int(count.size()), count.data(), nullptr);
   if (spec_.dtype == DType::f16) {
-    std::vector<f16> h(static_cast<std::size_t>(n * elems));
+    std::vector<f16> h(static_cast<std::size_t>(rows * elems));
     for (std::size_t i = 0; i < h.size(); ++i) h[i] = f16(values[i]);
     MF_H5_CHECK(H5Dwrite(dset_, ftype_, ms, fs, H5P_DEFAULT, h.data()), "{}: writing /segments", path_);
   } else {
@@ -121,6 +181,17 @@ void H5Writer::write_segments(std::int64_t first, std::int64_t n, const float* v
   }
   H5Sclose(ms);
   H5Sclose(fs);
+}
+
+void H5Writer::finish(const std::vector<std::int64_t>& labels, const std::vector<std::uint8_t>& leak,
+                      const std::vector<std::string>& files) {
+  MF_CHECK(spec_.appendable, "H5Writer: {}: finish() needs an appendable spec", path_);
+  const auto n = std::size_t(rows_);
+  MF_CHECK(labels.size() == n && (leak.empty() || leak.size() == n) && (files.empty() || files.size() == n),
+           "H5Writer: {}: {} rows but {} labels, {} leak values, {} file names", path_, n, labels.size(), leak.size(),
+           files.size());
+  write_tables(labels, leak, files);
+  close();
 }
 
 void H5Writer::close() {

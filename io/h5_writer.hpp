@@ -2,10 +2,17 @@
 // what `melforge data synth`, the reader benchmark and the tests use. The
 // files look like h5py's: float16 as IEEE half, labels int64, leak uint8,
 // class_names as variable-length UTF-8 strings.
+//
+// Two ways to write: a fixed shape (spec.shape[0] rows, labels given up
+// front), or appendable (spec.appendable: the segments dataset grows along
+// its first axis with every append(), as `melforge data build` writes files
+// whose count is known only at the end; labels, leak and /files are given
+// to finish()). Appendable data is chunked (default chunk: one long segment).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "engine/dtype.hpp"
@@ -27,6 +34,10 @@ struct WriteSpec {
   std::vector<std::string> class_names;  // empty: no attribute
   double sample_rate = 0;                // 0: no attribute
   std::int64_t hop_length = 0;           // 0: no attribute
+  std::vector<std::string> files;        // /files: [F] (or [N]) strings; empty: no dataset
+  // More attributes of the root group: a number (f64 or i64) or a UTF-8 string.
+  std::vector<std::pair<std::string, std::variant<double, std::int64_t, std::string>>> attributes;
+  bool appendable = false;               // shape[0] is ignored: rows come from append()
 };
 
 class H5Writer {
@@ -39,6 +50,14 @@ class H5Writer {
   // Writes segments [first, first + n) (row-major, n_mels * frames floats each).
   // File-structured data: first and n must be whole files.
   void write_segments(std::int64_t first, std::int64_t n, const float* values);
+  // Appendable only: adds `rows` rows (files, or segments of flat data) after
+  // the last, row-major values as in write_segments.
+  void append(std::int64_t rows, const float* values);
+  std::int64_t rows() const { return rows_; }
+  // Appendable only: the per-row tables (labels, optional leak, optional
+  // /files), then close(). Their lengths must equal rows().
+  void finish(const std::vector<std::int64_t>& labels, const std::vector<std::uint8_t>& leak,
+              const std::vector<std::string>& files);
   void close();
 
  private:
@@ -46,6 +65,11 @@ class H5Writer {
   WriteSpec spec_;
   long long file_ = -1, dset_ = -1, ftype_ = -1;
   std::int64_t seg_per_row_ = 1;
+  std::int64_t rows_ = 0;  // rows in the dataset (appendable: appended so far)
+
+  void write_rows(std::int64_t first_row, std::int64_t rows, const float* values);
+  void write_tables(const std::vector<std::int64_t>& labels, const std::vector<std::uint8_t>& leak,
+                    const std::vector<std::string>& files);
 };
 
 }  // namespace mf::io

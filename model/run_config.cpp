@@ -271,6 +271,29 @@ void output_fields(std::vector<Field>& v) {
       });
 }
 
+// The audio front-end of the training data ([frontend]): 0 = not known.
+void frontend_fields(std::vector<Field>& v) {
+  const auto nonneg = [](std::int64_t C::*m, std::int64_t hi) { return int_range(m, 0, hi); };
+  add(v, "frontend.sample_rate", &C::fe_sample_rate, "an integer in [0, 384000]",
+      "sample rate of the audio features (0: unknown; set from the training set's attributes)",
+      nonneg(&C::fe_sample_rate, 384000));
+  add(v, "frontend.n_fft", &C::fe_n_fft, "an integer in [0, 65536]", "FFT size of the features",
+      nonneg(&C::fe_n_fft, 65536));
+  add(v, "frontend.hop_length", &C::fe_hop_length, "an integer in [0, 65536]", "hop length of the features",
+      nonneg(&C::fe_hop_length, 65536));
+  add(v, "frontend.n_mels", &C::fe_n_mels, "an integer in [0, 1024]", "mel bands", nonneg(&C::fe_n_mels, 1024));
+  add(v, "frontend.fmin", &C::fe_fmin, "a number in [0, 192000]", "lowest mel frequency (Hz)",
+      float_range(&C::fe_fmin, 0, 192000, false));
+  add(v, "frontend.fmax", &C::fe_fmax, "a number in [0, 192000]", "highest mel frequency (Hz; 0: sample_rate / 2)",
+      float_range(&C::fe_fmax, 0, 192000, false));
+  add(v, "frontend.frames", &C::fe_frames, "an integer in [0, 65536]", "frames per segment",
+      nonneg(&C::fe_frames, 65536));
+  add(v, "frontend.long", &C::fe_long, "an integer in [0, 65536]", "long segments per file (L)",
+      nonneg(&C::fe_long, 65536));
+  add(v, "frontend.short", &C::fe_short, "an integer in [0, 65536]", "short segments per long segment (S)",
+      nonneg(&C::fe_short, 65536));
+}
+
 // Every key, in the order of the help text and the written TOML.
 const std::vector<Field>& fields() {
   static const std::vector<Field> f = [] {
@@ -281,6 +304,7 @@ const std::vector<Field>& fields() {
     optim_fields(v);
     reader_eval_fields(v);
     output_fields(v);
+    frontend_fields(v);
     return v;
   }();
   return f;
@@ -569,6 +593,15 @@ void validate(const RunConfig& cfg) {
            "train.overfit_batches and train.limit_batches: set one of them, not both");
   MF_CHECK(cfg.val_path.empty() == false || cfg.patience == 0 || cfg.overfit_batches > 0,
            "eval.patience: early stopping needs a validation set (data.val)");
+  const bool fe_any = cfg.fe_n_fft || cfg.fe_hop_length || cfg.fe_n_mels || cfg.fe_frames || cfg.fe_long ||
+                      cfg.fe_short;
+  MF_CHECK(cfg.fe_sample_rate == 0 ? !fe_any
+                                   : cfg.fe_n_fft && cfg.fe_hop_length && cfg.fe_n_mels && cfg.fe_frames &&
+                                         cfg.fe_long && cfg.fe_short,
+           "frontend: sample_rate, n_fft, hop_length, n_mels, frames, long and short are set together (all > 0) "
+           "or not at all; found sample_rate {}, n_fft {}, hop_length {}, n_mels {}, frames {}, long {}, short {}",
+           cfg.fe_sample_rate, cfg.fe_n_fft, cfg.fe_hop_length, cfg.fe_n_mels, cfg.fe_frames, cfg.fe_long,
+           cfg.fe_short);
 }
 
 std::string to_toml(const RunConfig& cfg) {

@@ -88,6 +88,21 @@ struct RunConfig {
   std::int64_t log_interval = 50;  // steps
   std::string progress = "auto";   // auto | tty | plain | off
 
+  // [frontend] How the training data's log-mel segments were made from audio
+  // (audio/frontend_params.hpp): the trainer copies them from the training
+  // set's attributes (`melforge data build` writes them), so checkpoints carry
+  // them and `melforge predict --audio` computes the same features.
+  // sample_rate = 0: not known (data built elsewhere without the attributes).
+  std::int64_t fe_sample_rate = 0;
+  std::int64_t fe_n_fft = 0;
+  std::int64_t fe_hop_length = 0;
+  std::int64_t fe_n_mels = 0;
+  double fe_fmin = 0;
+  double fe_fmax = 0;  // 0: sample_rate / 2
+  std::int64_t fe_frames = 0;
+  std::int64_t fe_long = 0;
+  std::int64_t fe_short = 0;
+
   // [run]
   std::string out = "runs/leakcnn";
   std::string resume;     // "" | auto | PATH

@@ -75,6 +75,10 @@ void run_inspect(const std::string& path, const io::DatasetNames& names, bool sc
                                                                 in.class_names[std::size_t(in.normal_class)]));
   if (in.sample_rate > 0 || in.hop_length > 0)
     fmt::print("attributes  sample_rate {}  hop_length {}\n", in.sample_rate, in.hop_length);
+  if (in.n_fft > 0)
+    fmt::print("front-end   n_fft {}, mels {} in [{}, {}] Hz, {} frames per segment (log-mel dB, as melforge data "
+               "build writes)\n",
+               in.n_fft, in.n_mels, in.fmin, in.fmax, in.frames_attr);
   std::vector<std::int64_t> files(std::size_t(in.num_classes), 0), segs(std::size_t(in.num_classes), 0);
   std::int64_t leak_segs = 0;
   for (auto l : in.file_labels) ++files[std::size_t(l)];
@@ -118,8 +122,9 @@ void run_inspect(const std::string& path, const io::DatasetNames& names, bool sc
 
 void register_data(CLI::App& app) {
   auto* data = app.add_subcommand(
-      "data", "Dataset tools: synth writes a synthetic dataset, inspect validates a file and prints its summary");
+      "data", "Dataset tools: build makes datasets from audio files, synth writes a synthetic dataset, inspect validates a file");
   data->require_subcommand(1);
+  register_data_build(*data);
 
   auto* synth = data->add_subcommand(
       "synth", "Make a synthetic leak-detection dataset split by file; writes DIR/train.h5, val.h5 and test.h5");

@@ -11,6 +11,7 @@
 
 #include "engine/error.hpp"
 #include "engine/stream.hpp"
+#include "io/csv_table.hpp"
 #include "io/reader.hpp"
 #include "model/run_config.hpp"
 #include "model/safetensors.hpp"
@@ -20,6 +21,7 @@
 #include "train/evaluate.hpp"
 #include "train/load_model.hpp"
 #include "train/plot.hpp"
+#include "train/predict_audio.hpp"
 #include "train/run_log.hpp"
 #include "train/run_setup.hpp"
 #include "train/trainer.hpp"
@@ -192,6 +194,10 @@ struct InferArgs {
   std::int64_t batch_size = 256;
   double threshold = -1;
   bool per_segment = false;
+  // predict --audio
+  std::vector<std::string> audio, sets;
+  bool pad = false;
+  int threads = 0;
 };
 
 io::ReaderConfig eval_reader(const train::LoadedModel& lm, const InferArgs& a, Device dev) {
@@ -225,7 +231,7 @@ void add_infer_options(CLI::App* cmd, InferArgs& a) {
   cmd->add_option("--checkpoint", a.checkpoint, "Checkpoint (.h5) written by melforge train")
       ->required()
       ->type_name("PATH");
-  cmd->add_option("--data", a.data, "Dataset (HDF5)")->required()->type_name("PATH");
+  cmd->add_option("--data", a.data, "Dataset (HDF5)")->type_name("PATH");
   cmd->add_option("--device", a.device, "Where to run")->capture_default_str()->type_name(kDeviceType);
   cmd->add_option("--precision", a.precision, "Compute precision (default: the checkpoint's train.precision)")
       ->type_name(one_of_type({"fp32", "bf16", "fp16"}));
@@ -241,6 +247,7 @@ void register_eval(CLI::App& app) {
       "eval", "Evaluate a checkpoint on a dataset; writes segment- and file-level metrics as JSON to stdout");
   static InferArgs a;
   add_infer_options(cmd, a);
+  cmd->get_option("--data")->required();
   cmd->callback([] {
     const Device dev = parse_device(a.device);
     Stream stream(dev, "eval");
@@ -259,67 +266,117 @@ void register_eval(CLI::App& app) {
   });
 }
 
+// The CSV of `melforge predict`: a row per file (voted) or per segment. With
+// audio input, rows name the audio file (`path`) instead of the dataset's file
+// index and label.
+std::string predict_csv(const InferArgs& a, const train::LoadedModel& lm, const train::EvalRun& r,
+                        const io::DatasetInfo& info, const std::vector<std::string>& row_paths) {
+  const bool audio = !row_paths.empty();
+  const double thr = a.threshold >= 0 ? a.threshold : lm.cfg.threshold;
+  const int C = r.segments.classes;
+  auto name = [&](int c) { return std::size_t(c) < lm.class_names.size() ? lm.class_names[std::size_t(c)] : fmt::format("class_{}", c); };
+  std::string probs_header;
+  for (int c = 0; c < C; ++c) probs_header += ",prob_" + name(c);
+  // A model without the leak head (model.heads = class) has no leak columns.
+  const bool leak = r.segments.has_leak;
+  const std::string leak_header = leak ? ",leak,leak_prob" : "";
+  std::string f;
+  if (r.vote && !a.per_segment) {
+    const model::FileVote& v = *r.vote;
+    f += std::string(audio ? "path" : "file,label,label_name") + ",pred,pred_name" + leak_header + probs_header + "\n";
+    for (std::int64_t i = 0; i < v.files; ++i) {
+      const int y = info.file_labels[std::size_t(i)], p = v.klass[std::size_t(i)];
+      f += audio ? io::csv_field(row_paths[std::size_t(i)]) : fmt::format("{},{},{}", i, y, name(y));
+      f += fmt::format(",{},{}", p, name(p));
+      if (leak) f += fmt::format(",{},{:.7g}", v.leak[std::size_t(i)], v.leak_prob[std::size_t(i)]);
+      for (int c = 0; c < C; ++c) f += fmt::format(",{:.7g}", v.probs[std::size_t(i * C + c)]);
+      f += "\n";
+    }
+    return f;
+  }
+  f += std::string(audio ? "segment,path,long,short" : "segment,file,long,short,label") + ",pred,pred_name" + leak_header +
+       probs_header + "\n";
+  for (std::int64_t i = 0; i < r.segments.size(); ++i) {
+    const float* p = r.segments.class_probs.data() + i * C;
+    int best = 0;
+    for (int c = 1; c < C; ++c)
+      if (p[c] > p[best]) best = c;
+    const std::int64_t file = info.file_of(i), within = i % info.segments_per_file;
+    f += fmt::format("{},{},{},{}", i, audio ? io::csv_field(row_paths[std::size_t(file)]) : std::to_string(file),
+                     within / info.short_per_long, within % info.short_per_long);
+    if (!audio) f += fmt::format(",{}", r.segments.labels[std::size_t(i)]);
+    f += fmt::format(",{},{}", best, name(best));
+    if (leak) {
+      const float q = r.segments.leak_probs[std::size_t(i)];
+      f += fmt::format(",{},{:.7g}", q >= float(thr) ? 1 : 0, q);
+    }
+    for (int c = 0; c < C; ++c) f += fmt::format(",{:.7g}", p[c]);
+    f += "\n";
+  }
+  return f;
+}
+
+// --audio: the features into a temporary dataset (train/predict_audio.hpp);
+// a.data then names it. Files that cannot be used are listed on stderr.
+std::unique_ptr<train::AudioFeatures> prepare_audio(InferArgs& a, const train::LoadedModel& lm,
+                                                    std::vector<std::string>& row_paths) {
+  audio::PipelineOptions po;
+  po.frontend = train::predict_frontend(lm.cfg, a.sets, lm.model.in_mels, lm.model.in_frames);
+  po.pad = a.pad;
+  po.threads = a.threads;
+  po.device = parse_device(a.device);
+  const auto sources = train::list_audio_inputs(a.audio);
+  auto feats = train::audio_features(sources, po, lm.class_names);
+  for (auto w : feats->written) row_paths.push_back(sources[w].string());
+  std::int64_t bad = 0;
+  for (std::size_t i = 0; i < feats->outcomes.size(); ++i)
+    if (!feats->outcomes[i].ok) {
+      fmt::print(stderr, "melforge predict: skipped {}: {}\n", sources[i].string(), feats->outcomes[i].reason);
+      ++bad;
+    }
+  if (bad) fmt::print(stderr, "melforge predict: {} of {} audio files skipped (no row in --out)\n", bad, sources.size());
+  a.data = feats->dataset.string();
+  return feats;
+}
+
 void register_predict(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "predict", "Predict a dataset's classes with a checkpoint; writes a CSV row per file (or per segment) to --out");
+      "predict", "Predict the classes of a dataset or of audio files with a checkpoint; writes a CSV row per file "
+                 "(or per segment) to --out");
   static InferArgs a;
   add_infer_options(cmd, a);
   cmd->add_option("--out", a.out, "CSV file to write")->required()->type_name("PATH");
   cmd->add_flag("--per-segment", a.per_segment, "One row per segment instead of one per file");
+  auto* audio_opt = cmd->add_option("--audio", a.audio,
+                                    "Audio files or folders (instead of --data): features as the checkpoint's "
+                                    "training data was built")
+                        ->type_name("FILE_OR_DIR ...")
+                        ->excludes(cmd->get_option("--data"));
+  cmd->add_option("--set", a.sets, "With --audio: frontend.KEY=VALUE (for checkpoints that do not record them)")
+      ->type_name("KEY=VALUE")
+      ->needs(audio_opt);
+  cmd->add_flag("--pad", a.pad, "With --audio: pad files too short for the model's segments with silence")
+      ->needs(audio_opt);
+  cmd->add_option("--threads", a.threads, "With --audio: decode threads (0: one per core)")->capture_default_str();
   cmd->callback([] {
+    MF_CHECK(!a.data.empty() || !a.audio.empty(), "predict: give --data FILE.h5 or --audio FILE_OR_DIR");
     const Device dev = parse_device(a.device);
     Stream stream(dev, "predict");
     train::LoadedModel lm = train::load_model(a.checkpoint, a.device, a.precision, stream);
+    std::vector<std::string> row_paths;
+    std::unique_ptr<train::AudioFeatures> feats;
+    if (!a.audio.empty()) feats = prepare_audio(a, lm, row_paths);
     std::shared_ptr<const io::Dataset> ds;
     const train::EvalRun r = run_eval(a, lm, stream, ds);
-    const io::DatasetInfo& info = ds->info();
-    const double thr = a.threshold >= 0 ? a.threshold : lm.cfg.threshold;
-    const int C = r.segments.classes;
-    auto name = [&](int c) { return std::size_t(c) < lm.class_names.size() ? lm.class_names[std::size_t(c)] : fmt::format("class_{}", c); };
-    std::string probs_header;
-    for (int c = 0; c < C; ++c) probs_header += ",prob_" + name(c);
+    const std::string f = predict_csv(a, lm, r, ds->info(), row_paths);
     // The whole CSV in memory, then one atomic write (temporary file, fsync,
     // rename): a failure leaves no partial file and names the file and reason.
-    // A model without the leak head (model.heads = class) has no leak columns.
-    const bool leak = r.segments.has_leak;
-    const std::string leak_header = leak ? ",leak,leak_prob" : "";
-    std::string f;
-    std::int64_t rows = 0;
-    if (r.vote && !a.per_segment) {
-      const model::FileVote& v = *r.vote;
-      f += "file,label,label_name,pred,pred_name" + leak_header + probs_header + "\n";
-      for (std::int64_t i = 0; i < v.files; ++i) {
-        const int y = info.file_labels[std::size_t(i)], p = v.klass[std::size_t(i)];
-        f += fmt::format("{},{},{},{},{}", i, y, name(y), p, name(p));
-        if (leak) f += fmt::format(",{},{:.7g}", v.leak[std::size_t(i)], v.leak_prob[std::size_t(i)]);
-        for (int c = 0; c < C; ++c) f += fmt::format(",{:.7g}", v.probs[std::size_t(i * C + c)]);
-        f += "\n";
-        ++rows;
-      }
-    } else {
-      f += "segment,file,long,short,label,pred,pred_name" + leak_header + probs_header + "\n";
-      for (std::int64_t i = 0; i < r.segments.size(); ++i) {
-        const float* p = r.segments.class_probs.data() + i * C;
-        int best = 0;
-        for (int c = 1; c < C; ++c)
-          if (p[c] > p[best]) best = c;
-        const std::int64_t file = info.file_of(i), within = i % info.segments_per_file;
-        f += fmt::format("{},{},{},{},{},{},{}", i, file, within / info.short_per_long, within % info.short_per_long,
-                         r.segments.labels[std::size_t(i)], best, name(best));
-        if (leak) {
-          const float q = r.segments.leak_probs[std::size_t(i)];
-          f += fmt::format(",{},{:.7g}", q >= float(thr) ? 1 : 0, q);
-        }
-        for (int c = 0; c < C; ++c) f += fmt::format(",{:.7g}", p[c]);
-        f += "\n";
-        ++rows;
-      }
-    }
     try {
       train::write_text_atomic(a.out, f);
     } catch (const Error& e) {
       MF_THROW("--out {}: {}", a.out, e.message());
     }
+    const auto rows = std::count(f.begin(), f.end(), '\n') - 1;
     fmt::print(stderr, "melforge predict: {} rows ({}) to {}\n", rows, r.vote && !a.per_segment ? "files" : "segments",
                a.out);
   });

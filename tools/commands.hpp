@@ -8,6 +8,8 @@ namespace mf::cli {
 void register_info(CLI::App& app);
 void register_smoke(CLI::App& app);
 void register_data(CLI::App& app);
+// `data build` (cmd_data_build.cpp), under `data`
+void register_data_build(CLI::App& data);
 // train, eval, predict, export, plot (cmd_train.cpp)
 void register_trainer(CLI::App& app);
 

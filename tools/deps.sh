@@ -5,7 +5,7 @@
 set -euo pipefail
 
 pkgs=(cmake ninja-build g++ pkg-config git
-      libhdf5-dev zlib1g-dev libfmt-dev doctest-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
+      libhdf5-dev zlib1g-dev libsndfile1-dev libsoxr-dev libfftw3-dev libfmt-dev doctest-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
       python3 python3-venv python3-numpy python3-h5py python3-torch   # python3-venv: lizard (tools/check-function-length.sh)
       clang-19 libclang-rt-19-dev libomp-19-dev)   # the fuzz targets (libFuzzer; docs/fuzzing.md)
 

@@ -20,6 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/cuda/bin"
 tools/deps.sh
+tools/audio-oracle-venv.sh   # librosa: the audio front-end's oracle (tests/audio)
 # No function over 150 lines outside tests (docs/decisions.md, "Function length").
 tools/check-function-length.sh
 

@@ -1,6 +1,8 @@
 #include "train/run_setup.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <utility>
 
 #include "model/heads.hpp"
 
@@ -78,6 +80,50 @@ io::ReaderConfig reader_config(const model::RunConfig& cfg, Device dev, DType dt
   rc.resident = io::parse_residency(cfg.gpu_cache);
   rc.max_device_share = cfg.gpu_cache_fraction;
   return rc;
+}
+
+audio::FrontendParams frontend_of(const model::RunConfig& c) {
+  audio::FrontendParams p;
+  p.sample_rate = c.fe_sample_rate;
+  p.n_fft = c.fe_n_fft;
+  p.hop_length = c.fe_hop_length;
+  p.n_mels = c.fe_n_mels;
+  p.fmin = c.fe_fmin;
+  p.fmax = c.fe_fmax;
+  p.frames = c.fe_frames;
+  p.long_segments = c.fe_long;
+  p.short_segments = c.fe_short;
+  return p;
+}
+
+void set_frontend(model::RunConfig& c, const audio::FrontendParams& p) {
+  c.fe_sample_rate = p.sample_rate;
+  c.fe_n_fft = p.n_fft;
+  c.fe_hop_length = p.hop_length;
+  c.fe_n_mels = p.n_mels;
+  c.fe_fmin = p.fmin;
+  c.fe_fmax = p.fmax;
+  c.fe_frames = p.frames;
+  c.fe_long = p.long_segments;
+  c.fe_short = p.short_segments;
+}
+
+void resolve_frontend(model::RunConfig& cfg, const io::DatasetInfo& t) {
+  if (t.n_fft == 0 || t.sample_rate <= 0 || t.hop_length <= 0) return;
+  audio::FrontendParams d;
+  d.sample_rate = std::int64_t(std::llround(t.sample_rate));
+  d.n_fft = t.n_fft;
+  d.hop_length = t.hop_length;
+  d.n_mels = t.n_mels;
+  d.fmin = t.fmin;
+  d.fmax = t.fmax;
+  d.frames = t.frames;
+  d.long_segments = t.long_per_file;
+  d.short_segments = t.short_per_long;
+  if (cfg.fe_sample_rate == 0) return set_frontend(cfg, d);
+  const std::string diff = audio::first_difference(frontend_of(cfg), d);
+  MF_CHECK(diff.empty(), "frontend: the configuration and data.train {} disagree: {} (configured vs built)", t.path,
+           diff);
 }
 
 }  // namespace mf::train

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "audio/frontend_params.hpp"
 #include "engine/device.hpp"
 #include "engine/dtype.hpp"
 #include "io/dataset.hpp"
@@ -28,6 +29,15 @@ model::TrainConfig step_config(const model::RunConfig& cfg, const model::LeakCNN
                                std::int64_t total_steps);
 // train: shuffled (unless --overfit-batches), last batch dropped per
 // train.drop_last; evaluation: dataset order, last batch padded.
+// The [frontend] keys from the training set's front-end attributes (a set
+// built by `melforge data build`): filled in where the configuration leaves
+// them unset (sample_rate = 0); where it sets them, each must agree with the
+// data, or the error names the key, both values and the file. Data without
+// the attributes leaves the keys as configured.
+void resolve_frontend(model::RunConfig& cfg, const io::DatasetInfo& train);
+// The [frontend] keys as the front-end's parameters, and back.
+audio::FrontendParams frontend_of(const model::RunConfig& cfg);
+void set_frontend(model::RunConfig& cfg, const audio::FrontendParams& p);
 io::ReaderConfig reader_config(const model::RunConfig& cfg, Device dev, DType dtype, bool train);
 
 }  // namespace mf::train

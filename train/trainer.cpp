@@ -211,6 +211,7 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
   data_ = open_run_data(cfg_);
   const io::DatasetInfo& ti = data_.train->info();
   resolve_heads(ti);
+  resolve_frontend(cfg_, ti);
   mc_ = model_config(cfg_, ti.n_mels, ti.frames, data_.classes);
   if (cfg_.batch_size == 0) {
     cfg_.batch_size = auto_batch_size(ti.num_segments, cfg_.grad_accum, dev_.is_cuda());

@@ -1,5 +1,7 @@
 #include "tests/audio/test_audio_files.hpp"
 
+#include <hdf5.h>
+
 #include <sndfile.h>
 #include <stdlib.h>
 
@@ -120,20 +122,29 @@ const char* file_extension(AudioFileFormat format) {
   }
 }
 
-TempDir::TempDir(const std::string& prefix) {
-  std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "_XXXXXX")).string();
-  MF_CHECK(::mkdtemp(tmpl.data()) != nullptr, "cannot create a temporary directory {}", tmpl);
-  path_ = tmpl;
-}
-
-TempDir::~TempDir() {
-  const char* keep = std::getenv("MELFORGE_KEEP_TEST_FILES");
-  if (keep != nullptr && std::string(keep) == "1") {
-    std::fprintf(stderr, "kept test files in %s\n", path_.c_str());
-    return;
+std::vector<std::string> read_h5_strings(const std::filesystem::path& h5, const std::string& dataset) {
+  const hid_t f = H5Fopen(h5.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  MF_CHECK(f >= 0, "{}: cannot open", h5.string());
+  const hid_t d = H5Dopen2(f, dataset.c_str(), H5P_DEFAULT);
+  const hid_t sp = d >= 0 ? H5Dget_space(d) : -1;
+  hsize_t n = 0;
+  if (sp >= 0) H5Sget_simple_extent_dims(sp, &n, nullptr);
+  std::vector<char*> p(n, nullptr);
+  const hid_t t = H5Tcopy(H5T_C_S1);
+  H5Tset_size(t, H5T_VARIABLE);
+  H5Tset_cset(t, H5T_CSET_UTF8);
+  const bool ok = d >= 0 && H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, p.data()) >= 0;
+  std::vector<std::string> out;
+  if (ok) {
+    for (char* c : p) out.emplace_back(c ? c : "");
+    H5Dvlen_reclaim(t, sp, H5P_DEFAULT, p.data());
   }
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);  // best effort: a destructor must not throw
+  H5Tclose(t);
+  if (sp >= 0) H5Sclose(sp);
+  if (d >= 0) H5Dclose(d);
+  H5Fclose(f);
+  MF_CHECK(ok, "{}: cannot read /{} as strings", h5.string(), dataset);
+  return out;
 }
 
 }  // namespace mf::testing

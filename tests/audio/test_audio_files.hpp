@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/temp_dir.hpp"
+
 namespace mf::testing {
 
 enum class TestSignal {
@@ -63,20 +65,9 @@ std::vector<float> write_test_audio(const std::filesystem::path& path, AudioFile
 const char* format_name(AudioFileFormat format);     // "wav_pcm16", ...
 const char* file_extension(AudioFileFormat format);  // ".wav", ".flac", ".ogg"
 
-// A fresh directory under the system's temporary directory, removed with
-// everything in it when the object goes; MELFORGE_KEEP_TEST_FILES=1 keeps it
-// (its path is printed) for a look at a failing case.
-class TempDir {
- public:
-  explicit TempDir(const std::string& prefix);
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+// The strings of a 1-D dataset (variable-length UTF-8, as `melforge data
+// build` writes /files) of an HDF5 file.
+std::vector<std::string> read_h5_strings(const std::filesystem::path& h5, const std::string& dataset);
 
- private:
-  std::filesystem::path path_;
-};
 
 }  // namespace mf::testing

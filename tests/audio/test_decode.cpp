@@ -117,7 +117,7 @@ TEST_SUITE("test_audio_decode") {
 
 TEST_CASE("decode, resample and load_mono equal librosa.load and librosa.resample") {
   mf::testing::TempDir dir("mf_audio_decode");
-  std::ofstream manifest(dir / "manifest.tsv");
+  std::ofstream manifest(dir.path() / "manifest.tsv");
 
   // Files: each loaded at its own rate (no resampling) and at another.
   const std::vector<FileCase> cases = file_cases();
@@ -132,10 +132,10 @@ TEST_CASE("decode, resample and load_mono equal librosa.load and librosa.resampl
     spec.frequency_hz = 300;
     spec.frequency_end_hz = double(c.rate) * 0.45;
     spec.seed = i;
-    const fs::path audio = dir / fmt::format("f{}{}", i, mf::testing::file_extension(c.format));
+    const fs::path audio = dir.path() / fmt::format("f{}{}", i, mf::testing::file_extension(c.format));
     mf::testing::write_test_audio(audio, c.format, spec);
     for (std::int64_t sr : {c.rate, c.target})
-      manifest << "load\t" << audio.string() << '\t' << sr << '\t' << (dir / fmt::format("f{}_{}.f32", i, sr)).string()
+      manifest << "load\t" << audio.string() << '\t' << sr << '\t' << (dir.path() / fmt::format("f{}_{}.f32", i, sr)).string()
                << '\n';
   }
 
@@ -144,22 +144,22 @@ TEST_CASE("decode, resample and load_mono equal librosa.load and librosa.resampl
                                              {16000, 8000},  {22050, 16000}, {11025.5, 16000}};
   const std::size_t lengths[] = {1, 2, 7, 100, 1001, 48000};
   for (std::size_t n : lengths) {
-    write_f32(dir / fmt::format("x{}.f32", n), mf::testing::random_floats(n, n, -0.9f, 0.9f));
+    write_f32(dir.path() / fmt::format("x{}.f32", n), mf::testing::random_floats(n, n, -0.9f, 0.9f));
     for (std::size_t p = 0; p < std::size(pairs); ++p)
-      manifest << "resample\t" << (dir / fmt::format("x{}.f32", n)).string() << '\t' << pairs[p].first << '\t'
-               << pairs[p].second << '\t' << (dir / fmt::format("r{}_{}.f32", n, p)).string() << '\n';
+      manifest << "resample\t" << (dir.path() / fmt::format("x{}.f32", n)).string() << '\t' << pairs[p].first << '\t'
+               << pairs[p].second << '\t' << (dir.path() / fmt::format("r{}_{}.f32", n, p)).string() << '\n';
   }
   manifest.close();
-  REQUIRE(mf::testing::run_audio_oracle("librosa_load.py", (dir / "manifest.tsv").string()) == 0);
+  REQUIRE(mf::testing::run_audio_oracle("librosa_load.py", (dir.path() / "manifest.tsv").string()) == 0);
 
   double worst_exact = 0, worst_file = 0, worst_vorbis = 0, worst_resample = 0;
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const FileCase& c = cases[i];
-    const fs::path audio = dir / fmt::format("f{}{}", i, mf::testing::file_extension(c.format));
+    const fs::path audio = dir.path() / fmt::format("f{}{}", i, mf::testing::file_extension(c.format));
     for (std::int64_t sr : {c.rate, c.target}) {
       INFO(fmt::format("{}: {}, {} channels, {} Hz -> {} Hz", audio.filename().string(),
                        mf::testing::format_name(c.format), c.channels, c.rate, sr));
-      const std::vector<float> want = read_f32(dir / fmt::format("f{}_{}.f32", i, sr));
+      const std::vector<float> want = read_f32(dir.path() / fmt::format("f{}_{}.f32", i, sr));
       const mf::audio::MonoAudio got = mf::audio::load_mono(audio, sr);
       CHECK(got.sample_rate == sr);
       CHECK(got.channels == c.channels);
@@ -179,10 +179,10 @@ TEST_CASE("decode, resample and load_mono equal librosa.load and librosa.resampl
     }
   }
   for (std::size_t n : lengths) {
-    const std::vector<float> x = read_f32(dir / fmt::format("x{}.f32", n));
+    const std::vector<float> x = read_f32(dir.path() / fmt::format("x{}.f32", n));
     for (std::size_t p = 0; p < std::size(pairs); ++p) {
       INFO(fmt::format("resample {} samples {} Hz -> {} Hz", n, pairs[p].first, pairs[p].second));
-      const std::vector<float> want = read_f32(dir / fmt::format("r{}_{}.f32", n, p));
+      const std::vector<float> want = read_f32(dir.path() / fmt::format("r{}_{}.f32", n, p));
       const std::vector<float> got = mf::audio::resample(x, pairs[p].first, pairs[p].second);
       REQUIRE(got.size() == want.size());
       CHECK(want.size() == std::size_t(std::ceil(double(n) * (pairs[p].second / pairs[p].first))));
@@ -223,7 +223,7 @@ TEST_CASE("decode_mono: format, prefix reads, load_mono's prefix at the file's r
       {AudioFileFormat::ogg_vorbis, "OGG Vorbis"}};
   for (const auto& [format, name] : formats) {
     INFO(name);
-    const fs::path p = dir / (std::string("a") + mf::testing::file_extension(format));
+    const fs::path p = dir.path() / (std::string("a") + mf::testing::file_extension(format));
     mf::testing::write_test_audio(p, format, spec);
     const mf::audio::MonoAudio whole = mf::audio::decode_mono(p);
     CHECK(whole.format == name);
@@ -242,7 +242,7 @@ TEST_CASE("decode_mono: format, prefix reads, load_mono's prefix at the file's r
     CHECK(mf::audio::load_mono(p, 16000).samples == mf::audio::resample(whole.samples, 22050, 16000));
   }
   // Stereo mixes to the float32 mean of the channels (one channel alone is not the mix).
-  const fs::path p = dir / "mix.wav";
+  const fs::path p = dir.path() / "mix.wav";
   const std::vector<float> written = mf::testing::write_test_audio(p, AudioFileFormat::wav_float, spec);
   const std::vector<float> mono = mf::audio::decode_mono(p).samples;
   for (std::size_t t = 0; t < mono.size(); ++t) REQUIRE(mono[t] == (written[2 * t] + written[2 * t + 1]) / 2.0f);
@@ -255,19 +255,19 @@ TEST_CASE("decode_mono refuses what is not audio, with the path and the reason")
   spec.frames = 10000;
   spec.channels = 2;
 
-  const fs::path missing = dir / "missing.wav";
+  const fs::path missing = dir.path() / "missing.wav";
   std::string e = audio_error_of([&] { mf::audio::decode_mono(missing); });
   CHECK_MESSAGE(e.find(missing.string()) != std::string::npos, e);
   CHECK_MESSAGE(e.find("cannot open: ") != std::string::npos, e);
   CHECK_MESSAGE(e.find("No such file or directory") != std::string::npos, e);
 
-  const fs::path text = dir / "notes.wav";
+  const fs::path text = dir.path() / "notes.wav";
   std::ofstream(text) << "these are not the samples you are looking for\n";
   e = audio_error_of([&] { mf::audio::decode_mono(text); });
   CHECK_MESSAGE(e.find(text.string()) != std::string::npos, e);
   CHECK_MESSAGE(e.find("not an audio format libsndfile reads") != std::string::npos, e);
 
-  const fs::path empty = dir / "empty.wav";  // a header and no data
+  const fs::path empty = dir.path() / "empty.wav";  // a header and no data
   mf::testing::write_audio_file(empty, AudioFileFormat::wav_pcm16, 16000, 1, {});
   REQUIRE(fs::file_size(empty) > 0);
   e = audio_error_of([&] { mf::audio::decode_mono(empty); });
@@ -275,7 +275,7 @@ TEST_CASE("decode_mono refuses what is not audio, with the path and the reason")
 
   // A NaN at frame 1234 of channel 1: refused with its place, by load_mono too;
   // a prefix read that stops before it returns the samples read.
-  const fs::path nan = dir / "nan.wav";
+  const fs::path nan = dir.path() / "nan.wav";
   std::vector<float> x = mf::testing::generate_test_audio(spec);
   x[2 * 1234 + 1] = std::numeric_limits<float>::quiet_NaN();
   mf::testing::write_audio_file(nan, AudioFileFormat::wav_float, 16000, 2, x);
@@ -291,7 +291,7 @@ TEST_CASE("decode_mono refuses what is not audio, with the path and the reason")
   // A WAV cut in the middle of its data: libsndfile (and soundfile, so
   // librosa.load) would return the frames present; decode_mono refuses it.
   for (AudioFileFormat f : {AudioFileFormat::wav_pcm16, AudioFileFormat::wav_pcm24, AudioFileFormat::wav_float}) {
-    const fs::path cut = dir / fmt::format("cut_{}.wav", mf::testing::format_name(f));
+    const fs::path cut = dir.path() / fmt::format("cut_{}.wav", mf::testing::format_name(f));
     mf::testing::write_test_audio(cut, f, spec);
     fs::resize_file(cut, fs::file_size(cut) / 2 + 1);  // an odd size: a partial frame at the end too
     e = audio_error_of([&] { mf::audio::decode_mono(cut); });
@@ -303,7 +303,7 @@ TEST_CASE("decode_mono refuses what is not audio, with the path and the reason")
 
   // A FLAC cut short: the header's frame count is more than the decoder delivers.
   for (AudioFileFormat f : {AudioFileFormat::flac16, AudioFileFormat::flac24}) {
-    const fs::path cut = dir / fmt::format("cut_{}.flac", mf::testing::format_name(f));
+    const fs::path cut = dir.path() / fmt::format("cut_{}.flac", mf::testing::format_name(f));
     spec.signal = TestSignal::noise;  // incompressible: the cut lands well inside the frames
     mf::testing::write_test_audio(cut, f, spec);
     fs::resize_file(cut, fs::file_size(cut) / 2);

@@ -17,6 +17,7 @@ target_link_libraries(melforge_cudaemu PUBLIC Threads::Threads PRIVATE melforge_
 
 target_link_libraries(melforge_cudart INTERFACE melforge_cudaemu)
 target_link_libraries(melforge_cublas INTERFACE melforge_cudaemu)
+target_link_libraries(melforge_cufft INTERFACE melforge_cudaemu)
 # Seen by the tests only (tests/support/testing.hpp scales the largest shapes
 # down); the kernels and the libraries never test it.
 add_compile_definitions(MELFORGE_CUDA_EMU=1)

@@ -12,25 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/temp_dir.hpp"
+
 namespace mf::testing {
 
-class TempDir {
- public:
-  explicit TempDir(const std::string& tag) {
-    path_ = std::filesystem::temp_directory_path() / ("melforge_" + tag + "_" + std::to_string(::getpid()));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 // The directory holding the h5py-written files (written on first use).
 inline const TempDir& h5_cases() {

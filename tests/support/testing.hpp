@@ -4,8 +4,10 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstdint>
 #include <functional>
@@ -80,6 +82,20 @@ inline std::string error_of(const std::function<void()>& f) {
 inline int run_oracle(const std::string& script, const std::string& args) {
   const std::string cmd = std::string(MELFORGE_ORACLE_PYTHON) + " " + MELFORGE_SOURCE_DIR +
                           "/tests/oracle/" + script + " " + args;
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+// Runs the audio front-end's oracle (librosa in .venv-audio/, made by
+// tools/audio-oracle-venv.sh) on a script under tests/oracle/; returns its exit
+// code. A missing venv is a failure with the command that makes it.
+inline int run_audio_oracle(const std::string& script, const std::string& args) {
+  const std::string py = MELFORGE_AUDIO_ORACLE_PYTHON;
+  if (access(py.c_str(), X_OK) != 0) {
+    std::fprintf(stderr, "the audio oracle %s is missing: run tools/audio-oracle-venv.sh\n", py.c_str());
+    return 127;
+  }
+  const std::string cmd = py + " " + MELFORGE_SOURCE_DIR + "/tests/oracle/" + script + " " + args;
   const int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }

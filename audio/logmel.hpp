@@ -1,0 +1,40 @@
+// logmel: log-mel features of a batch of waveforms, the op behind
+// `melforge data build` and `melforge predict --audio` (audio/frontend_params.hpp
+// defines the features: librosa's melspectrogram, then 10*log10(max(S, 1e-10))).
+//
+// Input  wave [batch, p.window_samples()] f32: row b is the first
+//        window_samples() samples of file b at p.sample_rate, zeros past the
+//        file's end (the op adds the n_fft/2 zeros of center=True on the left).
+// Output out  [batch, p.segments(), p.n_mels, p.frames] f32, in dB:
+//        out[b, s, m, f] = 10*log10(max(mel[b, m, s*frames + f], 1e-10)).
+// The CPU twin (logmel_cpu.cpp, FFTW3) takes host pointers; the CUDA op
+// (logmel.cu, cuFFT) device pointers, enqueued on `stream`. Both are
+// deterministic: the same input gives the same bits, whatever the thread count.
+// They agree with each other and with librosa to the tolerance stated in
+// tests/audio/README.md.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "audio/frontend_params.hpp"
+
+namespace mf::audio {
+
+class LogmelOp {
+ public:
+  virtual ~LogmelOp() = default;
+  // batch <= max_batch(). wave/out: host memory (CPU op) or device memory (CUDA op).
+  virtual void compute(std::int64_t batch, const float* wave, float* out, cudaStream_t stream) = 0;
+  virtual bool on_device() const = 0;
+  virtual std::int64_t max_batch() const = 0;
+};
+
+// CPU twin: threads over frames (engine/parallel.hpp), any batch size.
+std::unique_ptr<LogmelOp> make_logmel_cpu(const FrontendParams& p);
+// CUDA: plans and workspace for up to max_batch files, allocated once here.
+std::unique_ptr<LogmelOp> make_logmel_cuda(const FrontendParams& p, std::int64_t max_batch);
+
+}  // namespace mf::audio
