@@ -1,5 +1,6 @@
 #include "tests/audio/test_audio_files.hpp"
 
+#include <fmt/format.h>
 #include <hdf5.h>
 
 #include <sndfile.h>
@@ -146,5 +147,26 @@ std::vector<std::string> read_h5_strings(const std::filesystem::path& h5, const 
   MF_CHECK(ok, "{}: cannot read /{} as strings", h5.string(), dataset);
   return out;
 }
+
+void write_class_folders(const std::filesystem::path& root, const std::vector<std::string>& classes, int per_class) {
+  const AudioFileFormat formats[] = {AudioFileFormat::wav_pcm16, AudioFileFormat::flac24, AudioFileFormat::wav_float};
+  const std::int64_t rates[] = {8000, 16000, 11025};
+  for (std::size_t c = 0; c < classes.size(); ++c) {
+    std::filesystem::create_directories(root / classes[c]);
+    for (int i = 0; i < per_class; ++i) {
+      const auto f = formats[std::size_t(i) % 3];
+      TestAudioSpec s;
+      s.signal = i % 4 == 3 ? TestSignal::noise : TestSignal::tone;
+      s.sample_rate = rates[std::size_t(i) % 3];
+      s.frames = s.sample_rate * 6 / 10;  // 0.6 s
+      s.channels = 1 + i % 2;
+      s.frequency_hz = 300 + 700 * double(c) + 13 * i;
+      s.seed = std::uint64_t(c * 100 + std::size_t(i));
+      write_test_audio(root / classes[c] / fmt::format("f{:02d}{}", i, file_extension(f)), f,
+                                    s);
+    }
+  }
+}
+
 
 }  // namespace mf::testing

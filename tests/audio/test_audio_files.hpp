@@ -65,6 +65,12 @@ std::vector<float> write_test_audio(const std::filesystem::path& path, AudioFile
 const char* format_name(AudioFileFormat format);     // "wav_pcm16", ...
 const char* file_extension(AudioFileFormat format);  // ".wav", ".flac", ".ogg"
 
+// ROOT/<class>/fNN.<ext>: `per_class` files of 0.6 s per class, formats
+// (WAV 16-bit, FLAC 24-bit, WAV float), rates (8, 16, 11.025 kHz) and channel
+// counts mixed; class k a tone at its own frequency (every fourth file noise),
+// so the features differ by class. Deterministic.
+void write_class_folders(const std::filesystem::path& root, const std::vector<std::string>& classes, int per_class);
+
 // The strings of a 1-D dataset (variable-length UTF-8, as `melforge data
 // build` writes /files) of an HDF5 file.
 std::vector<std::string> read_h5_strings(const std::filesystem::path& h5, const std::string& dataset);

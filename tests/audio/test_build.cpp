@@ -42,28 +42,6 @@ audio::FrontendParams small_frontend() {
   return p;
 }
 
-// ROOT/<class>/fNN.<ext>: `per_class` files per class, formats and rates mixed,
-// class k a tone at its own frequency (so the features differ by class).
-void make_folder(const fs::path& root, const std::vector<std::string>& classes, int per_class) {
-  const AudioFileFormat formats[] = {AudioFileFormat::wav_pcm16, AudioFileFormat::flac24, AudioFileFormat::wav_float};
-  const std::int64_t rates[] = {8000, 16000, 11025};
-  for (std::size_t c = 0; c < classes.size(); ++c) {
-    fs::create_directories(root / classes[c]);
-    for (int i = 0; i < per_class; ++i) {
-      const auto f = formats[std::size_t(i) % 3];
-      TestAudioSpec s;
-      s.signal = i % 4 == 3 ? TestSignal::noise : TestSignal::tone;
-      s.sample_rate = rates[std::size_t(i) % 3];
-      s.frames = s.sample_rate * 6 / 10;  // 0.6 s
-      s.channels = 1 + i % 2;
-      s.frequency_hz = 300 + 700 * double(c) + 13 * i;
-      s.seed = std::uint64_t(c * 100 + std::size_t(i));
-      mf::testing::write_test_audio(root / classes[c] / fmt::format("f{:02d}{}", i, mf::testing::file_extension(f)), f,
-                                    s);
-    }
-  }
-}
-
 audio::BuildOptions options(const fs::path& root, const fs::path& out) {
   audio::BuildOptions o;
   o.audio_root = root;
@@ -100,7 +78,7 @@ std::vector<float> all_values(const fs::path& h5) {
 
 TEST_CASE("data build: folders -> stratified seeded splits with /files, attributes and the op's features") {
   mf::testing::TempDir dir("audio_build");
-  make_folder(dir.path() / "audio", {"normal", "leak_small", "leak_big"}, 10);
+  mf::testing::write_class_folders(dir.path() / "audio", {"normal", "leak_small", "leak_big"}, 10);
   const auto o = options(dir.path() / "audio", dir.path() / "out");
   const auto r = audio::build_dataset(o);
   CHECK(r.class_names == std::vector<std::string>{"leak_big", "leak_small", "normal"});
@@ -154,7 +132,7 @@ TEST_CASE("data build: folders -> stratified seeded splits with /files, attribut
 
 TEST_CASE("data build: the split depends on the seed only; the bytes not on the thread count or batch size") {
   mf::testing::TempDir dir("audio_build_det");
-  make_folder(dir.path() / "audio", {"a", "b"}, 9);
+  mf::testing::write_class_folders(dir.path() / "audio", {"a", "b"}, 9);
   auto o = options(dir.path() / "audio", dir.path() / "one");
   o.pipeline.threads = 1;
   o.pipeline.batch_files = 64;
@@ -173,7 +151,7 @@ TEST_CASE("data build: the split depends on the seed only; the bytes not on the 
 
 TEST_CASE("data build: bad files are skipped with their reasons; --strict stops; --pad keeps short files") {
   mf::testing::TempDir dir("audio_build_bad");
-  make_folder(dir.path() / "audio", {"x", "y"}, 6);
+  mf::testing::write_class_folders(dir.path() / "audio", {"x", "y"}, 6);
   std::ofstream(dir.path() / "audio/x/text.wav") << "this is not audio\n";
   std::ofstream(dir.path() / "audio/y/notes.txt") << "ignored: not an audio extension\n";
   TestAudioSpec s;
@@ -215,7 +193,7 @@ TEST_CASE("data build: bad files are skipped with their reasons; --strict stops;
 
 TEST_CASE("data build: --labels CSV with a leak column; --split-by groups never cross splits") {
   mf::testing::TempDir dir("audio_build_csv");
-  make_folder(dir.path() / "audio", {"g"}, 12);
+  mf::testing::write_class_folders(dir.path() / "audio", {"g"}, 12);
   {
     std::ofstream csv(dir.path() / "labels.csv");
     csv << "path,label,leak\n";
