@@ -87,7 +87,7 @@ struct FeaturePipeline::Impl {
       d2h = Stream(opt.device, "audio.d2h");
       op = make_logmel_cuda(p, K);
     } else {
-      op = make_logmel_cpu(p);
+      op = make_logmel_cpu(p, /*threaded=*/false);  // one file at a time on each decode thread
     }
     for (auto& s : slots) {
       s.wave = PinnedBuffer(std::size_t(K * W) * sizeof(float));
@@ -111,8 +111,11 @@ struct FeaturePipeline::Impl {
     }
   }
 
-  // One file into row `row` of the slot's waveforms.
-  void load_file(const std::filesystem::path& path, float* row, FileOutcome& out, double& dec_s, double& res_s) {
+  // One file into row `row` of the slot's waveforms; on the CPU also its
+  // features into `feat` (the decode thread runs the op: decoding and FFTs
+  // overlap across threads, no thread waits for a batch).
+  void load_file(const std::filesystem::path& path, float* row, float* feat, FileOutcome& out, double& dec_s,
+                 double& res_s, double& feat_s) {
     const auto& p = opt.frontend;
     try {
       auto t0 = Clock::now();
@@ -139,6 +142,11 @@ struct FeaturePipeline::Impl {
       std::memcpy(row, x.data(), std::size_t(m) * sizeof(float));
       std::fill(row + m, row + W, 0.f);
       out.ok = true;
+      if (!op->on_device()) {
+        t0 = Clock::now();
+        op->compute(1, row, feat, nullptr);
+        feat_s += seconds_since(t0);
+      }
     } catch (const AudioError& e) {
       out.reason = e.message();
     }
@@ -150,14 +158,17 @@ struct FeaturePipeline::Impl {
     s.outcome.assign(n, FileOutcome{});
     std::atomic<std::size_t> next{0};
     float* wave = static_cast<float*>(s.wave.data());
+    float* feat = static_cast<float*>(s.feat.data());
     const int threads = int(std::min<std::size_t>(std::size_t(times.threads), n));
     run_on_threads(threads, [&](int) {
-      double dec = 0, res = 0;
+      double dec = 0, res = 0, fe = 0;
       for (std::size_t i; (i = next.fetch_add(1)) < n;)
-        load_file(paths[s.files[i]], wave + std::int64_t(i) * W, s.outcome[i], dec, res);
+        load_file(paths[s.files[i]], wave + std::int64_t(i) * W, feat + std::int64_t(i) * E, s.outcome[i], dec, res,
+                  fe);
       std::lock_guard<std::mutex> lk(times_mutex);
       times.decode_thread_s += dec;
       times.resample_thread_s += res;
+      times.features_thread_s += fe;
     });
     if (opt.strict)
       for (std::size_t i = 0; i < n; ++i)
@@ -165,15 +176,10 @@ struct FeaturePipeline::Impl {
                  s.outcome[i].reason);
   }
 
-  // Enqueues (GPU) or runs (CPU) the op on the slot's batch.
+  // Enqueues the op on the slot's batch (GPU; on the CPU the decode threads ran it).
   void features(Slot& s) {
     const auto n = std::int64_t(s.files.size());
-    if (!op->on_device()) {
-      const auto t0 = Clock::now();
-      op->compute(n, static_cast<const float*>(s.wave.data()), static_cast<float*>(s.feat.data()), nullptr);
-      times.features_s += seconds_since(t0);
-      return;
-    }
+    if (!op->on_device()) return;
     s.gpu_start.record(h2d);
     MF_CUDA_CHECK(cudaMemcpyAsync(s.d_wave, s.wave.data(), std::size_t(n * W) * sizeof(float), cudaMemcpyHostToDevice,
                                   h2d));
@@ -221,6 +227,12 @@ std::vector<FileOutcome> FeaturePipeline::run(const std::vector<std::filesystem:
   std::exception_ptr sink_error;
   std::atomic<bool> sink_failed{false};
   std::thread sink_thread([&] {
+    try {
+      if (im.op->on_device()) set_current(im.opt.device);  // its event waits belong to the pipeline's GPU
+    } catch (...) {
+      sink_error = std::current_exception();
+      sink_failed = true;
+    }
     for (int s; (s = ready.pop()) != kStop;) {
       if (!sink_failed) {
         try {

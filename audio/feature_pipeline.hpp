@@ -4,13 +4,14 @@
 //
 //   decode threads  -> a batch of waveforms (libsndfile + libsoxr; one row per
 //                      file: its first window_samples() samples, zeros after)
-//   features        -> the logmel op (audio/logmel.hpp) on the CPU twin, or on
-//                      the GPU: pinned staging, H2D on a copy stream, the op on
-//                      a compute stream, D2H on a third, ordered by events
+//   features        -> the logmel op (audio/logmel.hpp): on the CPU, each
+//                      decode thread runs the twin on the file it just decoded
+//                      (decoding and FFTs overlap across threads); on the GPU,
+//                      per batch: pinned staging, H2D on a copy stream, the op
+//                      on a compute stream, D2H on a third, ordered by events
 //   sink thread     -> the caller's sink gets each batch's good rows, in order
 // A ring of batch slots lets decoding of batch k+1 overlap the GPU's work on
-// batch k and the sink's on batch k-1 (on the CPU the op uses every core, so
-// decode and features alternate; the sink still overlaps).
+// batch k and the sink's on batch k-1.
 //
 // A file that cannot become features (unreadable, not audio, empty,
 // non-finite, too short without pad) is an outcome with its reason, never a
@@ -46,12 +47,12 @@ struct FileOutcome {
   bool padded = false;      // shorter than needed, padded with silence
 };
 
-// Seconds. Decoding and resampling run on `threads` threads: *_thread_s sum
-// over threads (CPU time spent), the others are wall-clock time.
+// Seconds. Decoding, resampling and (CPU) the op run on `threads` threads:
+// *_thread_s sum over threads (time spent), the others are wall-clock time.
 struct PipelineTimes {
-  double decode_thread_s = 0, resample_thread_s = 0;
-  double decode_wall_s = 0;    // the main thread waiting for a batch's decode
-  double features_s = 0;       // CPU op time, or the GPU's copy + compute (event timing) 
+  double decode_thread_s = 0, resample_thread_s = 0, features_thread_s = 0;
+  double decode_wall_s = 0;    // the main thread waiting for a batch's decode (+ CPU features)
+  double features_s = 0;       // GPU: the copies + compute of every batch (event timing)
   double sink_s = 0;           // the sink thread's time (overlapped)
   double wall_s = 0;
   int threads = 0;

@@ -32,8 +32,11 @@ class LogmelOp {
   virtual std::int64_t max_batch() const = 0;
 };
 
-// CPU twin: threads over frames (engine/parallel.hpp), any batch size.
-std::unique_ptr<LogmelOp> make_logmel_cpu(const FrontendParams& p);
+// CPU twin, any batch size. threaded: frames spread over every core
+// (engine/parallel.hpp); false: all on the calling thread, for callers that
+// run one op per thread of their own (the feature pipeline's decode threads).
+// The bits are the same either way.
+std::unique_ptr<LogmelOp> make_logmel_cpu(const FrontendParams& p, bool threaded = true);
 // CUDA: plans and workspace for up to max_batch files, allocated once here.
 std::unique_ptr<LogmelOp> make_logmel_cuda(const FrontendParams& p, std::int64_t max_batch);
 

@@ -67,7 +67,7 @@ SourceList find_sources_by_folder(const fs::path& root) {
     if (e.is_directory())
       classes.emplace_back(e.path().filename().string(), e.path());
     else
-      out.ignored.push_back(fs::relative(e.path(), root).generic_string() + " (not inside a class folder)");
+      out.ignored.push_back(e.path().lexically_relative(root).generic_string() + " (not inside a class folder)");
   }
   std::sort(classes.begin(), classes.end());
   for (const auto& [name, dir] : classes) {
@@ -79,7 +79,8 @@ SourceList find_sources_by_folder(const fs::path& root) {
         continue;
       }
       if (i->is_directory()) continue;
-      const std::string rel = fs::relative(i->path(), root).generic_string();
+      // Lexical: fs::relative would resolve every component's links (a dozen system calls per file).
+      const std::string rel = i->path().lexically_relative(root).generic_string();
       if (has_audio_extension(i->path()))
         found.push_back(rel);
       else

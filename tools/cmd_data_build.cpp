@@ -53,19 +53,22 @@ void print_times(const audio::BuildReport& r) {
   for (const auto& s : r.splits) {
     t.decode_thread_s += s.times.decode_thread_s;
     t.resample_thread_s += s.times.resample_thread_s;
+    t.features_thread_s += s.times.features_thread_s;
     t.decode_wall_s += s.times.decode_wall_s;
     t.features_s += s.times.features_s;
     t.ok_files += s.times.ok_files;
     t.audio_seconds += s.times.audio_seconds;
     t.threads = std::max(t.threads, s.times.threads);
   }
-  // The decode threads' wall time, split between reading+decoding and
-  // resampling in proportion to the thread-seconds each took.
-  const double thr = t.decode_thread_s + t.resample_thread_s;
-  const double dec = thr > 0 ? t.decode_wall_s * t.decode_thread_s / thr : 0;
-  const double res = thr > 0 ? t.decode_wall_s * t.resample_thread_s / thr : 0;
+  // The decode threads' wall time, split between reading+decoding,
+  // resampling and (CPU) the features in proportion to the thread-seconds
+  // each took; on a GPU the features are the device's own time (overlapped).
+  const double thr = t.decode_thread_s + t.resample_thread_s + t.features_thread_s;
+  const auto share = [&](double x) { return thr > 0 ? t.decode_wall_s * x / thr : 0; };
+  const double dec = share(t.decode_thread_s), res = share(t.resample_thread_s);
+  const double fft = t.features_s + share(t.features_thread_s);
   const std::pair<const char*, double> parts[] = {
-      {"read+decode", dec}, {"resample", res}, {"FFT+mel", t.features_s}, {"write", r.write_s}};
+      {"read+decode", dec}, {"resample", res}, {"FFT+mel", fft}, {"write", r.write_s}};
   const auto* worst = std::max_element(std::begin(parts), std::end(parts),
                                        [](const auto& a, const auto& b) { return a.second < b.second; });
   fmt::print("time        {:.2f} s wall for {} files, {:.2f} h of audio: {:.0f} files/s, {:.1f} h of audio/s "
@@ -73,7 +76,7 @@ void print_times(const audio::BuildReport& r) {
              r.wall_s, t.ok_files, t.audio_seconds / 3600, double(t.ok_files) / r.wall_s,
              t.audio_seconds / 3600 / r.wall_s, t.threads);
   fmt::print("            read+decode {:.2f} s, resample {:.2f} s, FFT+mel {:.2f} s, write {:.2f} s (overlapped)\n",
-             dec, res, t.features_s, r.write_s);
+             dec, res, fft, r.write_s);
   fmt::print("bottleneck  {} ({:.0f}% of the wall time)\n", worst->first, 100 * worst->second / r.wall_s);
 }
 
