@@ -147,6 +147,12 @@ TEST_CASE("data build: the split depends on the seed only; the bytes not on the 
     CHECK(all_values(dir.path() / "one" / s) == all_values(dir.path() / "two" / s));
   }
   CHECK(read_files_dataset(dir.path() / "one/val.h5") != read_files_dataset(dir.path() / "seed/val.h5"));
+  // --compress gzip: shuffle + deflate chunks, the same values.
+  o = options(dir.path() / "audio", dir.path() / "gz");
+  o.gzip = true;
+  audio::build_dataset(o);
+  CHECK(io::Dataset::open((dir.path() / "gz/train.h5").string())->info().storage.filters.size() == 2);
+  CHECK(all_values(dir.path() / "gz/train.h5") == all_values(dir.path() / "two/train.h5"));
 }
 
 TEST_CASE("data build: bad files are skipped with their reasons; --strict stops; --pad keeps short files") {

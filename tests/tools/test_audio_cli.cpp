@@ -108,6 +108,14 @@ TEST_CASE("data build -> train -> predict --audio gives the rows of predict --da
     // file,label,label_name,<pred...> vs path,<pred...>: the same predictions and probabilities.
     CHECK(std::vector<std::string>(a[i].begin() + 3, a[i].end()) == std::vector<std::string>(b[i].begin() + 1, b[i].end()));
   }
+  // Per segment: L x S = 4 rows per file, each naming its audio file.
+  r = run(fmt::format("predict --checkpoint {} --audio{} --per-segment --out {}", ckpt, args, (d.path() / "p_seg.csv").string()));
+  CHECK(r.code == 0);
+  const auto seg = read_rows(d.path() / "p_seg.csv");
+  REQUIRE(seg.size() == 4 * files.size() + 1);
+  CHECK(seg[0][0] == "segment");
+  CHECK(seg[0][1] == "path");
+  CHECK(seg[5][1] == (d.path() / "rec" / files[1]).string());
   // A folder works too; a front-end other than the checkpoint's is refused.
   r = run(fmt::format("predict --checkpoint {} --audio {} --out {}", ckpt, (d.path() / "rec").string(), (d.path() / "p_all.csv").string()));
   CHECK(r.code == 0);
