@@ -1,5 +1,7 @@
 #include "kernels/ops.hpp"
 
+#include <cmath>
+
 #include "kernels/cast.hpp"
 #include "kernels/file_vote.hpp"
 #include "kernels/dense.hpp"
@@ -237,6 +239,48 @@ void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t seed,
   const kernels::DropoutDims d{dy.numel(), p, seed, stream_id};
   auto fn = dy.is_cuda() ? kernels::dropout_backward_cuda : kernels::dropout_backward_cpu;
   fn(d, dy.dtype(), dy.raw(), dx.raw(), counter, stream);
+}
+
+void augment(Tensor& x, const kernels::AugmentDims& d, const float* noise, const std::int32_t* counter,
+             cudaStream_t stream) {
+  constexpr const char* op = "augment";
+  check_float(x, op, "x");
+  const bool nhwc = x.ndim() == 4 && x.size(3) == 1;
+  MF_CHECK(x.ndim() == 3 || nhwc, "{}: x must be [batch, mels, frames] or [batch, mels, frames, 1], found {}", op,
+           x.str());
+  MF_CHECK(x.size(0) == d.batch && x.size(1) == d.mels && x.size(2) == d.frames,
+           "{}: x {} does not match the dims' batch {}, mels {}, frames {}", op, x.str(), d.batch, d.mels, d.frames);
+  MF_CHECK(d.mels >= 1 && d.frames >= 1 && d.frames <= kernels::kAugmentMaxFrames &&
+               d.mels * d.frames < (std::int64_t(1) << 31),
+           "{}: expected mels >= 1 and 1 <= frames <= {} (a row must fit the kernel's stage) with mels * frames < "
+           "2^31, found mels {} and frames {}", op, kernels::kAugmentMaxFrames, d.mels, d.frames);
+  MF_CHECK(d.first_sample >= 0, "{}: first_sample must be >= 0, found {}", op, d.first_sample);
+  MF_CHECK(d.time_shift >= 0 && d.time_shift < d.frames, "{}: time_shift must be in [0, frames - 1 = {}], found {}",
+           op, d.frames - 1, d.time_shift);
+  MF_CHECK(std::isfinite(d.gain_db) && d.gain_db >= 0.f, "{}: gain_db must be finite and >= 0, found {}", op,
+           d.gain_db);
+  MF_CHECK(d.freq_masks >= 0 && d.freq_masks <= kernels::kAugmentMaxMasks && d.time_masks >= 0 &&
+               d.time_masks <= kernels::kAugmentMaxMasks,
+           "{}: freq_masks and time_masks must be in [0, {}], found {} and {}", op, kernels::kAugmentMaxMasks,
+           d.freq_masks, d.time_masks);
+  MF_CHECK(d.freq_mask_width >= 0 && d.freq_mask_width <= d.mels,
+           "{}: freq_mask_width must be in [0, mels = {}], found {}", op, d.mels, d.freq_mask_width);
+  MF_CHECK(d.time_mask_width >= 0 && d.time_mask_width <= d.frames,
+           "{}: time_mask_width must be in [0, frames = {}], found {}", op, d.frames, d.time_mask_width);
+  MF_CHECK(d.noise_count >= 0 && d.noise_count < (std::int64_t(1) << 39),
+           "{}: noise_count must be in [0, 2^39), found {}", op, d.noise_count);
+  MF_CHECK((d.noise_count > 0) == (noise != nullptr),
+           "{}: noise must be given exactly when noise_count > 0, found noise_count {} and noise {}", op,
+           d.noise_count, noise ? "given" : "null");
+  MF_CHECK(d.noise_count == 0 || (std::isfinite(d.snr_lo_db) && std::isfinite(d.snr_hi_db) &&
+                                  d.snr_lo_db <= d.snr_hi_db),
+           "{}: the SNR range must be finite with lo <= hi, found [{}, {}] dB", op, d.snr_lo_db, d.snr_hi_db);
+  MF_CHECK(std::isfinite(d.db_per_unit) && d.db_per_unit > 0.f, "{}: db_per_unit must be finite and > 0, found {}",
+           op, d.db_per_unit);
+  if (!d.any() || d.batch == 0) return;
+  MF_CHECK(counter != nullptr, "{}: the counter must be given (an i32 in x's memory), found null", op);
+  auto fn = x.is_cuda() ? kernels::augment_cuda : kernels::augment_cpu;
+  fn(d, x.dtype(), x.raw(), noise, counter, stream);
 }
 
 namespace {

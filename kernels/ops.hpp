@@ -7,6 +7,7 @@
 
 #include "engine/tensor.hpp"
 #include "kernels/adamw.hpp"
+#include "kernels/augment.hpp"
 #include "kernels/loss.hpp"
 
 namespace mf::ops {
@@ -70,5 +71,14 @@ void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t seed, st
                      const std::int32_t* counter, cudaStream_t stream = nullptr);
 void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t seed, std::uint32_t stream_id,
                       const std::int32_t* counter, cudaStream_t stream = nullptr);
+
+// Data augmentation of a micro-batch in place (kernels/augment.hpp: time shift,
+// gain, background noise, SpecAugment masks). x [batch, mels, frames] or
+// [batch, mels, frames, 1] (the step's nhwc input), f32/bf16/f16, matching d's
+// batch, mels and frames; noise f32 [noise_count, mels, frames] in x's memory,
+// null when noise_count is 0; counter: an i32 in x's memory (read only when
+// d.any()). Does nothing when d.any() is false.
+void augment(Tensor& x, const kernels::AugmentDims& d, const float* noise, const std::int32_t* counter,
+             cudaStream_t stream = nullptr);
 
 }  // namespace mf::ops
