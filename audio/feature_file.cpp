@@ -23,6 +23,7 @@ std::vector<std::pair<std::string, std::variant<double, std::int64_t, std::strin
           {"mel_scale", std::string("slaney")},
           {"mel_norm", std::string("slaney")},
           {"log", std::string("dB")},
+          {"db_per_unit", 1.0},
           {"amin", 1e-10},
           {"frontend", std::string("librosa.feature.melspectrogram, then 10*log10(max(S, 1e-10))")}};
 }

@@ -99,6 +99,9 @@ struct DatasetInfo {
   // audio/frontend_params.hpp): all present, or n_fft = 0.
   std::int64_t n_fft = 0, frames_attr = 0;
   double fmin = 0, fmax = 0;
+  // dB per unit of the values (attribute db_per_unit: 1 for dB, as `data
+  // build` writes; 10 for dB/10, as `data synth` writes); 0 when absent.
+  double db_per_unit = 0;
   StorageInfo storage;
 
   std::int64_t file_of(std::int64_t segment) const { return segment / segments_per_file; }

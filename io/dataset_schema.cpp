@@ -117,6 +117,11 @@ void read_attributes(hid_t dset, hid_t file, const std::string& path, const std:
     info.hop_length = std::int64_t(hop);
   }
   read_frontend_attributes(dset, file, path, info);
+  if (H5Id a = find_attr(dset, file, "db_per_unit"); a.get() >= 0) {
+    info.db_per_unit = read_number_attr(std::move(a), path, "db_per_unit");
+    MF_CHECK(info.db_per_unit > 0 && info.db_per_unit <= 100,
+             "{}: attribute db_per_unit: expected a number in (0, 100], found {}", path, info.db_per_unit);
+  }
   if (H5Id a = find_attr(dset, file, "n_mels"); a.get() >= 0) {
     const double nm = read_number_attr(std::move(a), path, "n_mels");
     if (nm != double(info.n_mels))
@@ -141,6 +146,7 @@ void read_attributes_isolated(hid_t dset, hid_t file, const std::string& path, c
     w.u64(static_cast<unsigned long long>(info.frames_attr));
     w.f64(info.fmin);
     w.f64(info.fmax);
+    w.f64(info.db_per_unit);
     return w.take();
   });
   ByteReader r(bytes);
@@ -152,6 +158,7 @@ void read_attributes_isolated(hid_t dset, hid_t file, const std::string& path, c
   info.frames_attr = static_cast<std::int64_t>(r.u64());
   info.fmin = r.f64();
   info.fmax = r.f64();
+  info.db_per_unit = r.f64();
 }
 
 }  // namespace mf::io

@@ -179,6 +179,7 @@ std::vector<SynthSplit> write_synthetic(const std::string& dir, const SynthConfi
     ws.class_names = synth_class_names(cfg.classes);
     ws.sample_rate = 16000;
     ws.hop_length = 256;
+    ws.attributes = {{"db_per_unit", 10.0}};  // values are dB / 10
     for (std::int64_t f : fs) {
       const int c = int(f % cfg.classes);
       ws.labels.push_back(c);

@@ -20,7 +20,8 @@ namespace mf::model {
 namespace {
 
 using Member = std::variant<std::string RunConfig::*, std::int64_t RunConfig::*, double RunConfig::*,
-                            bool RunConfig::*, std::vector<std::int64_t> RunConfig::*>;
+                            bool RunConfig::*, std::vector<std::int64_t> RunConfig::*,
+                            std::vector<double> RunConfig::*>;
 
 // A check returns an empty string when the value is fine, else what is accepted.
 using Check = std::function<std::string(const RunConfig&)>;
@@ -44,7 +45,8 @@ std::string type_name(const Member& m) {
     case 1: return "integer";
     case 2: return "float";
     case 3: return "boolean";
-    default: return "integer list";
+    case 4: return "integer list";
+    default: return "float list";
   }
 }
 
@@ -271,6 +273,34 @@ void output_fields(std::vector<Field>& v) {
       });
 }
 
+// On-device augmentation of training batches ([augment], kernels/augment.hpp).
+void augment_fields(std::vector<Field>& v) {
+  const auto width = [](std::int64_t C::*m) { return int_range(m, 0, 65536); };
+  add(v, "augment.time_masks", &C::aug_time_masks, "an integer in [0, 64]", "SpecAugment time masks per segment",
+      int_range(&C::aug_time_masks, 0, 64));
+  add(v, "augment.time_mask_width", &C::aug_time_mask_width, "an integer in [0, 65536]",
+      "largest time mask (frames; each width uniform in [0, W])", width(&C::aug_time_mask_width));
+  add(v, "augment.freq_masks", &C::aug_freq_masks, "an integer in [0, 64]", "SpecAugment frequency masks per segment",
+      int_range(&C::aug_freq_masks, 0, 64));
+  add(v, "augment.freq_mask_width", &C::aug_freq_mask_width, "an integer in [0, 65536]",
+      "largest frequency mask (mel bands; each width uniform in [0, W])", width(&C::aug_freq_mask_width));
+  add(v, "augment.time_shift", &C::aug_time_shift, "an integer in [0, 65536]",
+      "circular time shift by up to N frames either way", width(&C::aug_time_shift));
+  add(v, "augment.gain_db", &C::aug_gain_db, "a number in [0, 100]", "gain offset uniform in [-g, g] dB",
+      float_range(&C::aug_gain_db, 0, 100, false));
+  add(v, "augment.noise", &C::aug_noise, "empty or an HDF5 file", "noise segments mixed in the power domain");
+  add(v, "augment.noise_snr_db", &C::aug_noise_snr_db, "[lo, hi] with -100 <= lo <= hi <= 100",
+      "SNR of the mixed noise, uniform in [lo, hi] dB", [](const C& c) {
+        const auto& r = c.aug_noise_snr_db;
+        const bool ok = r.size() == 2 && std::isfinite(r[0]) && std::isfinite(r[1]) && r[0] >= -100 && r[0] <= r[1] &&
+                        r[1] <= 100;
+        return ok ? std::string{} : std::string("[lo, hi] with -100 <= lo <= hi <= 100");
+      });
+  add(v, "augment.db_per_unit", &C::aug_db_per_unit, "0, or a number in (0, 100]",
+      "dB per unit of the data's log-mel values (0: the data's db_per_unit attribute, else 1)",
+      float_range(&C::aug_db_per_unit, 0, 100, false));
+}
+
 // The audio front-end of the training data ([frontend]): 0 = not known.
 void frontend_fields(std::vector<Field>& v) {
   const auto nonneg = [](std::int64_t C::*m, std::int64_t hi) { return int_range(m, 0, hi); };
@@ -304,6 +334,7 @@ const std::vector<Field>& fields() {
     optim_fields(v);
     reader_eval_fields(v);
     output_fields(v);
+    augment_fields(v);
     frontend_fields(v);
     return v;
   }();
@@ -373,6 +404,15 @@ void assign(RunConfig& cfg, const Field& f, const toml::node& n, std::string_vie
         } else if constexpr (std::is_same_v<T, bool>) {
           if (!n.is_boolean()) wrong();
           cfg.*m = *n.value<bool>();
+        } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+          const toml::array* a = n.as_array();
+          if (!a) wrong();
+          std::vector<double> out;
+          for (const toml::node& e : *a) {
+            if (!e.is_integer() && !e.is_floating_point()) wrong();
+            out.push_back(e.is_integer() ? double(*e.value<std::int64_t>()) : *e.value<double>());
+          }
+          cfg.*m = std::move(out);
         } else {
           const toml::array* a = n.as_array();
           if (!a) wrong();
@@ -578,7 +618,7 @@ void validate(const RunConfig& cfg) {
     std::string found = std::visit(
         [&](auto m) -> std::string {
           using T = std::remove_cvref_t<decltype(cfg.*m)>;
-          if constexpr (std::is_same_v<T, std::vector<std::int64_t>>)
+          if constexpr (std::is_same_v<T, std::vector<std::int64_t>> || std::is_same_v<T, std::vector<double>>)
             return fmt::format("[{}]", fmt::join(cfg.*m, ", "));
           else if constexpr (std::is_same_v<T, std::string>)
             return fmt::format("'{}'", cfg.*m);
@@ -615,7 +655,7 @@ std::string to_toml(const RunConfig& cfg) {
     std::visit(
         [&](auto m) {
           using T = std::remove_cvref_t<decltype(cfg.*m)>;
-          if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) {
+          if constexpr (std::is_same_v<T, std::vector<std::int64_t>> || std::is_same_v<T, std::vector<double>>) {
             toml::array a;
             for (auto x : cfg.*m) a.push_back(x);
             t.insert_or_assign(name, std::move(a));

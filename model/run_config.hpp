@@ -88,6 +88,18 @@ struct RunConfig {
   std::int64_t log_interval = 50;  // steps
   std::string progress = "auto";   // auto | tty | plain | off
 
+  // [augment] On-device augmentation of training batches (kernels/augment.hpp),
+  // never of evaluation batches. Off by default (every count/width 0).
+  std::int64_t aug_time_masks = 0;
+  std::int64_t aug_time_mask_width = 0;
+  std::int64_t aug_freq_masks = 0;
+  std::int64_t aug_freq_mask_width = 0;
+  std::int64_t aug_time_shift = 0;
+  double aug_gain_db = 0;
+  std::string aug_noise;                        // HDF5 file of noise segments (same mels x frames); "" = none
+  std::vector<double> aug_noise_snr_db{0, 20};  // [lo, hi] dB
+  double aug_db_per_unit = 0;                   // dB per unit of the data's values; 0: from the data (1 or 10)
+
   // [frontend] How the training data's log-mel segments were made from audio
   // (audio/frontend_params.hpp): the trainer copies them from the training
   // set's attributes (`melforge data build` writes them), so checkpoints carry

@@ -1,5 +1,7 @@
 #include "model/train_step.hpp"
 
+#include "engine/counter_rng.hpp"
+
 #include <cstring>
 
 #include "engine/error.hpp"
@@ -72,6 +74,13 @@ TrainStep::TrainStep(const TrainConfig& cfg, Device device, cudaStream_t stream)
   dlogits_ = make({B, mc.head_outputs()}, dtype_, device, stream);
   if (!cfg_.class_weights.empty())
     class_weight_ = Tensor::from_floats(cfg_.class_weights, {C}).to(device, stream);
+  const std::int64_t seg = mc.in_mels * mc.in_frames;
+  MF_CHECK(cfg_.augment.noise_count * seg == std::int64_t(cfg_.augment_noise.size()),
+           "train: augmentation noise: {} values for {} segments of {} x {}", cfg_.augment_noise.size(),
+           cfg_.augment.noise_count, mc.in_mels, mc.in_frames);
+  if (cfg_.augment.noise_count > 0)
+    noise_ = Tensor::from_floats(cfg_.augment_noise, {cfg_.augment.noise_count, mc.in_mels, mc.in_frames})
+                 .to(device, stream);
   sums_ = make({kernels::kLossSums}, DType::f32, device, stream);
   counts_ = make({kernels::kLossCounts + std::int64_t(C) * C}, DType::i32, device, stream);
   step_loss_ = make({1}, DType::f32, device, stream);
@@ -118,9 +127,20 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   Tensor& work = pb.work();
   Tensor& g = j == 0 ? pb.grad() : grad_scratch_;
   auto* st = static_cast<kernels::AdamWState*>(opt_state_.raw());
-  const Tensor x = in_x_.slice(j * B, (j + 1) * B);
+  Tensor x = in_x_.slice(j * B, (j + 1) * B);
   const Tensor labels = in_labels_.slice(j * B, (j + 1) * B);
   const Tensor leak = in_leak_.slice(j * B, (j + 1) * B);
+  if (cfg_.augment.any()) {  // training batches only: forward_eval never comes here
+    Phase ph(timer_, "augment", stream);
+    kernels::AugmentDims ad = cfg_.augment;
+    ad.batch = B;
+    ad.mels = mc.in_mels;
+    ad.frames = mc.in_frames;
+    ad.seed = splitmix64_finalize(cfg_.seed ^ 0x6175676d656e74ull);  // "augment": not dropout's draws
+    ad.stream = std::uint32_t(j);
+    ad.first_sample = j * B;
+    ops::augment(x, ad, ad.noise_count ? static_cast<const float*>(noise_.raw()) : nullptr, &st->iteration, stream);
+  }
 
   // Forward.
   for (int i = 0; i < L; ++i) {

@@ -31,6 +31,7 @@
 #include "engine/tensor.hpp"
 #include "engine/timer.hpp"
 #include "kernels/adamw.hpp"
+#include "kernels/augment.hpp"
 #include "model/leakcnn_config.hpp"
 #include "model/param_buffer.hpp"
 
@@ -48,7 +49,13 @@ struct TrainConfig {
   float class_loss_weight = 1.f;
   float leak_loss_weight = 1.f;
   bool cuda_graph = true;         // capture the step once and replay it (GPU only)
-  std::uint64_t seed = 0;         // parameter init and dropout
+  std::uint64_t seed = 0;         // parameter init, dropout and augmentation
+  // Augmentation of each training micro-batch as it enters the step
+  // (kernels/augment.hpp; batch, mels, frames, seed, stream and first_sample
+  // are set by the step). Noise segments: [n, mels, frames] f32, host memory
+  // (copied to the device once); empty with augment.noise_count = 0.
+  kernels::AugmentDims augment;
+  std::vector<float> augment_noise;
 };
 
 struct StepMetrics {
@@ -126,6 +133,7 @@ class TrainStep {
   std::vector<Tensor> act_, code_, dact_;  // per block: output, pool codes, output gradient
   Tensor h_, hd_, logits_, dlogits_, dh_, dhd_;
   Tensor class_weight_;
+  Tensor noise_;  // augmentation noise segments, f32 [n, mels, frames] (empty: none)
   Tensor sums_, counts_, step_loss_;
   Tensor opt_state_, opt_scratch_;
   cudaGraph_t graph_ = nullptr;

@@ -51,7 +51,9 @@ std::string default_text(const std::string& key) {
   if (const auto d = n.value_exact<double>()) return fmt::format("{}", *d);
   std::vector<std::string> items;
   if (const toml::array* a = n.as_array())
-    for (const toml::node& e : *a) items.push_back(fmt::format("{}", e.value_or<std::int64_t>(0)));
+    for (const toml::node& e : *a)
+      items.push_back(e.is_floating_point() ? fmt::format("{}", e.value_or(0.0))
+                                            : fmt::format("{}", e.value_or<std::int64_t>(0)));
   return fmt::format("[{}]", fmt::join(items, ", "));
 }
 

@@ -82,6 +82,32 @@ io::ReaderConfig reader_config(const model::RunConfig& cfg, Device dev, DType dt
   return rc;
 }
 
+void set_augmentation(model::TrainConfig& tc, const model::RunConfig& cfg, const io::DatasetInfo& train) {
+  kernels::AugmentDims& a = tc.augment;
+  a.time_masks = int(cfg.aug_time_masks);
+  a.time_mask_width = int(cfg.aug_time_mask_width);
+  a.freq_masks = int(cfg.aug_freq_masks);
+  a.freq_mask_width = int(cfg.aug_freq_mask_width);
+  a.time_shift = int(cfg.aug_time_shift);
+  a.gain_db = float(cfg.aug_gain_db);
+  a.db_per_unit = float(cfg.aug_db_per_unit > 0 ? cfg.aug_db_per_unit : train.db_per_unit > 0 ? train.db_per_unit : 1.0);
+  MF_CHECK(a.time_mask_width < train.frames && a.freq_mask_width < train.n_mels && a.time_shift < train.frames,
+           "augment: time_mask_width {} and time_shift {} must be below the {} frames, freq_mask_width {} below the "
+           "{} mel bands of data.train {}",
+           a.time_mask_width, a.time_shift, train.frames, a.freq_mask_width, train.n_mels, train.path);
+  if (cfg.aug_noise.empty()) return;
+  const auto noise = io::Dataset::open(cfg.aug_noise, io::DatasetNames{});
+  const io::DatasetInfo& ni = noise->info();
+  MF_CHECK(ni.n_mels == train.n_mels && ni.frames == train.frames,
+           "augment.noise {}: segments are {} x {}, the training set's {} x {}", cfg.aug_noise, ni.n_mels, ni.frames,
+           train.n_mels, train.frames);
+  tc.augment_noise.resize(std::size_t(ni.num_segments * ni.segment_elems()));
+  noise->read_all(DType::f32, tc.augment_noise.data(), true, 2);
+  a.noise_count = ni.num_segments;
+  a.snr_lo_db = float(cfg.aug_noise_snr_db[0]);
+  a.snr_hi_db = float(cfg.aug_noise_snr_db[1]);
+}
+
 audio::FrontendParams frontend_of(const model::RunConfig& c) {
   audio::FrontendParams p;
   p.sample_rate = c.fe_sample_rate;

@@ -29,6 +29,12 @@ model::TrainConfig step_config(const model::RunConfig& cfg, const model::LeakCNN
                                std::int64_t total_steps);
 // train: shuffled (unless --overfit-batches), last batch dropped per
 // train.drop_last; evaluation: dataset order, last batch padded.
+// The [augment] keys as the step's augmentation (model::TrainConfig::augment
+// and augment_noise): the noise file is read whole (its segments must be the
+// training set's mels x frames); db_per_unit from the key, else the training
+// set's attribute, else 1.
+void set_augmentation(model::TrainConfig& tc, const model::RunConfig& cfg, const io::DatasetInfo& train);
+
 // The [frontend] keys from the training set's front-end attributes (a set
 // built by `melforge data build`): filled in where the configuration leaves
 // them unset (sample_rate = 0); where it sets them, each must agree with the

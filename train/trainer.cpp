@@ -237,7 +237,9 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
            "train.epochs: {} epochs of {} optimizer steps make {} steps; the schedule accepts at most {}", cfg_.epochs,
            steps_per_epoch_, total_steps_, std::numeric_limits<std::int32_t>::max());
 
-  ts_ = std::make_unique<model::TrainStep>(step_config(cfg_, mc_, precision_, total_steps_), dev_, *stream_);
+  model::TrainConfig tc = step_config(cfg_, mc_, precision_, total_steps_);
+  set_augmentation(tc, cfg_, ti);
+  ts_ = std::make_unique<model::TrainStep>(tc, dev_, *stream_);
   timer_ = std::make_unique<EventTimer>(dev_);
   ts_->set_phase_timer(timer_.get());  // per-layer times of eager steps
   if (data_.val) val_rd_ = std::make_unique<io::BatchReader>(data_.val, reader_config(cfg_, dev_, act_, false));

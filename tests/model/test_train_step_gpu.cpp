@@ -64,3 +64,46 @@ TEST_CASE("the whole step: GPU vs CPU backend, graphs vs eager bit-identical, de
     CHECK(testing::rel_l2(a, cpu.params().master().to_floats()) <= (p == model::Precision::fp32 ? 1e-5 : 2e-2));
   }
 }
+
+TEST_CASE("the step with augmentation: the draws replay inside the graph, GPU vs CPU backend") {
+  Stream s(kGpu, "step-aug-test");
+  model::TrainConfig cfg;
+  cfg.model = testing::small_model(3);
+  cfg.micro_batch = 16;
+  cfg.accum_steps = 2;
+  cfg.seed = 4;
+  auto& a = cfg.augment;
+  a.time_masks = 2;
+  a.time_mask_width = 3;
+  a.freq_masks = 1;
+  a.freq_mask_width = 2;
+  a.time_shift = 3;
+  a.gain_db = 2;
+  a.db_per_unit = 10;
+  a.noise_count = 3;
+  a.snr_lo_db = 0;
+  a.snr_hi_db = 12;
+  const std::int64_t seg = cfg.model.in_mels * cfg.model.in_frames;
+  cfg.augment_noise.resize(std::size_t(a.noise_count * seg));
+  for (std::size_t i = 0; i < cfg.augment_noise.size(); ++i) cfg.augment_noise[i] = float(i % 7) * 0.1f - 0.3f;
+  for (model::Precision p : {model::Precision::fp32, model::Precision::bf16}) {
+    cfg.precision = p;
+    cfg.cuda_graph = true;
+    const auto graphed = gpu_run(cfg, 4, s);
+    cfg.cuda_graph = false;
+    const auto eager = gpu_run(cfg, 4, s);
+    CHECK(std::memcmp(graphed.data(), eager.data(), graphed.size() * 4) == 0);
+    model::TrainStep cpu(cfg, Device::cpu());
+    for (int i = 0; i < 4; ++i) {
+      const auto bt = testing::band_batch(cpu.batch(), cfg.model.in_mels, cfg.model.in_frames, 3, 50 + std::uint64_t(i));
+      const auto t = testing::to_tensors(bt, cpu.batch(), cfg.model.in_mels, cfg.model.in_frames);
+      cpu.step(t.x, t.labels, t.leak, nullptr);
+    }
+    CHECK(testing::rel_l2(graphed, cpu.params().master().to_floats()) <= (p == model::Precision::fp32 ? 1e-5 : 2e-2));
+    // Without augmentation the weights differ: the op ran.
+    model::TrainConfig off = cfg;
+    off.augment = {};
+    off.augment_noise.clear();
+    CHECK(std::memcmp(gpu_run(off, 4, s).data(), graphed.data(), graphed.size() * 4) != 0);
+  }
+}
