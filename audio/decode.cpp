@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -137,24 +138,50 @@ float numpy_pairwise_sum(const float* a, std::int64_t n) {
   return numpy_pairwise_sum(a, n2) + numpy_pairwise_sum(a + n2, n - n2);
 }
 
-// Reads `frames` frames in blocks, rejects non-finite samples, and mixes each
-// frame to mono.
+// The largest sample magnitude accepted. Integer formats decode to [-1, 1] and
+// float files normally hold the same, but some tools write float samples
+// scaled to an integer range (up to 2^31); a float32 sample past 2^32 is not
+// audio, and it makes the resampler's output (soxr rings past its input's
+// peak) or the logmel op's float32 power spectrum (|X|^2, X a sum of n_fft
+// samples under a window that sums to n_fft / 2) overflow to inf. Bounding it
+// also bounds the mono mix, which finite samples near float32's range would
+// overflow.
+constexpr float kMaxAbsSample = 4294967296.0f;  // 2^32
+
+// Reads `frames` frames in blocks, rejects non-finite samples and samples past
+// kMaxAbsSample, and mixes each frame to mono. `frames` is what the header
+// declares (a FLAC's STREAMINFO can say 2^36 - 1 frames in a file of a
+// hundred bytes), so nothing is sized from it up front: the output grows by
+// the frames actually read (reserved up to one per byte of the file, at least
+// what any uncompressed format holds) and the read buffer holds at most
+// kBlockSamples samples whatever the channel count.
 std::vector<float> read_mono(const fs::path& path, SNDFILE* f, const SF_INFO& info, std::int64_t frames) {
-  constexpr std::int64_t kBlock = 1 << 16;
+  constexpr std::int64_t kBlockSamples = 1 << 16;
   const int channels = info.channels;
-  std::vector<float> out(std::size_t(frames), 0.0f);
-  std::vector<float> buf(std::size_t(std::min(frames, kBlock)) * std::size_t(channels));
-  for (std::int64_t start = 0; start < frames; start += kBlock) {
-    const std::int64_t want = std::min(kBlock, frames - start);
+  const std::int64_t block = std::max<std::int64_t>(1, kBlockSamples / channels);
+  std::error_code ec;
+  const auto file_bytes = std::int64_t(fs::file_size(path, ec));
+  std::vector<float> out;
+  out.reserve(std::size_t(std::min(frames, ec ? block : file_bytes)));
+  std::vector<float> buf(std::size_t(std::min(frames, block)) * std::size_t(channels));
+  for (std::int64_t start = 0; start < frames; start += block) {
+    const std::int64_t want = std::min(block, frames - start);
     const sf_count_t got = sf_readf_float(f, buf.data(), want);
     if (got != want)
       MF_AUDIO_FAIL(path, "truncated or unreadable: read {} of the {} frames its header declares ({})",
                     start + std::max<sf_count_t>(got, 0), info.frames, sf_strerror(f));
+    out.resize(std::size_t(start + want));
     for (std::int64_t i = 0; i < want; ++i) {
       const float* frame = buf.data() + i * channels;
-      for (int c = 0; c < channels; ++c)
+      for (int c = 0; c < channels; ++c) {
+        if (std::abs(frame[c]) <= kMaxAbsSample) continue;  // false for NaN too
         if (!std::isfinite(frame[c]))
           MF_AUDIO_FAIL(path, "a non-finite sample ({}) at frame {}, channel {}", frame[c], start + i, c);
+        MF_AUDIO_FAIL(path,
+                      "a sample of {} at frame {}, channel {}: expected audio, at most 2^32 in magnitude (larger "
+                      "values overflow float32 in resampling and in the power spectrum)",
+                      frame[c], start + i, c);
+      }
       out[std::size_t(start + i)] =
           channels == 1 ? frame[0] : numpy_pairwise_sum(frame, channels) / float(channels);
     }

@@ -17,7 +17,7 @@ namespace mf::audio {
 
 // A file that cannot become audio: the message names the path and the reason
 // (cannot be opened, not a format libsndfile reads, no samples, a non-finite
-// sample, a read error or a truncated file).
+// sample or one past 2^32 in magnitude, a read error or a truncated file).
 class AudioError : public Error {
  public:
   using Error::Error;

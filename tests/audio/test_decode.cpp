@@ -318,4 +318,58 @@ TEST_CASE("decode_mono refuses what is not audio, with the path and the reason")
             .find("expected a positive sample rate, found 0") != std::string::npos);
 }
 
+// Found by fuzz/fuzz_audio_decode (tests/fuzz_regressions/audio_decode/).
+TEST_CASE("decode_mono sizes nothing from a header's frame count, and refuses samples past 2^32") {
+  mf::testing::TempDir dir("mf_audio_fuzzed");
+  // A FLAC of 1000 frames whose STREAMINFO declares 2^36 - 1 (the field's
+  // largest): read_mono used to allocate the declared count up front (256 GiB,
+  // std::bad_alloc escaped); now it reads what is there and reports the cut.
+  TestAudioSpec spec;
+  spec.frames = 1000;
+  const fs::path flac = dir.path() / "huge.flac";
+  mf::testing::write_test_audio(flac, AudioFileFormat::flac16, spec);
+  std::fstream f(flac, std::ios::in | std::ios::out | std::ios::binary);
+  char head[26];
+  REQUIRE(f.read(head, sizeof head).good());
+  REQUIRE(std::string(head, 4) == "fLaC");
+  REQUIRE((head[4] & 0x7F) == 0);  // STREAMINFO, its 34 bytes from offset 8
+  // The 36-bit total-samples field: block byte 13's low nibble (0 here: 1000 < 2^32), then bytes 14-17.
+  REQUIRE((std::uint8_t(head[21]) & 0x0F) == 0);
+  head[21] = char(std::uint8_t(head[21]) | 0x0F);
+  for (int i = 22; i < 26; ++i) head[i] = char(0xFF);
+  f.seekp(0);
+  REQUIRE(f.write(head, sizeof head).good());
+  f.close();
+  std::string e = audio_error_of([&] { mf::audio::decode_mono(flac); });
+  CHECK_MESSAGE(e.find("truncated or unreadable: read 1000 of the 68719476735 frames its header declares") !=
+                    std::string::npos,
+                e);
+  CHECK(mf::audio::decode_mono(flac, 500).samples.size() == 500);  // a prefix within the frames present reads
+
+  // Float samples past 2^32 in magnitude: a file of finite samples at 1.9e38
+  // resampled to inf (soxr rings past the peak), and two channels at 3e38 mixed
+  // to inf (numpy's mean too); the logmel op's float32 power would overflow
+  // as well. Refused with the place; 2^32 itself (integer-scaled float files
+  // go up to 2^31) is accepted.
+  const fs::path big = dir.path() / "big.wav";
+  std::vector<float> x(2 * 100, 0.25f);
+  x[2 * 42] = 4294967296.0f;
+  x[2 * 43 + 1] = -4294967296.0f;
+  mf::testing::write_audio_file(big, AudioFileFormat::wav_float, 16000, 2, x);
+  CHECK(mf::audio::decode_mono(big).samples[42] == 4294967296.0f / 2 + 0.125f);
+  x[2 * 50 + 1] = std::nextafter(-4294967296.0f, -INFINITY);
+  mf::testing::write_audio_file(big, AudioFileFormat::wav_float, 16000, 2, x);
+  e = audio_error_of([&] { mf::audio::decode_mono(big); });
+  CHECK_MESSAGE(e == "audio file " + big.string() +
+                         ": a sample of -4294968000 at frame 50, channel 1: expected audio, at most 2^32 in magnitude "
+                         "(larger values overflow float32 in resampling and in the power spectrum)",
+                e);
+  x[2 * 50 + 1] = 0.25f;
+  x[2 * 7] = x[2 * 7 + 1] = 3e38f;
+  mf::testing::write_audio_file(big, AudioFileFormat::wav_float, 16000, 2, x);
+  CHECK(audio_error_of([&] { mf::audio::decode_mono(big); }).find("a sample of 3e+38 at frame 7, channel 0: ") !=
+        std::string::npos);
+  CHECK(mf::audio::decode_mono(big, 7).samples == std::vector<float>(7, 0.25f));
+}
+
 }  // TEST_SUITE
