@@ -8,6 +8,14 @@
 #   OUT/safetensors/  that run exported as F32, BF16 and F16
 #   OUT/run_config/   the run's resolved config.toml and hand-written configs
 #                     with --set lines (the input format of fuzz_run_config)
+#   OUT/audio_decode/ tiny audio files written with libsndfile (through ctypes):
+#                     WAV 16-bit, float (mono, stereo), 24-bit stereo, FLAC,
+#                     OGG/Vorbis, AIFF, AU, CAF, W64, a header-only WAV, a
+#                     truncated WAV and a FLAC whose header declares 2^36 - 1
+#                     frames
+#   OUT/audio_csv/    labels CSVs (header or not, leak column, quotes, CRLF,
+#                     a UTF-8 BOM) and groups CSVs for fuzz_audio_csv's fixed
+#                     file list, some with a '#0.8,0.1,0.1' first line (--split)
 # The model is small (16 x 16 mels, channels [4,4,4], dense 8, 4 classes) so
 # files are a few tens of KB and each execution is fast; fuzz_safetensors
 # builds the same model.
@@ -35,7 +43,7 @@ trap 'rm -rf "$work"' EXIT
 quiet() {
   "$M" "$@" > "$work/last.log" 2>&1 || { cat "$work/last.log" >&2; echo "make_seeds.sh: melforge $* failed" >&2; exit 1; }
 }
-mkdir -p "$OUT"/{dataset,checkpoint,safetensors,run_config}
+mkdir -p "$OUT"/{dataset,checkpoint,safetensors,run_config,audio_decode,audio_csv}
 
 # Datasets: small, three storage layouts and both float widths.
 small=(--files 8 --classes 4 --mels 16 --frames 16 --long 2 --short 2)
@@ -107,6 +115,70 @@ TOMLEOF
 printf -- '--set\ntrain.epochs=3\nmodel.channels=[8, 8]\nmodel.pools=[2, 2]\neval.threshold=0.25\nrun.out=runs/x y\n' \
   > "$OUT/run_config/only-sets.toml"
 
-for t in dataset checkpoint safetensors run_config; do
+# Audio files: a few dozen frames each (OGG/Vorbis is ~4 KB of codebooks).
+"$PY" - "$OUT/audio_decode" <<'PYEOF'
+import ctypes, math, os, struct, sys
+out = sys.argv[1]
+sf = ctypes.CDLL("libsndfile.so.1")
+class SF_INFO(ctypes.Structure):
+    _fields_ = [("frames", ctypes.c_int64), ("samplerate", ctypes.c_int), ("channels", ctypes.c_int),
+                ("format", ctypes.c_int), ("sections", ctypes.c_int), ("seekable", ctypes.c_int)]
+sf.sf_open.restype = ctypes.c_void_p
+sf.sf_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(SF_INFO)]
+sf.sf_writef_float.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_float), ctypes.c_int64]
+sf.sf_writef_float.restype = ctypes.c_int64
+sf.sf_close.argtypes = [ctypes.c_void_p]
+sf.sf_strerror.restype = ctypes.c_char_p
+WAV, AIFF, AU, W64, FLAC, CAF, OGG = 0x010000, 0x020000, 0x030000, 0x0B0000, 0x170000, 0x180000, 0x200000
+PCM16, PCM24, FLOAT, ULAW, VORBIS = 0x2, 0x3, 0x6, 0x10, 0x60
+def write(name, fmt, rate, channels, frames):
+    x = [0.5 * math.sin(2 * math.pi * 440 * (1 + c / 4) * t / rate + c) for t in range(frames) for c in range(channels)]
+    info = SF_INFO(0, rate, channels, fmt, 0, 0)
+    path = os.path.join(out, name).encode()
+    f = sf.sf_open(path, 0x20, ctypes.byref(info))
+    if not f:
+        sys.exit("make_seeds.sh: libsndfile cannot write %s: %s" % (name, sf.sf_strerror(None).decode()))
+    buf = (ctypes.c_float * len(x))(*x)
+    if frames and sf.sf_writef_float(f, buf, frames) != frames:
+        sys.exit("make_seeds.sh: short write of " + name)
+    sf.sf_close(f)
+write("wav16-mono.wav", WAV | PCM16, 8000, 1, 64)
+write("wav-float-mono.wav", WAV | FLOAT, 16000, 1, 48)
+write("wav24-stereo.wav", WAV | PCM24, 22050, 2, 40)
+write("wav-float-stereo.wav", WAV | FLOAT, 48000, 2, 24)
+write("wav16-header-only.wav", WAV | PCM16, 16000, 1, 0)
+write("flac16-mono.flac", FLAC | PCM16, 16000, 1, 64)
+write("flac24-stereo.flac", FLAC | PCM24, 44100, 2, 64)
+write("vorbis-mono.ogg", OGG | VORBIS, 16000, 1, 256)
+write("aiff16-stereo.aiff", AIFF | PCM16, 11025, 2, 32)
+write("au-ulaw.au", AU | ULAW, 8000, 1, 64)
+write("caf16.caf", CAF | PCM16, 16000, 1, 32)
+write("w64-float.w64", W64 | FLOAT, 16000, 1, 32)
+# A WAV cut inside its data chunk (the header declares 64 frames).
+data = open(os.path.join(out, "wav16-mono.wav"), "rb").read()
+open(os.path.join(out, "wav16-truncated.wav"), "wb").write(data[:len(data) - 51])
+# A FLAC whose STREAMINFO declares 2^36 - 1 frames (36 bits, the largest) and
+# holds 64: decode_mono must not size anything from the declared count.
+flac = bytearray(open(os.path.join(out, "flac16-mono.flac"), "rb").read())
+assert flac[:4] == b"fLaC" and (flac[4] & 0x7F) == 0  # STREAMINFO first, its 34 bytes from offset 8
+# The 36-bit total-samples field: the low 4 bits of the block's byte 13, then bytes 14-17.
+flac[8 + 13] = (flac[8 + 13] & 0xF0) | 0x0F
+flac[8 + 14:8 + 18] = b"\xff\xff\xff\xff"
+open(os.path.join(out, "flac16-huge-frame-count.flac"), "wb").write(bytes(flac))
+PYEOF
+
+# CSV tables: labels (path,label[,leak]) and groups (path,group) for the fixed
+# file list of fuzz_audio_csv (a.wav b/c.wav d.flac "e f.wav" "x,y.ogg").
+C="$OUT/audio_csv"
+printf 'path,label\nnormal/a.wav,normal\nleak/b.wav,leak\nleak/sub/c.flac,leak\nnormal/d.ogg,normal\n' > "$C/labels-header.csv"
+printf '\xef\xbb\xbfpath,label,leak\r\na.wav,pump,0\r\nb/c.wav,valve,1\r\n d.flac , pump ,1\r\n' > "$C/labels-leak-bom-crlf.csv"
+printf '# no header, numeric labels, quoted fields\n"x,y.ogg",10\n"say ""hi"".wav",2\n\n"two\nlines.wav",10\n./e f.wav,2\n' \
+  > "$C/labels-no-header-quotes.csv"
+printf '#0.8,0.1,0.1\npath,group\na.wav,spk1\nb/c.wav,spk2\nd.flac,spk1\ne f.wav,spk3\n"x,y.ogg",spk2\n' > "$C/groups.csv"
+printf '#0.5,0.5,0\r\na.wav,train\r\nb/./c.wav,val\r\nd.flac,test\r\ne f.wav,train\r\n"x,y.ogg",test\r\n' \
+  > "$C/groups-explicit-crlf.csv"
+printf '0.7, 0.15 ,0.15\n' > "$C/split-only.csv"
+
+for t in dataset checkpoint safetensors run_config audio_decode audio_csv; do
   echo "$OUT/$t: $(ls "$OUT/$t" | wc -l) seeds, $(du -sk "$OUT/$t" | cut -f1) KiB"
 done

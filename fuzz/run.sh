@@ -26,12 +26,12 @@ while (($#)); do
     --seconds) SECONDS_PER_TARGET=$2; shift 2 ;;
     --build) BUILD=$2; shift 2 ;;
     --no-build) BUILD_IT=0; shift ;;
-    dataset|checkpoint|safetensors|run_config) targets+=("$1"); shift ;;
+    dataset|checkpoint|safetensors|run_config|audio_decode|audio_csv) targets+=("$1"); shift ;;
     *) echo "fuzz/run.sh: unknown argument '$1' (expected --seconds N, --build DIR, --no-build or a target:" \
-            "dataset checkpoint safetensors run_config)" >&2; exit 2 ;;
+            "dataset checkpoint safetensors run_config audio_decode audio_csv)" >&2; exit 2 ;;
   esac
 done
-((${#targets[@]})) || targets=(dataset checkpoint safetensors run_config)
+((${#targets[@]})) || targets=(dataset checkpoint safetensors run_config audio_decode audio_csv)
 
 # Debian 12's clang-19 (its default clang 14 cannot compile melforge's C++20).
 CC_FUZZ=${CC_FUZZ:-clang-19} CXX_FUZZ=${CXX_FUZZ:-clang++-19}
@@ -68,7 +68,11 @@ for s in llvm-symbolizer-19 llvm-symbolizer; do
   if command -v $s > /dev/null; then export ASAN_SYMBOLIZER_PATH=${ASAN_SYMBOLIZER_PATH:-$(command -v $s)}; break; fi
 done
 
-if [ ! -f "$BUILD/fuzz-seeds/.complete" ]; then
+# Made again when a target has no seeds yet (a build folder older than it).
+seeds_done=1
+[ -f "$BUILD/fuzz-seeds/.complete" ] || seeds_done=0
+for t in "${targets[@]}"; do [ -d "$BUILD/fuzz-seeds/$t" ] || seeds_done=0; done
+if ((!seeds_done)); then
   rm -rf "$BUILD/fuzz-seeds"
   fuzz/make_seeds.sh --melforge "$BUILD/tools/melforge" --out "$BUILD/fuzz-seeds"
   touch "$BUILD/fuzz-seeds/.complete"
