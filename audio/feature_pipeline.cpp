@@ -147,7 +147,7 @@ struct FeaturePipeline::Impl {
         op->compute(1, row, feat, nullptr);
         feat_s += seconds_since(t0);
       }
-    } catch (const AudioError& e) {
+    } catch (const Error& e) {  // AudioError from decoding; resampling's own errors are this file's too
       out.reason = e.message();
     }
   }

@@ -101,7 +101,7 @@ SourceList read_sources_csv(const fs::path& csv) {
   const auto rows = io::read_csv(csv);
   const std::string where = csv.string();
   std::size_t first = 0;
-  if (!rows.empty() && !rows[0].fields.empty() && lower(trim(rows[0].fields[0])) == "path") first = 1;
+  if (!rows.empty() && io::is_header(rows[0], "path")) first = 1;
   MF_CHECK(rows.size() > first, "--labels {}: no rows (expected path,label[,leak])", where);
   const std::size_t cols = rows[first].fields.size();
   MF_CHECK(cols == 2 || cols == 3, "--labels {}: line {}: expected 2 or 3 columns (path,label[,leak]), found {}",

@@ -88,7 +88,7 @@ std::array<std::vector<std::size_t>, 3> split_by_groups(const std::vector<Source
   bool explicit_split = true;
   for (std::size_t r = 0; r < rows.size(); ++r) {
     const auto& f = rows[r].fields;
-    if (r == 0 && !f.empty() && trim(f[0]) == "path") continue;
+    if (r == 0 && io::is_header(rows[r], "path")) continue;
     MF_CHECK(f.size() == 2, "--split-by {}: line {}: expected 2 columns (path,group), found {}", csv.string(),
              rows[r].line, f.size());
     const std::string path = fs::path(trim(f[0])).lexically_normal().generic_string();

@@ -1,5 +1,6 @@
 #include "io/csv_table.hpp"
 
+#include <cctype>
 #include <fstream>
 #include <sstream>
 
@@ -70,6 +71,17 @@ std::vector<CsvRow> read_csv(const std::filesystem::path& path) {
     rows.push_back(parse_record(text, pos, line, path.string()));
   }
   return rows;
+}
+
+bool is_header(const CsvRow& row, std::string_view name) {
+  if (row.fields.empty()) return false;
+  const std::string& f = row.fields[0];
+  const auto b = f.find_first_not_of(" \t"), e = f.find_last_not_of(" \t");
+  if (b == std::string::npos || e - b + 1 != name.size()) return false;
+  for (std::size_t i = 0; i < name.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(f[b + i])) != std::tolower(static_cast<unsigned char>(name[i])))
+      return false;
+  return true;
 }
 
 std::string csv_field(const std::string& s) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mf::io {
@@ -18,6 +19,10 @@ struct CsvRow {
 // Every row of the file. Throws mf::Error naming the file (and line) when it
 // cannot be read or a quoted field is not closed.
 std::vector<CsvRow> read_csv(const std::filesystem::path& path);
+
+// Whether `row` is a header: its first field, trimmed, equals `name` in any
+// case ("path", "Path", "PATH").
+bool is_header(const CsvRow& row, std::string_view name);
 
 // One field for writing: as is, or quoted when it holds a comma, a quote or a
 // line break.
