@@ -13,9 +13,20 @@ namespace mf::kernels {
 
 namespace {
 
+// d(row numerator of label y)/d(logit c), before the 1/den and scales: the
+// CE-with-smoothing gradient (p_c * a - eps/C * w_c - [c == y] (1 - eps) w_y,
+// a = (1 - eps) w_y + eps/C * sum w); 0 for a label outside [0, C).
+inline float class_grad(const float* lp, int y, int c, int C, float eps, const float* cw, float wsum_all) {
+  if (y < 0 || y >= C) return 0.f;
+  const float wy = cw ? cw[y] : 1.f;
+  const float a = (1.f - eps) * wy + eps / float(C) * wsum_all;
+  const float wc = cw ? cw[c] : 1.f;
+  return std::exp(lp[c]) * a - eps / float(C) * wc - (c == y ? (1.f - eps) * wy : 0.f);
+}
+
 template <class T>
-void loss_impl(const LeakLossDims& d, const T* logits, const std::int32_t* labels, const float* leak,
-               const float* cw, const float* loss_scale, T* dlogits, float* sums, std::int32_t* counts,
+void loss_impl(const LeakLossDims& d, const T* logits, const std::int32_t* labels, const std::int32_t* labels_b,
+               const float* lam, const float* leak, const float* cw, const float* loss_scale, T* dlogits, float* sums, std::int32_t* counts,
                float* step_loss) {
   const int C = d.classes, L = C + (d.leak_head ? 1 : 0);
   const std::int64_t B = d.batch;
@@ -24,7 +35,7 @@ void loss_impl(const LeakLossDims& d, const T* logits, const std::int32_t* label
   float wsum_all = 0.f;  // sum_c w_c
   for (int c = 0; c < C; ++c) wsum_all += cw ? cw[c] : 1.f;
 
-  struct Row { float ce_num, wy, bce; int pred, correct, leak_correct; };
+  struct Row { float ce_num, wy, bce; int pred, correct, leak_correct, ycount; };
   std::vector<Row> rows(static_cast<std::size_t>(B));
   std::vector<float> logp(std::size_t(B) * std::size_t(C));
   parallel_for(B, [&](std::int64_t r0, std::int64_t r1) {
@@ -51,7 +62,18 @@ void loss_impl(const LeakLossDims& d, const T* logits, const std::int32_t* label
       row.wy = valid ? (cw ? cw[y] : 1.f) : 0.f;
       row.ce_num = valid ? (1.f - eps) * row.wy * -lp[y] + eps / float(C) * smooth : 0.f;
       row.pred = arg;
-      row.correct = valid && arg == y;
+      row.ycount = y;  // the label the metrics count (the dominant one with mixup)
+      if (lam) {  // the header's soft targets: lam * (term of y) + (1 - lam) * (term of y_b)
+        const int yb = labels_b[i];
+        const bool valid_b = yb >= 0 && yb < C;
+        const float wb = valid_b ? (cw ? cw[yb] : 1.f) : 0.f;
+        const float ce_b = valid_b ? (1.f - eps) * wb * -lp[yb] + eps / float(C) * smooth : 0.f;
+        const float l = lam[i], o = 1.f - l;
+        row.ce_num = l * row.ce_num + o * ce_b;
+        row.wy = l * row.wy + o * wb;
+        row.ycount = l >= 0.5f ? y : yb;
+      }
+      row.correct = row.ycount >= 0 && row.ycount < C && arg == row.ycount;
       if (d.leak_head) {
         const float zl = to_f32(z[C]), t = leak[i];
         row.bce = std::fmax(zl, 0.f) - zl * t + std::log1p(std::exp(-std::fabs(zl)));
@@ -69,7 +91,7 @@ void loss_impl(const LeakLossDims& d, const T* logits, const std::int32_t* label
     bce += r.bce;
     correct += r.correct;
     leak_correct += r.leak_correct;
-    const int y = labels[i];
+    const int y = r.ycount;
     if (y >= 0 && y < C) {
       ++valid_n;
       ++counts[kLossCounts + y * C + r.pred];
@@ -86,15 +108,11 @@ void loss_impl(const LeakLossDims& d, const T* logits, const std::int32_t* label
     for (std::int64_t i = r0; i < r1; ++i) {
       const float* lp = logp.data() + i * C;
       T* g = dlogits + i * L;
-      const int y = labels[i];
-      const bool valid = y >= 0 && y < C;
-      const float wy = rows[std::size_t(i)].wy;
-      const float a = (1.f - eps) * wy + eps / float(C) * wsum_all;
       for (int c = 0; c < C; ++c) {
-        float v = 0.f;
-        if (valid) {
-          const float wc = cw ? cw[c] : 1.f;
-          v = std::exp(lp[c]) * a - eps / float(C) * wc - (c == y ? (1.f - eps) * wy : 0.f);
+        float v = class_grad(lp, labels[i], c, C, eps, cw, wsum_all);
+        if (lam) {
+          const float l = lam[i];
+          v = l * v + (1.f - l) * class_grad(lp, labels_b[i], c, C, eps, cw, wsum_all);
         }
         g[c] = from_f32<T>(v * gc);
       }
@@ -135,17 +153,18 @@ void probs_impl(std::int64_t B, int C, const T* logits, float* probs, float* lea
 }  // namespace
 
 void leak_loss_cpu(const LeakLossDims& d, DType dtype, const void* logits, const std::int32_t* labels,
-                   const float* leak, const float* class_weight, const float* loss_scale, void* dlogits,
-                   float* sums, std::int32_t* counts, float* step_loss, cudaStream_t) {
+                   const std::int32_t* labels_b, const float* lam, const float* leak, const float* class_weight,
+                   const float* loss_scale, void* dlogits, float* sums, std::int32_t* counts, float* step_loss,
+                   cudaStream_t) {
   switch (dtype) {
     case DType::f32:
-      return loss_impl(d, static_cast<const float*>(logits), labels, leak, class_weight, loss_scale,
+      return loss_impl(d, static_cast<const float*>(logits), labels, labels_b, lam, leak, class_weight, loss_scale,
                        static_cast<float*>(dlogits), sums, counts, step_loss);
     case DType::f16:
-      return loss_impl(d, static_cast<const f16*>(logits), labels, leak, class_weight, loss_scale,
+      return loss_impl(d, static_cast<const f16*>(logits), labels, labels_b, lam, leak, class_weight, loss_scale,
                        static_cast<f16*>(dlogits), sums, counts, step_loss);
     case DType::bf16:
-      return loss_impl(d, static_cast<const bf16*>(logits), labels, leak, class_weight, loss_scale,
+      return loss_impl(d, static_cast<const bf16*>(logits), labels, labels_b, lam, leak, class_weight, loss_scale,
                        static_cast<bf16*>(dlogits), sums, counts, step_loss);
     default: break;
   }

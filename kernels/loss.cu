@@ -28,10 +28,22 @@ __device__ float block_sum(float v, float* sh) {
   return r;
 }
 
+// d(row numerator of label y)/d(logit c) from lp = z_c - lse (loss.cpp's
+// class_grad): 0 for a label outside [0, C).
+__device__ __forceinline__ float class_grad(float lp, int y, int c, int C, float eps, const float* cw,
+                                            float wsum_all) {
+  if (y < 0 || y >= C) return 0.f;
+  const float wy = cw ? cw[y] : 1.f;
+  const float a = (1.f - eps) * wy + eps / float(C) * wsum_all;
+  const float wc = cw ? cw[c] : 1.f;
+  return expf(lp) * a - eps / float(C) * wc - (c == y ? (1.f - eps) * wy : 0.f);
+}
+
 template <class T>
 __global__ void __launch_bounds__(kThreads) leak_loss_kernel(
     LeakLossDims d, const T* __restrict__ logits, const std::int32_t* __restrict__ labels,
-    const float* __restrict__ leak, const float* __restrict__ cw, const float* __restrict__ loss_scale,
+    const std::int32_t* __restrict__ labels_b, const float* __restrict__ lam, const float* __restrict__ leak,
+    const float* __restrict__ cw, const float* __restrict__ loss_scale,
     T* __restrict__ dlogits, float* sums, std::int32_t* counts, float* step_loss) {
   extern __shared__ int conf[];  // C*C
   __shared__ float red[kThreads];
@@ -55,7 +67,30 @@ __global__ void __launch_bounds__(kThreads) leak_loss_kernel(
     for (int c = 0; c < C; ++c) se += expf(cuda::load_f32(z[c]) - mx);
     const float lse = mx + logf(se);
     const int y = labels[i];
-    if (y >= 0 && y < C) {
+    if (lam) {  // soft targets (loss.hpp): the same terms, weighted lam and 1 - lam
+      const int yb = labels_b[i];
+      const float l = lam[i];
+      float ce_a = 0.f, w_a = 0.f, ce_b = 0.f, w_b = 0.f;
+      if ((y >= 0 && y < C) || (yb >= 0 && yb < C)) {
+        float smooth = 0.f;
+        for (int c = 0; c < C; ++c) smooth += (cw ? cw[c] : 1.f) * -(cuda::load_f32(z[c]) - lse);
+        if (y >= 0 && y < C) {
+          w_a = cw ? cw[y] : 1.f;
+          ce_a = (1.f - eps) * w_a * -(cuda::load_f32(z[y]) - lse) + eps / float(C) * smooth;
+        }
+        if (yb >= 0 && yb < C) {
+          w_b = cw ? cw[yb] : 1.f;
+          ce_b = (1.f - eps) * w_b * -(cuda::load_f32(z[yb]) - lse) + eps / float(C) * smooth;
+        }
+      }
+      den += l * w_a + (1.f - l) * w_b;
+      ce += l * ce_a + (1.f - l) * ce_b;
+      const int yd = l >= 0.5f ? y : yb;  // the dominant label for the metrics
+      if (yd >= 0 && yd < C) {
+        correct += arg == yd ? 1.f : 0.f;
+        atomicAdd(&conf[yd * C + arg], 1);
+      }
+    } else if (y >= 0 && y < C) {
       float smooth = 0.f;
       for (int c = 0; c < C; ++c) smooth += (cw ? cw[c] : 1.f) * (lse - cuda::load_f32(z[c]));
       const float wy = cw ? cw[y] : 1.f;
@@ -104,15 +139,12 @@ __global__ void __launch_bounds__(kThreads) leak_loss_kernel(
     float se = 0.f;
     for (int c = 0; c < C; ++c) se += expf(cuda::load_f32(z[c]) - mx);
     const float lse = mx + logf(se);
-    const int y = labels[i];
-    const bool valid = y >= 0 && y < C;
-    const float wy = valid ? (cw ? cw[y] : 1.f) : 0.f;
-    const float a = (1.f - eps) * wy + eps / float(C) * wsum_all;
     for (int c = 0; c < C; ++c) {
-      float v = 0.f;
-      if (valid) {
-        const float wc = cw ? cw[c] : 1.f;
-        v = expf(cuda::load_f32(z[c]) - lse) * a - eps / float(C) * wc - (c == y ? (1.f - eps) * wy : 0.f);
+      const float lp = cuda::load_f32(z[c]) - lse;
+      float v = class_grad(lp, labels[i], c, C, eps, cw, wsum_all);
+      if (lam) {
+        const float l = lam[i];
+        v = l * v + (1.f - l) * class_grad(lp, labels_b[i], c, C, eps, cw, wsum_all);
       }
       g[c] = cuda::store_f32<T>(v * gc);
     }
@@ -139,12 +171,14 @@ __global__ void head_probs_kernel(std::int64_t batch, int C, const T* __restrict
 }
 
 template <class T>
-void launch_loss(const LeakLossDims& d, const void* logits, const std::int32_t* labels, const float* leak,
+void launch_loss(const LeakLossDims& d, const void* logits, const std::int32_t* labels,
+                 const std::int32_t* labels_b, const float* lam, const float* leak,
                  const float* cw, const float* loss_scale, void* dlogits, float* sums, std::int32_t* counts,
                  float* step_loss, cudaStream_t stream) {
   using D = cuda::device_t<T>;
   const std::size_t shmem = std::size_t(d.classes) * d.classes * sizeof(int);
-  leak_loss_kernel<D><<<1, kThreads, shmem, stream>>>(d, static_cast<const D*>(logits), labels, leak, cw,
+  leak_loss_kernel<D><<<1, kThreads, shmem, stream>>>(d, static_cast<const D*>(logits), labels, labels_b, lam,
+                                                      leak, cw,
                                                       loss_scale, static_cast<D*>(dlogits), sums, counts,
                                                       step_loss);
   MF_CUDA_CHECK_LAUNCH();
@@ -163,12 +197,13 @@ void launch_probs(std::int64_t batch, int classes, const void* logits, float* pr
 }  // namespace
 
 void leak_loss_cuda(const LeakLossDims& d, DType dtype, const void* logits, const std::int32_t* labels,
-                    const float* leak, const float* class_weight, const float* loss_scale, void* dlogits,
-                    float* sums, std::int32_t* counts, float* step_loss, cudaStream_t stream) {
+                    const std::int32_t* labels_b, const float* lam, const float* leak, const float* class_weight,
+                    const float* loss_scale, void* dlogits, float* sums, std::int32_t* counts, float* step_loss,
+                    cudaStream_t stream) {
   switch (dtype) {
-    case DType::f32: return launch_loss<float>(d, logits, labels, leak, class_weight, loss_scale, dlogits, sums, counts, step_loss, stream);
-    case DType::f16: return launch_loss<f16>(d, logits, labels, leak, class_weight, loss_scale, dlogits, sums, counts, step_loss, stream);
-    case DType::bf16: return launch_loss<bf16>(d, logits, labels, leak, class_weight, loss_scale, dlogits, sums, counts, step_loss, stream);
+    case DType::f32: return launch_loss<float>(d, logits, labels, labels_b, lam, leak, class_weight, loss_scale, dlogits, sums, counts, step_loss, stream);
+    case DType::f16: return launch_loss<f16>(d, logits, labels, labels_b, lam, leak, class_weight, loss_scale, dlogits, sums, counts, step_loss, stream);
+    case DType::bf16: return launch_loss<bf16>(d, logits, labels, labels_b, lam, leak, class_weight, loss_scale, dlogits, sums, counts, step_loss, stream);
     default: break;
   }
 }

@@ -23,6 +23,23 @@
 // labels i32 [B]: a label outside [0, C) is ignored by the class loss (as
 // PyTorch's ignore_index: no loss, zero class gradient, left out of the weighted
 // mean's denominator and of the class counts); leak f32 [B] targets in [0, 1].
+// Soft class targets (mixup, kernels/mixup.hpp): labels_b i32 [B] and lam f32
+// [B], both given or both null (null: everything above, bit for bit). Sample i
+// then has targets (y_a = labels[i], y_b = labels_b[i], lam_i), o_i = 1.f - lam_i
+// (f32), and with n_i(y) = (1-eps) w_y (-log p_i,y) + eps/C sum_c w_c (-log p_i,c)
+// (0 for a label outside [0, C), whose w_y counts as 0):
+//   class loss = sum_i [lam_i n_i(y_a) + o_i n_i(y_b)] / sum_i [lam_i w_ya + o_i w_yb]
+// i.e. one weighted mean whose per-sample weight is split between the two
+// labels. Without class weights (and all labels valid) the denominator is
+// sum_i (lam_i + o_i) = B and this is exactly PyTorch's mixup recipe
+// lam * criterion(pred, y_a) + (1 - lam) * criterion(pred, y_b) generalized to
+// a per-sample lam (for one lam per batch it is that recipe); with class
+// weights PyTorch's two separately normalized means differ from this one
+// (their denominators sum w_ya and sum w_yb are combined here as above). The
+// gradient is lam_i * (the gradient of y_a's term) + o_i * (that of y_b's),
+// divided by the combined denominator. The leak BCE takes the (mixed) float
+// targets as always. Metrics count the dominant label (y_a when lam_i >= 0.5,
+// else y_b) as the true one: class correct and the confusion matrix's row.
 // Deterministic: one block (GPU) / one thread order (CPU), fixed-order f32 sums,
 // no float atomics; the f32 sums add the micro-batch's means in step order.
 #pragma once
@@ -50,12 +67,15 @@ struct LeakLossDims {
 
 // class_weight f32 [C] or null; loss_scale f32 [1] (device pointer on GPU) or
 // null (= 1); step_loss f32 [1] or null: this micro-batch's total loss (written).
+// labels_b and lam: the soft targets above, or both null.
 void leak_loss_cpu(const LeakLossDims& d, DType dtype, const void* logits, const std::int32_t* labels,
-                   const float* leak, const float* class_weight, const float* loss_scale, void* dlogits,
-                   float* sums, std::int32_t* counts, float* step_loss, cudaStream_t stream);
+                   const std::int32_t* labels_b, const float* lam, const float* leak, const float* class_weight,
+                   const float* loss_scale, void* dlogits, float* sums, std::int32_t* counts, float* step_loss,
+                   cudaStream_t stream);
 void leak_loss_cuda(const LeakLossDims& d, DType dtype, const void* logits, const std::int32_t* labels,
-                    const float* leak, const float* class_weight, const float* loss_scale, void* dlogits,
-                    float* sums, std::int32_t* counts, float* step_loss, cudaStream_t stream);
+                    const std::int32_t* labels_b, const float* lam, const float* leak, const float* class_weight,
+                    const float* loss_scale, void* dlogits, float* sums, std::int32_t* counts, float* step_loss,
+                    cudaStream_t stream);
 
 // head_probs: evaluation outputs. probs f32 [B, C] = softmax(logits[:, :C]),
 // leak_prob f32 [B] = sigmoid(logits[:, C]). leak_prob null: the model has no

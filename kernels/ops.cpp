@@ -109,7 +109,7 @@ void dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& d
 
 void leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& leak, const Tensor* class_weight,
                const float* loss_scale, const kernels::LeakLossDims& opts, Tensor& dlogits, Tensor& sums,
-               Tensor& counts, Tensor* step_loss, cudaStream_t stream) {
+               Tensor& counts, Tensor* step_loss, cudaStream_t stream, const Tensor* labels_b, const Tensor* lam) {
   constexpr const char* op = "leak_loss";
   const int H = opts.leak_head ? 1 : 0;  // the leak column
   MF_CHECK(logits.ndim() == 2 && logits.size(1) >= 1 + H, "{}: logits must be [B, C{}] with C >= 1 classes, found {}",
@@ -149,8 +149,19 @@ void leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& leak, c
     check_dtype(*step_loss, DType::f32, op, "step_loss");
     check_same_device({&logits, step_loss}, op);
   }
+  MF_CHECK((labels_b == nullptr) == (lam == nullptr),
+           "{}: the soft targets labels_b and lam must be given together, found labels_b {} and lam {}", op,
+           labels_b ? "given" : "null", lam ? "given" : "null");
+  if (lam) {
+    check_shape(*labels_b, {B}, op, "labels_b");
+    check_dtype(*labels_b, DType::i32, op, "labels_b");
+    check_shape(*lam, {B}, op, "lam");
+    check_dtype(*lam, DType::f32, op, "lam");
+    check_same_device({&logits, labels_b, lam}, op);
+  }
   auto fn = logits.is_cuda() ? kernels::leak_loss_cuda : kernels::leak_loss_cpu;
-  fn(opts, logits.dtype(), logits.raw(), labels.data<std::int32_t>(), opts.leak_head ? leak.data<float>() : nullptr,
+  fn(opts, logits.dtype(), logits.raw(), labels.data<std::int32_t>(),
+     labels_b ? labels_b->data<std::int32_t>() : nullptr, lam ? lam->data<float>() : nullptr, opts.leak_head ? leak.data<float>() : nullptr,
      class_weight ? class_weight->data<float>() : nullptr, loss_scale, dlogits.raw(), sums.data<float>(),
      counts.data<std::int32_t>(), step_loss ? step_loss->data<float>() : nullptr, stream);
 }
@@ -281,6 +292,46 @@ void augment(Tensor& x, const kernels::AugmentDims& d, const float* noise, const
   MF_CHECK(counter != nullptr, "{}: the counter must be given (an i32 in x's memory), found null", op);
   auto fn = x.is_cuda() ? kernels::augment_cuda : kernels::augment_cpu;
   fn(d, x.dtype(), x.raw(), noise, counter, stream);
+}
+
+void mixup(const Tensor& x, const Tensor& labels, const Tensor& leak, const kernels::MixupDims& d,
+           const std::int32_t* counter, Tensor& x_out, Tensor& labels_b, Tensor& lam, Tensor& leak_out,
+           cudaStream_t stream) {
+  constexpr const char* op = "mixup";
+  check_float(x, op, "x");
+  MF_CHECK(x.ndim() >= 1 && x.size(0) == d.batch && d.batch >= 0 && d.batch < (std::int64_t(1) << 31),
+           "{}: x must be [batch = {}, ...] with batch < 2^31, found {}", op, d.batch, x.str());
+  MF_CHECK(d.elems >= 0 && x.numel() == d.batch * d.elems, "{}: x {} does not hold {} samples of {} values", op,
+           x.str(), d.batch, d.elems);
+  MF_CHECK(std::isfinite(d.alpha) && d.alpha > 0.f, "{}: alpha must be finite and > 0, found {}", op, d.alpha);
+  MF_CHECK(d.first_sample >= 0, "{}: first_sample must be >= 0, found {}", op, d.first_sample);
+  check_shape(x_out, x.shape(), op, "x_out");
+  check_dtype(x_out, x.dtype(), op, "x_out");
+  MF_CHECK(x_out.raw() != x.raw() || d.batch == 0, "{}: x_out must be another buffer than x (out of place)", op);
+  check_shape(labels, {d.batch}, op, "labels");
+  check_dtype(labels, DType::i32, op, "labels");
+  check_shape(labels_b, {d.batch}, op, "labels_b");
+  check_dtype(labels_b, DType::i32, op, "labels_b");
+  check_shape(lam, {d.batch}, op, "lam");
+  check_dtype(lam, DType::f32, op, "lam");
+  check_same_device({&x, &x_out, &labels, &labels_b, &lam}, op);
+  const bool with_leak = leak.defined();
+  MF_CHECK(with_leak == leak_out.defined(),
+           "{}: leak and leak_out must both be given (the leak head) or both undefined, found {} and {}", op,
+           leak.str(), leak_out.str());
+  if (with_leak) {
+    check_shape(leak, {d.batch}, op, "leak");
+    check_dtype(leak, DType::f32, op, "leak");
+    check_shape(leak_out, {d.batch}, op, "leak_out");
+    check_dtype(leak_out, DType::f32, op, "leak_out");
+    check_same_device({&x, &leak, &leak_out}, op);
+  }
+  if (d.batch == 0) return;
+  MF_CHECK(counter != nullptr, "{}: the counter must be given (an i32 in x's memory), found null", op);
+  auto fn = x.is_cuda() ? kernels::mixup_cuda : kernels::mixup_cpu;
+  fn(d, x.dtype(), x.raw(), x_out.raw(), labels.data<std::int32_t>(), with_leak ? leak.data<float>() : nullptr,
+     labels_b.data<std::int32_t>(), lam.data<float>(), with_leak ? leak_out.data<float>() : nullptr, counter,
+     stream);
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include "kernels/adamw.hpp"
 #include "kernels/augment.hpp"
 #include "kernels/loss.hpp"
+#include "kernels/mixup.hpp"
 
 namespace mf::ops {
 
@@ -49,9 +50,12 @@ void dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& d
 // undefined, without the leak head); class_weight f32 [C] or null; loss_scale:
 // a float in the tensors' memory (device pointer on GPU) or null; sums f32
 // [kLossSums]; counts i32 [kLossCounts + C*C]; step_loss f32 [1] or null.
+// labels_b i32 [B] and lam f32 [B]: mixup's soft class targets (loss.hpp),
+// both given or both null (null: the hard labels, bit for bit as before).
 void leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& leak, const Tensor* class_weight,
                const float* loss_scale, const kernels::LeakLossDims& opts, Tensor& dlogits, Tensor& sums,
-               Tensor& counts, Tensor* step_loss, cudaStream_t stream = nullptr);
+               Tensor& counts, Tensor* step_loss, cudaStream_t stream = nullptr, const Tensor* labels_b = nullptr,
+               const Tensor* lam = nullptr);
 // probs f32 [B, C], leak_prob f32 [B] from logits [B, C+1]; with leak_prob
 // undefined (a model without the leak head) probs from logits [B, C].
 void head_probs(const Tensor& logits, Tensor& probs, Tensor& leak_prob, cudaStream_t stream = nullptr);
@@ -80,5 +84,15 @@ void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t seed,
 // d.any()). Does nothing when d.any() is false.
 void augment(Tensor& x, const kernels::AugmentDims& d, const float* noise, const std::int32_t* counter,
              cudaStream_t stream = nullptr);
+
+// mixup of a micro-batch (kernels/mixup.hpp), out of place: x [batch, ...]
+// (f32/bf16/f16, d.elems values per sample) -> x_out (same shape, dtype and
+// device, another buffer); labels i32 [batch] -> labels_b i32 [batch] (the
+// partners' labels) and lam f32 [batch]; leak f32 [batch] -> leak_out f32
+// [batch] (both undefined without the leak head); counter: an i32 in x's
+// memory. d.batch must match x; d.alpha > 0 and finite.
+void mixup(const Tensor& x, const Tensor& labels, const Tensor& leak, const kernels::MixupDims& d,
+           const std::int32_t* counter, Tensor& x_out, Tensor& labels_b, Tensor& lam, Tensor& leak_out,
+           cudaStream_t stream = nullptr);
 
 }  // namespace mf::ops

@@ -137,3 +137,160 @@ TEST_CASE("head_probs: softmax of the class columns and sigmoid of the leak colu
   CHECK_THROWS_WITH_AS(ops::head_probs(Tensor::zeros({B, C + 1}, DType::f32), wrong, l),
                        doctest::Contains("head_probs: probs must have shape"), Error);
 }
+
+namespace {
+
+// The soft-target (mixup) class loss of kernels/loss.hpp in float64:
+// sum_i [lam_i n_i(y_a) + o_i n_i(y_b)] / sum_i [lam_i w_ya + o_i w_yb], o_i
+// the f32 1 - lam_i; a label outside [0, C) contributes nothing.
+double soft_class_loss(const std::vector<double>& z, const std::vector<int>& ya, const std::vector<int>& yb,
+                       const std::vector<float>& lam, const std::vector<float>& cw, std::int64_t B, std::int64_t C,
+                       double eps) {
+  double num = 0, den = 0;
+  for (std::int64_t i = 0; i < B; ++i) {
+    const double* r = z.data() + i * (C + 1);
+    double mx = r[0];
+    for (std::int64_t c = 1; c < C; ++c) mx = std::max(mx, r[c]);
+    double se = 0;
+    for (std::int64_t c = 0; c < C; ++c) se += std::exp(r[c] - mx);
+    const double lse = mx + std::log(se);
+    double smooth = 0;
+    for (std::int64_t c = 0; c < C; ++c) smooth += (cw.empty() ? 1 : cw[std::size_t(c)]) * (lse - r[c]);
+    const double l = lam[std::size_t(i)], o = double(1.f - lam[std::size_t(i)]);
+    for (const auto& [y, wt] : {std::pair<int, double>{ya[std::size_t(i)], l}, {yb[std::size_t(i)], o}}) {
+      if (y < 0 || y >= C) continue;
+      const double wy = cw.empty() ? 1 : cw[std::size_t(y)];
+      num += wt * ((1 - eps) * wy * (lse - r[y]) + eps / double(C) * smooth);
+      den += wt * wy;
+    }
+  }
+  return den > 0 ? num / den : 0;
+}
+
+double bce_loss(const std::vector<double>& z, const std::vector<float>& t, std::int64_t B, std::int64_t C) {
+  double bce = 0;
+  for (std::int64_t i = 0; i < B; ++i) {
+    const double zl = z[std::size_t(i * (C + 1) + C)], tt = t[std::size_t(i)];
+    bce += std::max(zl, 0.0) - zl * tt + std::log1p(std::exp(-std::fabs(zl)));
+  }
+  return bce / double(B);
+}
+
+struct LossOut {
+  std::vector<float> dl, sums, counts, step;
+};
+
+LossOut run_loss(const std::vector<float>& z, const std::vector<float>& ya, const std::vector<float>* yb,
+                 const std::vector<float>* lam, const std::vector<float>& t, const std::vector<float>& cw,
+                 const kernels::LeakLossDims& d, float loss_scale) {
+  const std::int64_t B = d.batch, C = d.classes;
+  const Tensor logits = Tensor::from_floats(z, {B, C + 1});
+  const Tensor lab = Tensor::from_floats(ya, {B}, DType::i32), leak = Tensor::from_floats(t, {B});
+  const Tensor cwt = cw.empty() ? Tensor() : Tensor::from_floats(cw, {C});
+  const Tensor lb = yb ? Tensor::from_floats(*yb, {B}, DType::i32) : Tensor();
+  const Tensor lm = lam ? Tensor::from_floats(*lam, {B}) : Tensor();
+  Tensor dl = Tensor::empty({B, C + 1}, DType::f32);
+  dl.fill_bytes(0xff);
+  Tensor sums = Tensor::zeros({kernels::kLossSums}, DType::f32),
+         counts = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32), sl = Tensor::zeros({1}, DType::f32);
+  ops::leak_loss(logits, lab, leak, cw.empty() ? nullptr : &cwt, &loss_scale, d, dl, sums, counts, &sl, nullptr,
+                 yb ? &lb : nullptr, lam ? &lm : nullptr);
+  return {dl.to_floats(), sums.to_floats(), counts.to_floats(), sl.to_floats()};
+}
+
+}  // namespace
+
+TEST_CASE("fused loss, soft targets (mixup): float64 reference, finite-difference gradients, dominant-label metrics") {
+  const std::int64_t B = 17, C = 5;
+  const auto zf = testing::random_floats(std::size_t(B * (C + 1)), 31, -3, 3);
+  const auto lamf = testing::random_floats(std::size_t(B), 32, 0, 1);
+  std::vector<int> ya, yb;
+  std::vector<float> fa, fb, t;
+  for (std::int64_t i = 0; i < B; ++i) {
+    ya.push_back(i == 3 ? -1 : int((i * 7) % C));  // one ignored label on each side
+    yb.push_back(i == 8 ? int(C) : int((i * 3 + 1) % C));
+    fa.push_back(float(ya.back()));
+    fb.push_back(float(yb.back()));
+    t.push_back(float(i % 4) / 3.f);  // mixed (soft) leak targets
+  }
+  for (const std::vector<float>& cw : {std::vector<float>{}, std::vector<float>{1.f, 2.5f, 0.5f, 1.5f, 0.8f}})
+    for (float eps : {0.f, 0.15f}) {
+      CAPTURE(cw.size());
+      CAPTURE(eps);
+      kernels::LeakLossDims d;
+      d.batch = B;
+      d.classes = int(C);
+      d.label_smoothing = eps;
+      d.class_loss_weight = 0.7f;
+      d.leak_loss_weight = 1.4f;
+      d.grad_scale = 0.25f;
+      const float scale = 8.f;
+      const LossOut out = run_loss(zf, fa, &fb, &lamf, t, cw, d, scale);
+      const std::vector<double> z(zf.begin(), zf.end());
+      auto total = [&](const std::vector<double>& zz) {
+        return 0.7 * soft_class_loss(zz, ya, yb, lamf, cw, B, C, eps) + 1.4 * bce_loss(zz, t, B, C);
+      };
+      const double ce = soft_class_loss(z, ya, yb, lamf, cw, B, C, eps), bce = bce_loss(z, t, B, C);
+      CHECK(std::fabs(out.sums[0] - ce) <= 1e-5 * ce);
+      CHECK(std::fabs(out.sums[1] - bce) <= 1e-5 * bce);
+      CHECK(std::fabs(out.step[0] - total(z)) <= 1e-5 * total(z));
+      std::vector<double> fd;
+      for (std::size_t i = 0; i < z.size(); ++i) {
+        auto zp = z, zm = z;
+        zp[i] += 1e-5;
+        zm[i] -= 1e-5;
+        fd.push_back((total(zp) - total(zm)) / 2e-5 * scale * 0.25);
+      }
+      CHECK(testing::rel_l2(out.dl, fd) < 1e-5);
+      int correct = 0;
+      std::vector<int> conf(std::size_t(C * C), 0);
+      for (std::int64_t i = 0; i < B; ++i) {
+        std::int64_t arg = 0;
+        for (std::int64_t c = 1; c < C; ++c)
+          if (zf[std::size_t(i * (C + 1) + c)] > zf[std::size_t(i * (C + 1) + arg)]) arg = c;
+        const int y = lamf[std::size_t(i)] >= 0.5f ? ya[std::size_t(i)] : yb[std::size_t(i)];
+        if (y < 0 || y >= C) continue;
+        correct += arg == y;
+        ++conf[std::size_t(y * C + arg)];
+      }
+      CHECK(out.counts[0] == B);
+      CHECK(out.counts[1] == correct);
+      for (std::int64_t i = 0; i < C * C; ++i)
+        CHECK(out.counts[std::size_t(kernels::kLossCounts + i)] == conf[std::size_t(i)]);
+    }
+}
+
+TEST_CASE("fused loss, soft targets: lam = 1 gives the hard labels' bits, lam = 0 those of labels_b; both or neither") {
+  const std::int64_t B = 23, C = 4;
+  const auto z = testing::random_floats(std::size_t(B * (C + 1)), 41, -4, 4);
+  std::vector<float> ya, yb, t;
+  for (std::int64_t i = 0; i < B; ++i) {
+    ya.push_back(float(i % C));
+    yb.push_back(float((i * 5 + 2) % C));
+    t.push_back(float(i % 2));
+  }
+  const std::vector<float> cw{0.5f, 1.f, 2.f, 1.5f}, ones(std::size_t(B), 1.f), zeros(std::size_t(B), 0.f);
+  kernels::LeakLossDims d;
+  d.batch = B;
+  d.classes = int(C);
+  d.label_smoothing = 0.1f;
+  d.grad_scale = 0.5f;
+  const LossOut hard_a = run_loss(z, ya, nullptr, nullptr, t, cw, d, 2.f);
+  const LossOut hard_b = run_loss(z, yb, nullptr, nullptr, t, cw, d, 2.f);
+  const LossOut soft_1 = run_loss(z, ya, &yb, &ones, t, cw, d, 2.f);
+  const LossOut soft_0 = run_loss(z, ya, &yb, &zeros, t, cw, d, 2.f);
+  CHECK(soft_1.dl == hard_a.dl);
+  CHECK(soft_1.sums == hard_a.sums);
+  CHECK(soft_1.counts == hard_a.counts);
+  CHECK(soft_0.dl == hard_b.dl);
+  CHECK(soft_0.sums == hard_b.sums);
+  CHECK(soft_0.counts == hard_b.counts);
+  CHECK(hard_a.dl != hard_b.dl);  // the two label sets do differ
+  const Tensor logits = Tensor::from_floats(z, {B, C + 1}), lab = Tensor::from_floats(ya, {B}, DType::i32),
+               leak = Tensor::from_floats(t, {B}), lb = Tensor::from_floats(yb, {B}, DType::i32);
+  Tensor dl = Tensor::empty({B, C + 1}, DType::f32), sums = Tensor::zeros({kernels::kLossSums}, DType::f32),
+         counts = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32);
+  CHECK(testing::error_of([&] {
+          ops::leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, counts, nullptr, nullptr, &lb, nullptr);
+        }).find("labels_b and lam must be given together") != std::string::npos);
+}
