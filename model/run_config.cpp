@@ -299,6 +299,9 @@ void augment_fields(std::vector<Field>& v) {
   add(v, "augment.db_per_unit", &C::aug_db_per_unit, "0, or a number in (0, 100]",
       "dB per unit of the data's log-mel values (0: the data's db_per_unit attribute, else 1)",
       float_range(&C::aug_db_per_unit, 0, 100, false));
+  add(v, "augment.mixup_alpha", &C::aug_mixup_alpha, "a number in [0, 10]",
+      "mixup within the batch: Beta(alpha, alpha) weights, soft class and leak targets (0: off)",
+      float_range(&C::aug_mixup_alpha, 0, 10, false));
 }
 
 // The audio front-end of the training data ([frontend]): 0 = not known.

@@ -99,6 +99,7 @@ struct RunConfig {
   std::string aug_noise;                        // HDF5 file of noise segments (same mels x frames); "" = none
   std::vector<double> aug_noise_snr_db{0, 20};  // [lo, hi] dB
   double aug_db_per_unit = 0;                   // dB per unit of the data's values; 0: from the data (1 or 10)
+  double aug_mixup_alpha = 0;                   // mixup's Beta(alpha, alpha) (kernels/mixup.hpp); 0 = off
 
   // [frontend] How the training data's log-mel segments were made from audio
   // (audio/frontend_params.hpp): the trainer copies them from the training

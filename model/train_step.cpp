@@ -2,6 +2,7 @@
 
 #include "engine/counter_rng.hpp"
 
+#include <cmath>
 #include <cstring>
 
 #include "engine/error.hpp"
@@ -45,6 +46,8 @@ TrainStep::TrainStep(const TrainConfig& cfg, Device device, cudaStream_t stream)
            "train: {} class weights given for {} classes", cfg_.class_weights.size(), cfg_.model.classes);
   MF_CHECK(cfg_.label_smoothing >= 0.f && cfg_.label_smoothing <= 1.f,
            "train: label smoothing must be in [0, 1], found {}", cfg_.label_smoothing);
+  MF_CHECK(std::isfinite(cfg_.mixup_alpha) && cfg_.mixup_alpha >= 0.f,
+           "train: mixup_alpha must be finite and >= 0 (0: off), found {}", cfg_.mixup_alpha);
   cfg_.optim.dynamic_loss_scale = cfg_.precision == Precision::fp16;
   set_current(device);
 
@@ -81,6 +84,12 @@ TrainStep::TrainStep(const TrainConfig& cfg, Device device, cudaStream_t stream)
   if (cfg_.augment.noise_count > 0)
     noise_ = Tensor::from_floats(cfg_.augment_noise, {cfg_.augment.noise_count, mc.in_mels, mc.in_frames})
                  .to(device, stream);
+  if (cfg_.mixup_alpha > 0.f) {  // mixup's outputs: once here, nothing per step
+    mix_x_ = make({B, mc.in_mels, mc.in_frames, 1}, dtype_, device, stream, Layout::nhwc);
+    mix_labels_b_ = make({B}, DType::i32, device, stream);
+    mix_lam_ = make({B}, DType::f32, device, stream);
+    if (mc.leak_head) mix_leak_ = make({B}, DType::f32, device, stream);
+  }
   sums_ = make({kernels::kLossSums}, DType::f32, device, stream);
   counts_ = make({kernels::kLossCounts + std::int64_t(C) * C}, DType::i32, device, stream);
   step_loss_ = make({1}, DType::f32, device, stream);
@@ -129,17 +138,34 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   auto* st = static_cast<kernels::AdamWState*>(opt_state_.raw());
   Tensor x = in_x_.slice(j * B, (j + 1) * B);
   const Tensor labels = in_labels_.slice(j * B, (j + 1) * B);
-  const Tensor leak = in_leak_.slice(j * B, (j + 1) * B);
+  Tensor leak = in_leak_.slice(j * B, (j + 1) * B);
+  const std::uint64_t augment_seed = splitmix64_finalize(cfg_.seed ^ 0x6175676d656e74ull);  // "augment"
   if (cfg_.augment.any()) {  // training batches only: forward_eval never comes here
     Phase ph(timer_, "augment", stream);
     kernels::AugmentDims ad = cfg_.augment;
     ad.batch = B;
     ad.mels = mc.in_mels;
     ad.frames = mc.in_frames;
-    ad.seed = splitmix64_finalize(cfg_.seed ^ 0x6175676d656e74ull);  // "augment": not dropout's draws
+    ad.seed = augment_seed;  // not dropout's draws
     ad.stream = std::uint32_t(j);
     ad.first_sample = j * B;
     ops::augment(x, ad, ad.noise_count ? static_cast<const float*>(noise_.raw()) : nullptr, &st->iteration, stream);
+  }
+  const bool mix = cfg_.mixup_alpha > 0.f;
+  if (mix) {  // after the augmentation; the step then reads the mixed batch and soft targets
+    Phase ph(timer_, "mixup", stream);
+    kernels::MixupDims md;
+    md.batch = B;
+    md.elems = mc.in_mels * mc.in_frames;
+    md.alpha = cfg_.mixup_alpha;
+    md.seed = splitmix64_finalize(augment_seed);  // not augment's draws
+    md.stream = std::uint32_t(j);
+    md.first_sample = j * B;
+    Tensor no_leak;
+    ops::mixup(x, labels, mc.leak_head ? leak : no_leak, md, &st->iteration, mix_x_, mix_labels_b_, mix_lam_,
+               mc.leak_head ? mix_leak_ : no_leak, stream);
+    x = mix_x_;
+    if (mc.leak_head) leak = mix_leak_;
   }
 
   // Forward.
@@ -177,7 +203,8 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   {
     Phase ph(timer_, "loss", stream);
     ops::leak_loss(logits_, labels, leak, class_weight_.defined() && class_weight_.numel() ? &class_weight_ : nullptr,
-                 &st->loss_scale, ld, dlogits_, sums_, counts_, &step_loss_, stream);
+                 &st->loss_scale, ld, dlogits_, sums_, counts_, &step_loss_, stream, mix ? &mix_labels_b_ : nullptr,
+                 mix ? &mix_lam_ : nullptr);
   }
 
   // Backward.

@@ -56,6 +56,10 @@ struct TrainConfig {
   // (copied to the device once); empty with augment.noise_count = 0.
   kernels::AugmentDims augment;
   std::vector<float> augment_noise;
+  // mixup of each training micro-batch after the augmentation
+  // (kernels/mixup.hpp): Beta(alpha, alpha) weights, soft class and leak
+  // targets in the loss; 0 = off.
+  float mixup_alpha = 0;
 };
 
 struct StepMetrics {
@@ -134,6 +138,9 @@ class TrainStep {
   Tensor h_, hd_, logits_, dlogits_, dh_, dhd_;
   Tensor class_weight_;
   Tensor noise_;  // augmentation noise segments, f32 [n, mels, frames] (empty: none)
+  // mixup's outputs for the micro-batch (allocated once; empty with mixup off):
+  // the mixed input, the partners' labels, the weights, the mixed leak targets.
+  Tensor mix_x_, mix_labels_b_, mix_lam_, mix_leak_;
   Tensor sums_, counts_, step_loss_;
   Tensor opt_state_, opt_scratch_;
   cudaGraph_t graph_ = nullptr;

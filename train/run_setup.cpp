@@ -90,6 +90,7 @@ void set_augmentation(model::TrainConfig& tc, const model::RunConfig& cfg, const
   a.freq_mask_width = int(cfg.aug_freq_mask_width);
   a.time_shift = int(cfg.aug_time_shift);
   a.gain_db = float(cfg.aug_gain_db);
+  tc.mixup_alpha = float(cfg.aug_mixup_alpha);
   a.db_per_unit = float(cfg.aug_db_per_unit > 0 ? cfg.aug_db_per_unit : train.db_per_unit > 0 ? train.db_per_unit : 1.0);
   MF_CHECK(a.time_mask_width < train.frames && a.freq_mask_width < train.n_mels && a.time_shift < train.frames,
            "augment: time_mask_width {} and time_shift {} must be below the {} frames, freq_mask_width {} below the "

@@ -277,14 +277,14 @@ std::vector<unsigned char> check_resume_bit_identical(const std::string& tag, co
 
 TEST_CASE("resume: an interrupted run continued with --resume auto is bit-identical to an uninterrupted one") {
   const auto plain = check_resume_bit_identical("resume", "");
-  // Again with every augmentation on (masks, shift, gain, background noise):
-  // its draws come from the seed and the optimizer step, never from state
-  // that a resume could lose.
+  // Again with every augmentation on (masks, shift, gain, background noise,
+  // mixup): its draws come from the seed and the optimizer step, never from
+  // state that a resume could lose.
   const auto augmented = check_resume_bit_identical(
       "resume_aug",
       "--set augment.time_masks=2 --set augment.time_mask_width=3 --set augment.freq_masks=1 "
       "--set augment.freq_mask_width=2 --set augment.time_shift=2 --set augment.gain_db=4 "
-      "--set augment.noise={} --set augment.noise_snr_db=[0,10]");
+      "--set augment.noise={} --set augment.noise_snr_db=[0,10] --set augment.mixup_alpha=0.4");
   CHECK(plain != augmented);  // the augmentation did change what was trained on
 }
 
