@@ -65,7 +65,7 @@ TEST_CASE("the whole step: GPU vs CPU backend, graphs vs eager bit-identical, de
   }
 }
 
-TEST_CASE("the step with augmentation: the draws replay inside the graph, GPU vs CPU backend") {
+TEST_CASE("the step with augmentation and mixup: the draws replay inside the graph, GPU vs CPU backend") {
   Stream s(kGpu, "step-aug-test");
   model::TrainConfig cfg;
   cfg.model = testing::small_model(3);
@@ -83,6 +83,7 @@ TEST_CASE("the step with augmentation: the draws replay inside the graph, GPU vs
   a.noise_count = 3;
   a.snr_lo_db = 0;
   a.snr_hi_db = 12;
+  cfg.mixup_alpha = 0.4f;
   const std::int64_t seg = cfg.model.in_mels * cfg.model.in_frames;
   cfg.augment_noise.resize(std::size_t(a.noise_count * seg));
   for (std::size_t i = 0; i < cfg.augment_noise.size(); ++i) cfg.augment_noise[i] = float(i % 7) * 0.1f - 0.3f;
@@ -104,6 +105,7 @@ TEST_CASE("the step with augmentation: the draws replay inside the graph, GPU vs
     model::TrainConfig off = cfg;
     off.augment = {};
     off.augment_noise.clear();
+    off.mixup_alpha = 0;
     CHECK(std::memcmp(gpu_run(off, 4, s).data(), graphed.data(), graphed.size() * 4) != 0);
   }
 }
