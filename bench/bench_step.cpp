@@ -1,15 +1,24 @@
 // `melforge-bench step`: LeakCNN-64's full training step with the data already
 // on the device, batch 1024..8192, each precision: per-phase CUDA-event times
 // (eager), step time with and without the CUDA graph, TFLOP/s against a
-// measured cuBLAS BF16 GEMM peak.
+// measured cuBLAS BF16 GEMM peak. With --augment (issue 15), every
+// configuration is measured a second time in the same run with every
+// augmentation transform on (typical settings, augment_bench_dims below, and
+// mixup): the "augment" and "mixup" phases beside the others, their share of
+// the augmented graph step, and the graph step with and without augmentation
+// side by side. The augment kernel is first checked against its CPU twin.
 // `melforge-bench adamw`: the fused AdamW against one update launch per
 // parameter tensor and against the HBM roofline (a measured device copy).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "bench/bench_common.hpp"
 #include "bench/suites.hpp"
+#include "engine/counter_rng.hpp"
 #include "engine/device.hpp"
 #include "engine/error.hpp"
 #include "engine/stream.hpp"
@@ -26,6 +35,7 @@ struct StepOptions {
   std::vector<std::int64_t> batches{1024, 2048, 4096, 8192};
   std::vector<std::string> precisions{"fp32", "bf16", "fp16"};
   int steps = 20;
+  bool augment = false;  // also measure each configuration with every augmentation transform on
 };
 
 // Forward FLOPs per sample (multiply-add = 2) of a LeakCNN.
@@ -62,6 +72,142 @@ double bf16_gemm_peak_tflops(cudaStream_t s) {
   return 2.0 * n * double(n) * n / (ms * 1e-3) / 1e12;
 }
 
+// Typical settings of every transform (issue 15's benchmark): 2 time and 2
+// frequency masks of width <= 8, shift <= 8 frames, gain +-6 dB, 64 noise
+// segments at an SNR in [0, 20] dB, values in dB (db_per_unit 1). The noise
+// is a fixed pseudorandom pattern in [-40, 0] dB: the kernel's work does not
+// depend on the values. mixup (a separate op after augment) uses
+// kBenchMixupAlpha; its cost does not depend on alpha either.
+constexpr float kBenchMixupAlpha = 0.4f;
+
+kernels::AugmentDims augment_bench_dims() {
+  kernels::AugmentDims d;
+  d.time_masks = 2;
+  d.time_mask_width = 8;
+  d.freq_masks = 2;
+  d.freq_mask_width = 8;
+  d.time_shift = 8;
+  d.gain_db = 6;
+  d.noise_count = 64;
+  d.snr_lo_db = 0;
+  d.snr_hi_db = 20;
+  d.db_per_unit = 1;
+  return d;
+}
+
+std::vector<float> augment_bench_noise(std::int64_t count, std::int64_t mels, std::int64_t frames) {
+  std::vector<float> n(std::size_t(count * mels * frames));
+  std::uint64_t state = 0x6e6f697365ull;  // "noise"
+  for (float& v : n) v = float(-40.0 * unit_double(splitmix64_next(state)));
+  return n;
+}
+
+double ulp(double v, int bits) {  // of a float with `bits` significand bits (24: f32, 8: bf16)
+  int e = 0;
+  std::frexp(v == 0 ? 1e-30 : v, &e);
+  return std::ldexp(1.0, e - bits);
+}
+
+// The augment kernel against its CPU twin on a bf16 batch of 64x64 segments
+// with every transform on. They run the same f32 operations and differ only
+// where CUDA's expf/logf do (kernels/augment.hpp): the bound is 4 f32 ulp of
+// the sample's largest magnitude plus one bf16 ulp of the value (the two may
+// round apart), as in tests/kernels/test_augment_gpu.cpp. Returns the largest
+// error in units of that bound (<= 1: pass).
+double check_augment(cudaStream_t s) {
+  kernels::AugmentDims d = augment_bench_dims();
+  d.batch = 512;
+  d.mels = 64;
+  d.frames = 64;
+  d.seed = 0x5eed;
+  const std::int64_t seg = d.mels * d.frames;
+  const std::vector<float> noise = augment_bench_noise(d.noise_count, d.mels, d.frames);
+  std::vector<float> x(std::size_t(d.batch * seg));
+  std::uint64_t state = 0x78ull;
+  for (float& v : x) v = float(-80.0 + 80.0 * unit_double(splitmix64_next(state)));
+  const std::int32_t ctr = 7;
+  Tensor cx = Tensor::from_floats(x, {d.batch, d.mels, d.frames}, DType::bf16);
+  Tensor gx = cx.to(Device::cuda(0), s);
+  Tensor gn = Tensor::from_floats(noise, {std::int64_t(noise.size())}).to(Device::cuda(0), s);
+  Tensor gctr = Tensor::from_floats(std::vector<float>{float(ctr)}, {1}, DType::i32).to(Device::cuda(0), s);
+  ops::augment(gx, d, gn.data<float>(), gctr.data<std::int32_t>(), s);
+  MF_CUDA_CHECK(cudaStreamSynchronize(s));  // the copy of cx is done before the twin changes it
+  ops::augment(cx, d, noise.data(), &ctr);
+  const std::vector<float> want = cx.to_floats(), got = gx.to_floats();
+  double worst = 0;
+  for (std::int64_t b = 0; b < d.batch; ++b) {
+    const auto first = want.begin() + b * seg;
+    double amax = 0;
+    for (auto it = first; it != first + seg; ++it) amax = std::max(amax, double(std::fabs(*it)));
+    for (std::int64_t i = b * seg; i < (b + 1) * seg; ++i) {
+      const double bound = 4 * ulp(amax, 24) + ulp(want[std::size_t(i)], 8);
+      const double err = std::fabs(double(got[std::size_t(i)]) - double(want[std::size_t(i)]));
+      worst = std::max(worst, std::isfinite(err) ? err / bound : INFINITY);
+    }
+  }
+  return worst;
+}
+
+struct StepTimes {
+  double eager_ms = 0, graph_ms = 0;
+  std::map<std::string, double> phases;  // mean ms per call, eager steps
+};
+
+// One configuration: eager and graph step times (median of `steps`), and the
+// per-phase CUDA-event times of 5 eager steps. The augmented input is
+// augmented again in place every step (nothing refills it): its level drifts
+// (the noise adds up to 3 dB a step), which changes no work.
+StepTimes measure_step(model::TrainConfig cfg, cudaStream_t s, int steps, const std::string& what) {
+  StepTimes t;
+  for (int g = 0; g < 2; ++g) {
+    cfg.cuda_graph = g == 1;
+    model::TrainStep ts(cfg, Device::cuda(0), s);
+    ts.input_x().fill_bytes(0x3c, s);  // ~1.0 in f16/bf16 high bytes: any finite data will do
+    ts.input_labels().fill_bytes(0, s);
+    ts.input_leak().fill_bytes(0, s);
+    for (int i = 0; i < 3; ++i) ts.step(s);
+    (g ? t.graph_ms : t.eager_ms) = time_cuda_ms([&] { ts.step(s); }, s, 1, steps, false);
+    if (g == 0) {
+      EventTimer timer(Device::cuda(0));
+      ts.set_phase_timer(&timer);
+      for (int i = 0; i < 5; ++i) ts.step(s);
+      for (const auto& [name, st] : timer.collect()) t.phases[name] = st.mean_ms();
+      ts.set_phase_timer(nullptr);
+    }
+    const auto m = ts.read_metrics(s);
+    if (!std::isfinite(m.loss)) fmt::print("warning: non-finite loss in {}\n", what);
+  }
+  return t;
+}
+
+std::string phase_text(const std::map<std::string, double>& phases) {
+  std::string ph;
+  for (const auto& [name, t] : phases) ph += fmt::format(" {}={:.3f}", name, t);
+  return ph;
+}
+
+// The augmented measurement of one configuration: its JSON, and two lines.
+// Shares are of the augmented graph step (what the trainer replays); the
+// phases are CUDA-event times of eager steps. The step's increase also holds
+// what mixup's soft targets add to the loss and backward.
+nlohmann::json augment_report(const StepTimes& plain, const StepTimes& aug) {
+  const auto phase = [&](const char* name) {
+    const auto it = aug.phases.find(name);
+    return it == aug.phases.end() ? NAN : it->second;
+  };
+  const double aug_ms = phase("augment"), mix_ms = phase("mixup");
+  const double share = 100 * aug_ms / aug.graph_ms, mix_share = 100 * mix_ms / aug.graph_ms;
+  const double delta = 100 * (aug.graph_ms - plain.graph_ms) / plain.graph_ms;
+  fmt::print("       phases (ms, eager, augment on):{}\n", phase_text(aug.phases));
+  fmt::print("       augment {:.3f} ms = {:.2f}%, mixup {:.3f} ms = {:.2f}% of the augmented graph step; graph step "
+             "{:.3f} -> {:.3f} ms ({:+.2f}%), eager {:.3f} -> {:.3f} ms\n",
+             aug_ms, share, mix_ms, mix_share, plain.graph_ms, aug.graph_ms, delta, plain.eager_ms, aug.eager_ms);
+  return {{"eager_ms", aug.eager_ms},     {"graph_ms", aug.graph_ms},
+          {"phases_ms", aug.phases},      {"augment_ms", aug_ms},
+          {"augment_pct_of_step", share}, {"mixup_ms", mix_ms},
+          {"mixup_pct_of_step", mix_share}, {"graph_step_increase_pct", delta}};
+}
+
 void run_step_bench(const StepOptions& o) {
   if (!gpu_available()) {
     fmt::print("melforge-bench step: no GPU ({}); nothing to measure\n", gpu_info().why_none);
@@ -73,6 +219,22 @@ void run_step_bench(const StepOptions& o) {
   nlohmann::json res;
   res["bf16_gemm_peak_TFLOPs"] = peak;
   model::LeakCNNConfig mc;  // LeakCNN-64
+  if (o.augment) {
+    const kernels::AugmentDims a = augment_bench_dims();
+    const double check = check_augment(s);
+    fmt::print("augment: time_masks {} x {}, freq_masks {} x {}, time_shift {}, gain_db {}, {} noise segments at "
+               "[{}, {}] dB SNR, mixup_alpha {}; augment kernel vs CPU twin: largest error {:.3f} of the bound ({})\n",
+               a.time_masks, a.time_mask_width, a.freq_masks, a.freq_mask_width, a.time_shift, a.gain_db,
+               a.noise_count, a.snr_lo_db, a.snr_hi_db, kBenchMixupAlpha, check, check <= 1 ? "ok" : "FAILED");
+    MF_CHECK(check <= 1, "melforge-bench step: the augment kernel differs from its CPU twin by {:.3f} x the bound",
+             check);
+    res["augment_config"] = {{"time_masks", a.time_masks},   {"time_mask_width", a.time_mask_width},
+                             {"freq_masks", a.freq_masks},   {"freq_mask_width", a.freq_mask_width},
+                             {"time_shift", a.time_shift},   {"gain_db", a.gain_db},
+                             {"noise_count", a.noise_count}, {"noise_snr_db", {a.snr_lo_db, a.snr_hi_db}},
+                             {"db_per_unit", a.db_per_unit}, {"mixup_alpha", kBenchMixupAlpha},
+                             {"check_error_over_bound", check}};
+  }
   const double step_flops_per_sample = 3.0 * forward_flops(mc);  // forward + 2x backward (approx.)
   fmt::print("{:<6} {:>6} {:>12} {:>12} {:>10} {:>8}\n", "prec", "batch", "eager ms", "graph ms", "TFLOP/s", "% peak");
   for (const auto& pname : o.precisions)
@@ -81,34 +243,21 @@ void run_step_bench(const StepOptions& o) {
       cfg.model = mc;
       cfg.precision = model::parse_precision(pname);
       cfg.micro_batch = B;
-      double ms[2] = {0, 0};
-      std::map<std::string, double> phases;
-      for (int g = 0; g < 2; ++g) {
-        cfg.cuda_graph = g == 1;
-        model::TrainStep ts(cfg, Device::cuda(0), s);
-        ts.input_x().fill_bytes(0x3c, s);  // ~1.0 in f16/bf16 high bytes: any finite data will do
-        ts.input_labels().fill_bytes(0, s);
-        ts.input_leak().fill_bytes(0, s);
-        for (int i = 0; i < 3; ++i) ts.step(s);
-        ms[g] = time_cuda_ms([&] { ts.step(s); }, s, 1, o.steps, false);
-        if (g == 0) {
-          EventTimer timer(Device::cuda(0));
-          ts.set_phase_timer(&timer);
-          for (int i = 0; i < 5; ++i) ts.step(s);
-          for (const auto& [name, st] : timer.collect()) phases[name] = st.mean_ms();
-          ts.set_phase_timer(nullptr);
-        }
-        const auto m = ts.read_metrics(s);
-        if (!std::isfinite(m.loss)) fmt::print("warning: non-finite loss in {} batch {}\n", pname, B);
-      }
-      const double tflops = step_flops_per_sample * double(B) / (ms[1] * 1e-3) / 1e12;
-      fmt::print("{:<6} {:>6} {:>12.3f} {:>12.3f} {:>10.1f} {:>7.1f}%\n", pname, B, ms[0], ms[1], tflops,
+      const std::string what = fmt::format("{} batch {}", pname, B);
+      const StepTimes t = measure_step(cfg, s, o.steps, what);
+      const double tflops = step_flops_per_sample * double(B) / (t.graph_ms * 1e-3) / 1e12;
+      fmt::print("{:<6} {:>6} {:>12.3f} {:>12.3f} {:>10.1f} {:>7.1f}%\n", pname, B, t.eager_ms, t.graph_ms, tflops,
                  100 * tflops / peak);
-      std::string ph;
-      for (const auto& [name, t] : phases) ph += fmt::format(" {}={:.3f}", name, t);
-      fmt::print("       phases (ms, eager):{}\n", ph);
-      res["runs"].push_back({{"precision", pname}, {"batch", B}, {"eager_ms", ms[0]}, {"graph_ms", ms[1]},
-                             {"TFLOPs", tflops}, {"phases_ms", phases}});
+      fmt::print("       phases (ms, eager):{}\n", phase_text(t.phases));
+      nlohmann::json run = {{"precision", pname}, {"batch", B},         {"eager_ms", t.eager_ms},
+                            {"graph_ms", t.graph_ms}, {"TFLOPs", tflops}, {"phases_ms", t.phases}};
+      if (o.augment) {
+        cfg.augment = augment_bench_dims();
+        cfg.augment_noise = augment_bench_noise(cfg.augment.noise_count, mc.in_mels, mc.in_frames);
+        cfg.mixup_alpha = kBenchMixupAlpha;
+        run["augment"] = augment_report(t, measure_step(cfg, s, o.steps, what + " (augment)"));
+      }
+      res["runs"].push_back(run);
     }
   if (!common().no_write) fmt::print("wrote {}\n", write_results(common().out_dir, "step", res));
 }
@@ -189,6 +338,10 @@ void register_step(CLI::App& app) {
   cmd->add_option("--batch", o.batches, "Batch sizes")->capture_default_str();
   cmd->add_option("--precision", o.precisions, "Precisions (fp32, bf16, fp16)")->capture_default_str();
   cmd->add_option("--steps", o.steps, "Timed steps per configuration")->capture_default_str();
+  cmd->add_flag("--augment", o.augment,
+                "Also measure each configuration with every augmentation transform on (masks 2x8 + 2x8, shift 8, "
+                "gain 6 dB, 64 noise segments at 0-20 dB SNR, mixup 0.4): the augment and mixup phases and the step "
+                "with and without");
   cmd->callback([] { run_step_bench(o); });
   auto* ad = app.add_subcommand("adamw", "Fused AdamW vs one launch per tensor vs the HBM roofline");
   ad->callback(run_adamw_bench);
