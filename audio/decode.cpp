@@ -261,9 +261,13 @@ std::vector<float> resample(std::span<const float> x, double from_rate, double t
 // whole file is read: every output sample of soxr depends on input well past
 // it (the filter's delay), and the samples must equal whole-file resampling
 // as librosa.load produces them.
+MonoAudio decode_mono_for(const std::filesystem::path& path, std::int64_t rate, std::int64_t max_frames_at_rate) {
+  return decode(path, [&](std::int64_t native) { return native == rate ? max_frames_at_rate : -1; });
+}
+
 MonoAudio load_mono(const std::filesystem::path& path, std::int64_t rate, std::int64_t max_frames_at_rate) {
   MF_CHECK(rate > 0, "load_mono: expected a positive sample rate, found {}", rate);
-  MonoAudio a = decode(path, [&](std::int64_t native) { return native == rate ? max_frames_at_rate : -1; });
+  MonoAudio a = decode_mono_for(path, rate, max_frames_at_rate);
   if (a.sample_rate != rate) {
     a.samples = resample(a.samples, double(a.sample_rate), double(rate));
     a.sample_rate = rate;

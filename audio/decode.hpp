@@ -35,6 +35,13 @@ struct MonoAudio {
 // that many frames (a prefix); -1 reads the whole file. Throws AudioError.
 MonoAudio decode_mono(const std::filesystem::path& path, std::int64_t max_frames = -1);
 
+// decode_mono reading only what a caller resampling to `rate` needs: at most
+// max_frames_at_rate frames when the file is already at `rate` (-1: all),
+// the whole file otherwise (soxr's output near a cut depends on where the
+// input ends). load_mono is this, then resample; the feature pipeline calls
+// the two itself to time them apart.
+MonoAudio decode_mono_for(const std::filesystem::path& path, std::int64_t rate, std::int64_t max_frames_at_rate);
+
 // Resamples with libsoxr (SOXR_HQ, as python-soxr's 'HQ'); rates equal: a copy.
 std::vector<float> resample(std::span<const float> x, double from_rate, double to_rate);
 

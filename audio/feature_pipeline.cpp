@@ -119,7 +119,7 @@ struct FeaturePipeline::Impl {
     const auto& p = opt.frontend;
     try {
       auto t0 = Clock::now();
-      MonoAudio a = decode_mono(path);
+      MonoAudio a = decode_mono_for(path, p.sample_rate, W);  // a prefix when no resampling follows
       dec_s += seconds_since(t0);
       out.audio_seconds = double(a.file_frames) / double(a.sample_rate);
       t0 = Clock::now();

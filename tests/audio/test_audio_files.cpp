@@ -162,11 +162,9 @@ void write_class_folders(const std::filesystem::path& root, const std::vector<st
       s.channels = 1 + i % 2;
       s.frequency_hz = 300 + 700 * double(c) + 13 * i;
       s.seed = std::uint64_t(c * 100 + std::size_t(i));
-      write_test_audio(root / classes[c] / fmt::format("f{:02d}{}", i, file_extension(f)), f,
-                                    s);
+      write_test_audio(root / classes[c] / fmt::format("f{:02d}{}", i, file_extension(f)), f, s);
     }
   }
 }
-
 
 }  // namespace mf::testing

@@ -29,6 +29,7 @@
 #include "audio/logmel.hpp"
 #include "audio/mel_filterbank.hpp"
 #include "engine/parallel.hpp"
+#include "tests/audio/logmel_testing.hpp"
 #include "tests/support/testing.hpp"
 
 using namespace mf;
@@ -37,25 +38,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-FrontendParams params(std::int64_t sr, std::int64_t n_fft, std::int64_t hop, std::int64_t n_mels, double fmin,
-                      double fmax, std::int64_t frames = 1, std::int64_t n_long = 1, std::int64_t n_short = 1) {
-  FrontendParams p;
-  p.sample_rate = sr;
-  p.n_fft = n_fft;
-  p.hop_length = hop;
-  p.n_mels = n_mels;
-  p.fmin = fmin;
-  p.fmax = fmax;
-  p.frames = frames;
-  p.long_segments = n_long;
-  p.short_segments = n_short;
-  return p;
-}
-
-std::string describe(const FrontendParams& p) {
-  return fmt::format("sr {} n_fft {} hop {} n_mels {} fmin {} fmax {} frames {} L {} S {}", p.sample_rate, p.n_fft,
-                     p.hop_length, p.n_mels, p.fmin, p.fmax_hz(), p.frames, p.long_segments, p.short_segments);
-}
+using testing::logmel::describe;
+using testing::logmel::params;
 
 // A scratch directory for the oracle's files, removed at the end.
 struct ScratchDir {

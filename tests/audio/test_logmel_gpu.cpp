@@ -38,6 +38,7 @@
 #include "audio/mel_filterbank.hpp"
 #include "engine/stream.hpp"
 #include "engine/tensor.hpp"
+#include "tests/audio/logmel_testing.hpp"
 #include "tests/support/testing.hpp"
 
 using namespace mf;
@@ -49,25 +50,8 @@ const Device kGpu = Device::cuda(0);
 constexpr double kFloorDb = 2e-4;
 constexpr double kFftCoeff = 1e-5;
 
-FrontendParams params(std::int64_t sr, std::int64_t n_fft, std::int64_t hop, std::int64_t n_mels, double fmin,
-                      double fmax, std::int64_t frames, std::int64_t n_long, std::int64_t n_short) {
-  FrontendParams p;
-  p.sample_rate = sr;
-  p.n_fft = n_fft;
-  p.hop_length = hop;
-  p.n_mels = n_mels;
-  p.fmin = fmin;
-  p.fmax = fmax;
-  p.frames = frames;
-  p.long_segments = n_long;
-  p.short_segments = n_short;
-  return p;
-}
-
-std::string describe(const FrontendParams& p) {
-  return fmt::format("sr {} n_fft {} hop {} n_mels {} fmin {} fmax {} frames {} L {} S {}", p.sample_rate, p.n_fft,
-                     p.hop_length, p.n_mels, p.fmin, p.fmax_hz(), p.frames, p.long_segments, p.short_segments);
-}
+using testing::logmel::describe;
+using testing::logmel::params;
 
 void add_tone(std::vector<float>& y, double sr, double hz, double amplitude, double phase) {
   for (std::size_t i = 0; i < y.size(); ++i)

@@ -16,6 +16,7 @@
 
 #include "engine/parallel.hpp"
 #include "kernels/ops.hpp"
+#include "tests/kernels/augment_testing.hpp"
 #include "tests/support/testing.hpp"
 
 using namespace mf;
@@ -34,13 +35,7 @@ AugmentDims dims(std::int64_t batch, std::int64_t mels, std::int64_t frames) {
   return d;
 }
 
-// The op on a CPU tensor holding x (converted to t); returns the result as floats.
-std::vector<float> run(const AugmentDims& d, DType t, const std::vector<float>& x, const std::vector<float>& noise,
-                       std::int32_t ctr) {
-  Tensor tx = Tensor::from_floats(x, {d.batch, d.mels, d.frames}, t);
-  ops::augment(tx, d, noise.empty() ? nullptr : noise.data(), &ctr);
-  return tx.to_floats();
-}
+const auto& run = testing::augment_on_cpu;
 
 // x's values as the op sees them (rounded to t).
 std::vector<float> rounded(const std::vector<float>& x, DType t) {

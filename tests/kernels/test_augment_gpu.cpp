@@ -17,6 +17,7 @@
 
 #include "engine/stream.hpp"
 #include "kernels/ops.hpp"
+#include "tests/kernels/augment_testing.hpp"
 #include "tests/support/testing.hpp"
 
 using namespace mf;
@@ -49,12 +50,7 @@ AugmentDims everything(std::int64_t batch, std::int64_t mels, std::int64_t frame
   return d;
 }
 
-std::vector<float> twin(const AugmentDims& d, DType t, const std::vector<float>& x, const std::vector<float>& noise,
-                        std::int32_t ctr) {
-  Tensor tx = Tensor::from_floats(x, {d.batch, d.mels, d.frames}, t);
-  ops::augment(tx, d, noise.empty() ? nullptr : noise.data(), &ctr);
-  return tx.to_floats();
-}
+const auto& twin = testing::augment_on_cpu;
 
 Tensor device_counter(std::int32_t ctr, Stream& s) {
   return Tensor::from_floats(std::vector<float>{float(ctr)}, {1}, DType::i32).to(kGpu, s);

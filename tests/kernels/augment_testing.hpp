@@ -1,0 +1,21 @@
+// Shared by the augment op's suites (test_augment.cpp, test_augment_gpu.cpp).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/tensor.hpp"
+#include "kernels/ops.hpp"
+
+namespace mf::testing {
+
+// The op's CPU twin on a tensor holding x (converted to t), counter `ctr`;
+// returns the result as floats.
+inline std::vector<float> augment_on_cpu(const kernels::AugmentDims& d, DType t, const std::vector<float>& x,
+                                         const std::vector<float>& noise, std::int32_t ctr) {
+  Tensor tx = Tensor::from_floats(x, {d.batch, d.mels, d.frames}, t);
+  ops::augment(tx, d, noise.empty() ? nullptr : noise.data(), &ctr);
+  return tx.to_floats();
+}
+
+}  // namespace mf::testing
