@@ -95,4 +95,81 @@ void mixup(const Tensor& x, const Tensor& labels, const Tensor& leak, const kern
            const std::int32_t* counter, Tensor& x_out, Tensor& labels_b, Tensor& lam, Tensor& leak_out,
            cudaStream_t stream = nullptr);
 
+// ---- the CNN stack's ops (model/cnn_stack.hpp): kernels/conv2d.hpp,
+// batch_norm.hpp, pooling.hpp, attentive_pool.hpp. Activations are nhwc
+// [N, H, W, C] in the working dtype T (f32, bf16 or f16); parameters in T;
+// statistics and parameter gradients f32; accumulation in f32. Each op is
+// deterministic (fixed-order reductions, no floating-point atomics) and its
+// CPU twin gives the same bits for any thread count.
+
+// conv2d: y = act(conv(x, w) + b), k x k (k odd), stride 1 or 2, zero padding
+// k/2. x [N, H, W, Cin]; w [Cout, k, k, Cin] (OHWI); b [Cout] or null (no
+// bias); y [N, OH, OW, Cout] with OH = (H - 1) / stride + 1 (PyTorch's
+// floor((H + 2*(k/2) - k) / stride) + 1), OW likewise.
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* b, int stride, bool relu, Tensor& y,
+                    cudaStream_t stream = nullptr);
+// dx [N, H, W, Cin] or null (the first layer); dw f32 [Cout, k, k, Cin] and
+// db f32 [Cout] (or null: no bias) overwritten. With relu, dy is first
+// overwritten by dy * (y > 0), y being the forward's output (undefined
+// without relu).
+void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& dy, int stride, bool relu,
+                     Tensor* dx, Tensor& dw, Tensor* db, cudaStream_t stream = nullptr);
+
+// Batch normalisation over N, H, W per channel (the last dim C of x, any rank
+// >= 2), with an optional residual add and ReLU after the affine:
+//   y = act(gamma * (x - mean) * invstd + beta + residual).
+// Training: mean and the biased variance of this batch, invstd =
+// 1 / sqrt(var + eps); save_mean and save_invstd f32 [C] keep them for the
+// backward; running_mean/var f32 [C] updated in place as PyTorch does
+// (r = (1 - momentum) * r + momentum * s, the unbiased variance for
+// running_var). residual: same shape and dtype as x, or null.
+void batch_norm_train_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, float momentum,
+                              Tensor& running_mean, Tensor& running_var, Tensor& save_mean, Tensor& save_invstd,
+                              const Tensor* residual, bool relu, Tensor& y, cudaStream_t stream = nullptr);
+// Inference with the running statistics (same epilogue).
+void batch_norm_eval_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                             const Tensor& running_var, float eps, const Tensor* residual, bool relu, Tensor& y,
+                             cudaStream_t stream = nullptr);
+// The training forward's backward. With relu, dy is first overwritten by
+// dy * (y > 0) (then dy is also the residual's gradient). dx (x's shape and
+// dtype), dgamma and dbeta (f32 [C], overwritten).
+void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                         const Tensor& y, Tensor& dy, bool relu, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                         cudaStream_t stream = nullptr);
+
+// Max pool p x p, stride p, floor (kernels/conv_relu_pool.hpp's rules, without
+// the ReLU): x [N, H, W, C] -> y [N, H/p, W/p, C]; code u8 (y's shape) the
+// winner's position in its window, or null when no backward follows.
+void max_pool_forward(const Tensor& x, int pool, Tensor& y, Tensor* code, cudaStream_t stream = nullptr);
+// dx [N, H, W, C] overwritten (zero where no window's winner).
+void max_pool_backward(const Tensor& dy, const Tensor& code, int pool, Tensor& dx, cudaStream_t stream = nullptr);
+// Mean over H and W: x [N, H, W, C] -> y [N, C]; backward dx = dy / (H*W).
+void global_avg_pool_forward(const Tensor& x, Tensor& y, cudaStream_t stream = nullptr);
+void global_avg_pool_backward(const Tensor& dy, Tensor& dx, cudaStream_t stream = nullptr);
+// Squeeze-excitation's channel gate with the residual block's epilogue:
+//   y = act(x * sigmoid(g) + residual), x [N, H, W, C], g [N, C] (logits),
+// residual x's shape or null.
+void channel_gate_forward(const Tensor& x, const Tensor& g, const Tensor* residual, bool relu, Tensor& y,
+                          cudaStream_t stream = nullptr);
+// With relu, dy is first overwritten by dy * (y > 0). dx (x's shape), dg
+// [N, C] (g's dtype) = sum over H, W of dy * x, times sigmoid'(g).
+void channel_gate_backward(const Tensor& x, const Tensor& g, const Tensor& y, Tensor& dy, bool relu, Tensor& dx,
+                           Tensor& dg, cudaStream_t stream = nullptr);
+// dst += src, any float dtype (same shape, dtype and device), summed in f32
+// and rounded once.
+void add_inplace(const Tensor& src, Tensor& dst, cudaStream_t stream = nullptr);
+
+// Self-attentive (statistics) pooling over time (kernels/attentive_pool.hpp):
+// x [N, H, W, C] (H mels, W frames) is averaged over H, then
+// e_t = v . tanh(w x_t + b), alpha = softmax_t(e), mu = sum_t alpha_t x_t and,
+// with stats, sigma = sqrt(max(sum_t alpha_t x_t^2 - mu^2, 1e-5)):
+// y [N, C] (mu) or [N, 2C] (mu, sigma). w [A, C], b [A], v [A]; saved f32
+// [kernels::attentive_pool_saved_elems(...)] keeps what the backward needs.
+void attentive_pool_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& v, bool stats,
+                            Tensor& y, Tensor* saved, cudaStream_t stream = nullptr);
+// dx (x's shape and dtype); dw, db, dv f32, overwritten.
+void attentive_pool_backward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& v, bool stats,
+                             const Tensor& saved, const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db, Tensor& dv,
+                             cudaStream_t stream = nullptr);
+
 }  // namespace mf::ops

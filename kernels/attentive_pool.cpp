@@ -1,0 +1,1 @@
+// placeholder: the helper building kernels/attentive_pool replaces this file

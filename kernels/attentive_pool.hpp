@@ -1,0 +1,2 @@
+// placeholder: the helper building kernels/attentive_pool replaces this file
+#pragma once
