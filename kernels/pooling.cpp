@@ -1,1 +1,232 @@
-// placeholder: the helper building kernels/pooling replaces this file
+// CPU twin of the pooling and elementwise ops (kernels/pooling.hpp has the
+// contracts). Work is split over outputs (rows of y or dx, or whole samples
+// for the reductions), each written by exactly one thread, and the reductions
+// follow pooling.hpp's fixed lane order, so the bits do not depend on the
+// thread count.
+#include "kernels/pooling.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "engine/error.hpp"
+#include "engine/parallel.hpp"
+
+namespace mf::kernels {
+
+namespace {
+
+// Calls f(T{}) with the storage type of dtype.
+template <class F>
+void with_float_type(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case DType::f32: return f(float{});
+    case DType::bf16: return f(bf16{});
+    case DType::f16: return f(f16{});
+    default: break;
+  }
+  MF_THROW("{}: dtype {} is not f32, bf16 or f16", op, dtype_name(dtype));
+}
+
+// Rows of `width` elements per parallel chunk so a chunk holds ~16k elements.
+std::int64_t grain_for(std::int64_t width) { return std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(width, 1)); }
+
+template <class T>
+void max_pool_fwd(const PoolingDims& d, int p, const T* x, T* y, std::uint8_t* code) {
+  const int ph = d.h / p, pw = d.w / p, C = d.c;
+  parallel_for(d.n * ph, [&](std::int64_t r0, std::int64_t r1) {
+    std::vector<float> best(static_cast<std::size_t>(C));
+    std::vector<std::uint8_t> pos(static_cast<std::size_t>(C));
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const std::int64_t n = r / ph;
+      const int oh = int(r % ph);
+      for (int ow = 0; ow < pw; ++ow) {
+        for (int i = 0; i < p; ++i)
+          for (int j = 0; j < p; ++j) {
+            const T* xr = x + ((n * d.h + oh * p + i) * d.w + ow * p + j) * C;
+            const auto here = std::uint8_t(i * p + j);
+            for (int c = 0; c < C; ++c) {
+              const float v = to_f32(xr[c]);
+              // PyTorch's rule: strictly greater wins (ties keep the first), NaN always wins.
+              if (here == 0 || v > best[c] || std::isnan(v)) {
+                best[c] = v;
+                pos[c] = here;
+              }
+            }
+          }
+        const std::int64_t o = (r * pw + ow) * C;
+        for (int c = 0; c < C; ++c) {
+          y[o + c] = from_f32<T>(best[c]);  // exact: best holds a value of T
+          if (code) code[o + c] = pos[c];
+        }
+      }
+    }
+  }, grain_for(std::int64_t(d.w) * C * p));
+}
+
+template <class T>
+void max_pool_bwd(const PoolingDims& d, int p, const T* dy, const std::uint8_t* code, T* dx) {
+  const int ph = d.h / p, pw = d.w / p, C = d.c;
+  parallel_for(d.n * d.h, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const std::int64_t n = r / d.h;
+      const int h = int(r % d.h), oh = h / p;
+      T* out = dx + r * d.w * C;
+      for (int w = 0; w < d.w; ++w) {
+        const int ow = w / p;
+        const bool in_window = oh < ph && ow < pw;
+        const auto here = std::uint8_t((h % p) * p + w % p);
+        const std::int64_t o = ((n * ph + oh) * pw + ow) * C;
+        for (int c = 0; c < C; ++c)
+          out[std::int64_t(w) * C + c] = (in_window && code[o + c] == here) ? dy[o + c] : from_f32<T>(0.f);
+      }
+    }
+  }, grain_for(std::int64_t(d.w) * C));
+}
+
+// partial[lane * C + c] += v(i, c) for the positions of one sample, then the
+// lanes combined in order: pooling.hpp's fixed reduction order.
+template <class V>
+void lane_sums(std::int64_t hw, int C, std::vector<float>& partial, std::vector<float>& sum, V&& v) {
+  std::fill(partial.begin(), partial.end(), 0.f);
+  for (std::int64_t i = 0; i < hw; ++i) {
+    float* acc = partial.data() + (i % kPoolLanes) * C;
+    for (int c = 0; c < C; ++c) acc[c] += v(i, c);
+  }
+  for (int c = 0; c < C; ++c) {
+    float s = partial[std::size_t(c)];
+    for (int l = 1; l < kPoolLanes; ++l) s += partial[std::size_t(l) * C + c];
+    sum[std::size_t(c)] = s;
+  }
+}
+
+template <class T>
+void gap_fwd(const PoolingDims& d, const T* x, T* y) {
+  const int C = d.c;
+  const std::int64_t hw = d.hw();
+  parallel_for(d.n, [&](std::int64_t n0, std::int64_t n1) {
+    std::vector<float> partial(std::size_t(kPoolLanes) * C), sum(static_cast<std::size_t>(C));
+    for (std::int64_t n = n0; n < n1; ++n) {
+      const T* xn = x + n * hw * C;
+      lane_sums(hw, C, partial, sum, [&](std::int64_t i, int c) { return to_f32(xn[i * C + c]); });
+      for (int c = 0; c < C; ++c) y[n * C + c] = from_f32<T>(sum[std::size_t(c)] / float(hw));
+    }
+  });
+}
+
+template <class T>
+void gap_bwd(const PoolingDims& d, const T* dy, T* dx) {
+  const int C = d.c;
+  const std::int64_t hw = d.hw();
+  parallel_for(d.n * hw, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const T* g = dy + (r / hw) * C;
+      for (int c = 0; c < C; ++c) dx[r * C + c] = from_f32<T>(to_f32(g[c]) / float(hw));
+    }
+  }, grain_for(C));
+}
+
+template <class T>
+void gate_fwd(const PoolingDims& d, bool relu, const T* x, const T* g, const T* res, T* y) {
+  const int C = d.c;
+  const std::int64_t rows = d.n * d.h, width = std::int64_t(d.w) * C;
+  parallel_for(rows, [&](std::int64_t r0, std::int64_t r1) {
+    std::vector<float> s(static_cast<std::size_t>(C));
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const std::int64_t n = r / d.h;
+      for (int c = 0; c < C; ++c) s[std::size_t(c)] = stable_sigmoid(to_f32(g[n * C + c]));
+      for (std::int64_t k = r * width; k < (r + 1) * width; ++k) {
+        float v = to_f32(x[k]) * s[std::size_t(k % C)];
+        if (res) v += to_f32(res[k]);
+        y[k] = from_f32<T>(relu ? relu_keep_nan(v) : v);
+      }
+    }
+  }, grain_for(width));
+}
+
+template <class T>
+void gate_bwd(const PoolingDims& d, bool relu, const T* x, const T* g, const T* y, T* dy, T* dx, T* dg) {
+  const int C = d.c;
+  const std::int64_t hw = d.hw();
+  parallel_for(d.n, [&](std::int64_t n0, std::int64_t n1) {
+    std::vector<float> s(static_cast<std::size_t>(C)), partial(std::size_t(kPoolLanes) * C), sum(static_cast<std::size_t>(C));
+    for (std::int64_t n = n0; n < n1; ++n) {
+      for (int c = 0; c < C; ++c) s[std::size_t(c)] = stable_sigmoid(to_f32(g[n * C + c]));
+      const std::int64_t base = n * hw * C;
+      lane_sums(hw, C, partial, sum, [&](std::int64_t i, int c) {
+        const std::int64_t k = base + i * C + c;
+        if (relu && !(to_f32(y[k]) > 0.f)) dy[k] = from_f32<T>(0.f);
+        const float gy = to_f32(dy[k]);
+        dx[k] = from_f32<T>(gy * s[std::size_t(c)]);
+        return gy * to_f32(x[k]);
+      });
+      for (int c = 0; c < C; ++c) dg[n * C + c] = from_f32<T>(channel_gate_dg(sum[std::size_t(c)], to_f32(g[n * C + c])));
+    }
+  });
+}
+
+template <class T>
+void add_f32(std::int64_t n, const T* src, T* dst) {
+  parallel_for(n, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) dst[i] = from_f32<T>(to_f32(dst[i]) + to_f32(src[i]));
+  }, 1 << 14);
+}
+
+}  // namespace
+
+void max_pool_forward_cpu(const PoolingDims& d, int pool, DType dtype, const void* x, void* y,
+                          std::uint8_t* code, cudaStream_t) {
+  with_float_type(dtype, "max_pool_forward_cpu", [&](auto tag) {
+    using T = decltype(tag);
+    max_pool_fwd(d, pool, static_cast<const T*>(x), static_cast<T*>(y), code);
+  });
+}
+
+void max_pool_backward_cpu(const PoolingDims& d, int pool, DType dtype, const void* dy, const std::uint8_t* code,
+                           void* dx, cudaStream_t) {
+  with_float_type(dtype, "max_pool_backward_cpu", [&](auto tag) {
+    using T = decltype(tag);
+    max_pool_bwd(d, pool, static_cast<const T*>(dy), code, static_cast<T*>(dx));
+  });
+}
+
+void global_avg_pool_forward_cpu(const PoolingDims& d, DType dtype, const void* x, void* y, cudaStream_t) {
+  with_float_type(dtype, "global_avg_pool_forward_cpu", [&](auto tag) {
+    using T = decltype(tag);
+    gap_fwd(d, static_cast<const T*>(x), static_cast<T*>(y));
+  });
+}
+
+void global_avg_pool_backward_cpu(const PoolingDims& d, DType dtype, const void* dy, void* dx, cudaStream_t) {
+  with_float_type(dtype, "global_avg_pool_backward_cpu", [&](auto tag) {
+    using T = decltype(tag);
+    gap_bwd(d, static_cast<const T*>(dy), static_cast<T*>(dx));
+  });
+}
+
+void channel_gate_forward_cpu(const PoolingDims& d, bool relu, DType dtype, const void* x, const void* g,
+                              const void* residual, void* y, cudaStream_t) {
+  with_float_type(dtype, "channel_gate_forward_cpu", [&](auto tag) {
+    using T = decltype(tag);
+    gate_fwd(d, relu, static_cast<const T*>(x), static_cast<const T*>(g), static_cast<const T*>(residual),
+             static_cast<T*>(y));
+  });
+}
+
+void channel_gate_backward_cpu(const PoolingDims& d, bool relu, DType dtype, const void* x, const void* g,
+                               const void* y, void* dy, void* dx, void* dg, cudaStream_t) {
+  with_float_type(dtype, "channel_gate_backward_cpu", [&](auto tag) {
+    using T = decltype(tag);
+    gate_bwd(d, relu, static_cast<const T*>(x), static_cast<const T*>(g), static_cast<const T*>(y),
+             static_cast<T*>(dy), static_cast<T*>(dx), static_cast<T*>(dg));
+  });
+}
+
+void add_inplace_cpu(std::int64_t n, DType dtype, const void* src, void* dst, cudaStream_t) {
+  with_float_type(dtype, "add_inplace_cpu", [&](auto tag) {
+    using T = decltype(tag);
+    add_f32(n, static_cast<const T*>(src), static_cast<T*>(dst));
+  });
+}
+
+}  // namespace mf::kernels
