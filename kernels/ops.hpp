@@ -122,20 +122,26 @@ void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& 
 // 1 / sqrt(var + eps); save_mean and save_invstd f32 [C] keep them for the
 // backward; running_mean/var f32 [C] updated in place as PyTorch does
 // (r = (1 - momentum) * r + momentum * s, the unbiased variance for
-// running_var). residual: same shape and dtype as x, or null.
+// running_var; M = N*H*W >= 2). residual: same shape and dtype as x, or null.
+// scratch: f32 with >= kernels::batch_norm_scratch_elems(M, C) elements on
+// x's device (the GPU's per-chunk partials), or null: the CPU needs none; on
+// a GPU a null scratch is allocated per call, refused while the stream is
+// being captured into a CUDA graph (pass one allocated before the capture).
 void batch_norm_train_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, float momentum,
                               Tensor& running_mean, Tensor& running_var, Tensor& save_mean, Tensor& save_invstd,
-                              const Tensor* residual, bool relu, Tensor& y, cudaStream_t stream = nullptr);
+                              const Tensor* residual, bool relu, Tensor& y, cudaStream_t stream = nullptr,
+                              Tensor* scratch = nullptr);
 // Inference with the running statistics (same epilogue).
 void batch_norm_eval_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                              const Tensor& running_var, float eps, const Tensor* residual, bool relu, Tensor& y,
                              cudaStream_t stream = nullptr);
 // The training forward's backward. With relu, dy is first overwritten by
 // dy * (y > 0) (then dy is also the residual's gradient). dx (x's shape and
-// dtype), dgamma and dbeta (f32 [C], overwritten).
+// dtype), dgamma and dbeta (f32 [C], overwritten). y is read only with relu
+// (may be undefined without). scratch: as for the training forward.
 void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
                          const Tensor& y, Tensor& dy, bool relu, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
-                         cudaStream_t stream = nullptr);
+                         cudaStream_t stream = nullptr, Tensor* scratch = nullptr);
 
 // Max pool p x p, stride p, floor (kernels/conv_relu_pool.hpp's rules, without
 // the ReLU): x [N, H, W, C] -> y [N, H/p, W/p, C]; code u8 (y's shape) the

@@ -1,1 +1,167 @@
-// placeholder: the helper building kernels/batch_norm replaces this file (dispatch: kernels/ops.hpp)
+// Dispatch of batch_norm_train_forward / batch_norm_eval_forward /
+// batch_norm_backward (kernels/ops.hpp; layouts and rules in
+// kernels/batch_norm.hpp): validate shapes, dtypes and devices with errors
+// that name what was expected and found, then run the CPU twin or the CUDA
+// kernels by the tensors' device. x [..., C] is flattened to [M, C].
+#include <cmath>
+
+#include "engine/error.hpp"
+#include "kernels/batch_norm.hpp"
+#include "kernels/ops.hpp"
+
+namespace mf::ops {
+
+namespace {
+
+bool given(const Tensor* t) { return t && t->defined(); }
+
+// Checks that t has x's shape, dtype and device.
+void check_like_x(const Tensor& t, const Tensor& x, const char* op, const char* what) {
+  MF_CHECK(t.shape() == x.shape(), "{}: {} must have x's shape {}, found {}", op, what, shape_str(x.shape()),
+           t.str());
+  MF_CHECK(t.dtype() == x.dtype(), "{}: {} must have x's dtype {}, found {}", op, what, dtype_name(x.dtype()),
+           t.str());
+  check_same_device({&x, &t}, op);
+}
+
+// Validates x, gamma and eps; returns the dims they imply.
+kernels::BatchNormDims bn_dims(const Tensor& x, const Tensor& gamma, float eps, bool relu, const char* op) {
+  MF_CHECK(x.ndim() >= 2, "{}: x must be [..., C] with at least 2 dimensions (nhwc [N, H, W, C]), found {}", op,
+           x.str());
+  MF_CHECK(dtype_is_float(x.dtype()), "{}: x must be f32, bf16 or f16, found {}", op, x.str());
+  const std::int64_t C = x.size(x.ndim() - 1);
+  MF_CHECK(C >= 1 && C <= (1 << 20), "{}: x must have 1..{} channels (its last dimension), found {}", op, 1 << 20,
+           x.str());
+  MF_CHECK(std::isfinite(eps) && eps >= 0.f, "{}: eps must be finite and >= 0, found {}", op, eps);
+  check_shape(gamma, {C}, op, "gamma ([C], C = x's last dimension)");
+  check_dtype(gamma, x.dtype(), op, "gamma (same dtype as x)");
+  check_same_device({&x, &gamma}, op);
+  kernels::BatchNormDims d;
+  d.m = x.numel() / C;
+  d.c = int(C);
+  d.eps = eps;
+  d.relu = relu;
+  return d;
+}
+
+// The forwards' beta, residual and y.
+void check_forward_io(const kernels::BatchNormDims& d, const Tensor& x, const Tensor& beta, const Tensor* residual,
+                      const Tensor& y, const char* op) {
+  check_shape(beta, {d.c}, op, "beta ([C], C = x's last dimension)");
+  check_dtype(beta, x.dtype(), op, "beta (same dtype as x)");
+  check_same_device({&x, &beta}, op);
+  if (given(residual)) check_like_x(*residual, x, op, "residual");
+  check_like_x(y, x, op, "y");
+}
+
+void check_stat(const Tensor& t, std::int64_t c, const Tensor& x, const char* op, const char* what) {
+  check_shape(t, {c}, op, what);
+  check_dtype(t, DType::f32, op, what);
+  check_same_device({&x, &t}, op);
+}
+
+void check_training_rows(const kernels::BatchNormDims& d, const Tensor& x, const char* op) {
+  MF_CHECK(d.m >= 2,
+           "{}: expected more than 1 value per channel when training (M = N*H*W = {} rows in x {}); "
+           "PyTorch refuses this too: use a batch of at least 2 or eval mode",
+           op, d.m, x.str());
+}
+
+// The f32 scratch of the CUDA path: the caller's (checked), or one allocated
+// on the stream for this call when none is given and no capture is running.
+float* cuda_scratch(const kernels::BatchNormDims& d, const Tensor& x, Tensor* scratch, Tensor& owned,
+                    cudaStream_t stream, const char* op) {
+  const std::int64_t need = kernels::batch_norm_scratch_elems(d.m, d.c);
+  if (given(scratch)) {
+    check_dtype(*scratch, DType::f32, op, "scratch");
+    MF_CHECK(scratch->numel() >= need,
+             "{}: scratch must hold at least batch_norm_scratch_elems(M = {}, C = {}) = {} f32 values, found {}",
+             op, d.m, d.c, need, scratch->str());
+    check_same_device({&x, scratch}, op);
+    return static_cast<float*>(scratch->raw());
+  }
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  MF_CUDA_CHECK(cudaStreamIsCapturing(stream, &st));
+  MF_CHECK(st == cudaStreamCaptureStatusNone,
+           "{}: no scratch given while the stream is being captured into a CUDA graph; pass an f32 scratch of "
+           "batch_norm_scratch_elems(M = {}, C = {}) = {} elements allocated before the capture",
+           op, d.m, d.c, need);
+  owned = Tensor::empty({need}, DType::f32, x.device(), Layout::plain, stream);
+  return static_cast<float*>(owned.raw());
+}
+
+}  // namespace
+
+void batch_norm_train_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, float momentum,
+                              Tensor& running_mean, Tensor& running_var, Tensor& save_mean, Tensor& save_invstd,
+                              const Tensor* residual, bool relu, Tensor& y, cudaStream_t stream, Tensor* scratch) {
+  constexpr const char* op = "batch_norm_train_forward";
+  kernels::BatchNormDims d = bn_dims(x, gamma, eps, relu, op);
+  check_forward_io(d, x, beta, residual, y, op);
+  MF_CHECK(std::isfinite(momentum) && momentum >= 0.f && momentum <= 1.f,
+           "{}: momentum must be in [0, 1], found {}", op, momentum);
+  d.momentum = momentum;
+  check_stat(running_mean, d.c, x, op, "running_mean (f32 [C])");
+  check_stat(running_var, d.c, x, op, "running_var (f32 [C])");
+  check_stat(save_mean, d.c, x, op, "save_mean (f32 [C])");
+  check_stat(save_invstd, d.c, x, op, "save_invstd (f32 [C])");
+  check_training_rows(d, x, op);
+  const void* res = given(residual) ? residual->raw() : nullptr;
+  float* rm = static_cast<float*>(running_mean.raw());
+  float* rv = static_cast<float*>(running_var.raw());
+  float* sm = static_cast<float*>(save_mean.raw());
+  float* si = static_cast<float*>(save_invstd.raw());
+  if (x.is_cuda()) {
+    Tensor owned;
+    float* s = cuda_scratch(d, x, scratch, owned, stream, op);
+    kernels::batch_norm_train_forward_cuda(d, x.dtype(), x.raw(), gamma.raw(), beta.raw(), res, rm, rv, sm, si,
+                                           y.raw(), s, stream);
+  } else {
+    kernels::batch_norm_train_forward_cpu(d, x.dtype(), x.raw(), gamma.raw(), beta.raw(), res, rm, rv, sm, si,
+                                          y.raw(), nullptr, stream);
+  }
+}
+
+void batch_norm_eval_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                             const Tensor& running_var, float eps, const Tensor* residual, bool relu, Tensor& y,
+                             cudaStream_t stream) {
+  constexpr const char* op = "batch_norm_eval_forward";
+  const kernels::BatchNormDims d = bn_dims(x, gamma, eps, relu, op);
+  check_forward_io(d, x, beta, residual, y, op);
+  check_stat(running_mean, d.c, x, op, "running_mean (f32 [C])");
+  check_stat(running_var, d.c, x, op, "running_var (f32 [C])");
+  auto fn = x.is_cuda() ? kernels::batch_norm_eval_forward_cuda : kernels::batch_norm_eval_forward_cpu;
+  fn(d, x.dtype(), x.raw(), gamma.raw(), beta.raw(), given(residual) ? residual->raw() : nullptr,
+     static_cast<const float*>(running_mean.raw()), static_cast<const float*>(running_var.raw()), y.raw(), stream);
+}
+
+void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                         const Tensor& y, Tensor& dy, bool relu, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                         cudaStream_t stream, Tensor* scratch) {
+  constexpr const char* op = "batch_norm_backward";
+  const kernels::BatchNormDims d = bn_dims(x, gamma, 0.f, relu, op);
+  check_like_x(dy, x, op, "dy");
+  check_like_x(dx, x, op, "dx");
+  if (relu) check_like_x(y, x, op, "y (read with relu)");
+  check_stat(save_mean, d.c, x, op, "save_mean (f32 [C])");
+  check_stat(save_invstd, d.c, x, op, "save_invstd (f32 [C])");
+  check_stat(dgamma, d.c, x, op, "dgamma (f32 [C])");
+  check_stat(dbeta, d.c, x, op, "dbeta (f32 [C])");
+  check_training_rows(d, x, op);
+  const void* yp = relu ? y.raw() : nullptr;
+  const float* sm = static_cast<const float*>(save_mean.raw());
+  const float* si = static_cast<const float*>(save_invstd.raw());
+  float* dg = static_cast<float*>(dgamma.raw());
+  float* db = static_cast<float*>(dbeta.raw());
+  if (x.is_cuda()) {
+    Tensor owned;
+    float* s = cuda_scratch(d, x, scratch, owned, stream, op);
+    kernels::batch_norm_backward_cuda(d, x.dtype(), x.raw(), gamma.raw(), sm, si, yp, dy.raw(), dx.raw(), dg, db,
+                                      s, stream);
+  } else {
+    kernels::batch_norm_backward_cpu(d, x.dtype(), x.raw(), gamma.raw(), sm, si, yp, dy.raw(), dx.raw(), dg, db,
+                                     nullptr, stream);
+  }
+}
+
+}  // namespace mf::ops
