@@ -1,1 +1,304 @@
-// placeholder: the helper building kernels/conv2d replaces this file
+// conv2d CPU twin: the reference in tests and the engine's CPU backend.
+//
+// One register-blocked micro-kernel (tap_row: 4 pixels x 8 lanes held in
+// registers, inner loop over the contiguous channels of one tap) serves the
+// forward and dx. Inputs are widened to f32 once per row into zero-padded row
+// buffers, so the micro-kernel has no bounds checks; the weights are
+// rearranged once per call to [k][k][C_in_of_the_product][lanes padded to 8] f32
+// so the 8-lane vectors are contiguous and auto-vectorize.
+//
+//   forward: parallel over output rows (n, oh); the taps are (r, s), each
+//            reading its x row at pixel ow*stride + s (stride > 1 is a pixel
+//            step of the micro-kernel); lanes = Cout.
+//   dx:      parallel over input rows (n, ih); the input columns are split by
+//            residue q = iw mod stride, so within one residue every column
+//            sees the same taps (r, s) (those with (ih + pad - r) and
+//            (q + pad - s) divisible by the stride) at consecutive output
+//            columns; lanes = Cin. A tap-less column gets 0.
+//   dw, db:  parallel over blocks of 4 output channels; each dw/db element is
+//            one f32 sum over (n, oh, ow) in increasing order.
+// Every output element is one f32 sum in an order fixed by the shape, so the
+// results are bit-identical for any thread count. With relu, dy is masked in
+// place first (exact in T).
+#include "kernels/conv2d.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "engine/error.hpp"
+#include "engine/parallel.hpp"
+
+namespace mf::kernels {
+
+namespace {
+
+constexpr int kPB = 4;  // pixels per micro-tile
+constexpr int kCB = 8;  // lanes (output channels of the product) per micro-tile
+constexpr int kDwBlock = 4;  // output channels per dw task
+
+inline std::int64_t round_up(std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; }
+
+// The hot loops get an AVX2 clone picked at run time on x86-64 (the build
+// targets the baseline ISA). No FMA contraction (ISO C++ mode), so each clone
+// performs the same f32 operations in the same order: same bits.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MF_CONV2D_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define MF_CONV2D_CLONES
+#endif
+
+// 8 f32 lanes (GCC vector extension); only file-local helpers pass them by value.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+typedef float v8f __attribute__((vector_size(32)));
+inline v8f load8(const float* p) {
+  v8f v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof v); }
+static_assert(kCB == 8);
+
+// out[p*lanesp + l] = init[l] + sum_t sum_c in[t][p*pstep + c] * wm[t][c*lanesp + l]
+// for p < npix_p (a multiple of kPB) and l < lanesp (a multiple of kCB);
+// init null means 0. Per output the sum runs over t, then c, in order.
+MF_CONV2D_CLONES void tap_row(int ntaps, const float* const* in, const float* const* wm, int c_n,
+                              std::int64_t pstep, int lanesp, const float* init, int npix_p, float* out) {
+  for (int p0 = 0; p0 < npix_p; p0 += kPB) {
+    for (int lb = 0; lb < lanesp; lb += kCB) {
+      v8f acc[kPB];
+      const v8f start = init ? load8(init + lb) : v8f{};
+      for (int p = 0; p < kPB; ++p) acc[p] = start;
+      for (int t = 0; t < ntaps; ++t) {
+        const float* ip = in[t] + std::int64_t(p0) * pstep;
+        const float* wp = wm[t] + lb;
+        for (int c = 0; c < c_n; ++c) {
+          const v8f wv = load8(wp + std::int64_t(c) * lanesp);
+          for (int p = 0; p < kPB; ++p) acc[p] += ip[p * pstep + c] * wv;
+        }
+      }
+      for (int p = 0; p < kPB; ++p) store8(out + std::int64_t(p0 + p) * lanesp + lb, acc[p]);
+    }
+  }
+}
+
+// dst_j[c] += g[j] * x[c] for the NB channels j of a dw block (NB independent
+// accumulation rows sharing each x load).
+template <int NB>
+MF_CONV2D_CLONES void axpy_block(int c_n, const float* __restrict__ x, const float* g, float* const* dst) {
+  float* __restrict__ d[NB];
+  for (int j = 0; j < NB; ++j) d[j] = dst[j];
+  for (int c = 0; c < c_n; ++c) {
+    const float xv = x[c];
+    for (int j = 0; j < NB; ++j) d[j][c] += g[j] * xv;
+  }
+}
+
+// Fills dst (width_p pixels of c floats) with image row ih of src ([H][W][c]
+// of T), shifted so dst pixel j holds column j - shift; zeros outside.
+template <class T>
+void load_row(const T* src, int h, int w, int c, int ih, int shift, int width_p, float* dst) {
+  std::fill(dst, dst + std::int64_t(width_p) * c, 0.f);
+  if (ih < 0 || ih >= h) return;
+  const T* row = src + std::int64_t(ih) * w * c;
+  for (int j = std::max(0, shift); j < width_p; ++j) {
+    const int iw = j - shift;
+    if (iw >= w) break;
+    const T* px = row + std::int64_t(iw) * c;
+    float* o = dst + std::int64_t(j) * c;
+    for (int ci = 0; ci < c; ++ci) o[ci] = to_f32(px[ci]);
+  }
+}
+
+// out[((r*k + s)*a_n + a)*bp + b] = w[co][r][s][ci] with (a, b) = (ci, co)
+// when by_cout (forward: lanes are Cout), else (co, ci) (dx: lanes are Cin);
+// lanes b >= the real count are 0.
+template <class T>
+std::vector<float> arrange_weights(const Conv2dDims& d, const T* w, bool by_cout) {
+  const int k = d.k, a_n = by_cout ? d.cin : d.cout;
+  const std::int64_t bp = round_up(by_cout ? d.cout : d.cin, kCB);
+  std::vector<float> out(std::size_t(k * k * a_n * bp), 0.f);
+  for (int co = 0; co < d.cout; ++co)
+    for (int rs = 0; rs < k * k; ++rs)
+      for (int ci = 0; ci < d.cin; ++ci) {
+        const int a = by_cout ? ci : co, b = by_cout ? co : ci;
+        out[std::size_t((std::int64_t(rs) * a_n + a) * bp + b)] =
+            to_f32(w[(std::int64_t(co) * k * k + rs) * d.cin + ci]);
+      }
+  return out;
+}
+
+template <class T>
+void forward(const Conv2dDims& d, const T* x, const T* w, const T* b, T* y) {
+  const int k = d.k, pad = d.pad(), st = d.stride, oh_n = d.oh(), ow_n = d.ow();
+  const int coutp = int(round_up(d.cout, kCB));
+  const int owp = int(round_up(ow_n, kPB));
+  const int in_w = (owp - 1) * st + k;  // buffer pixel j holds column j - pad
+  const std::vector<float> wt = arrange_weights(d, w, true);
+  std::vector<float> bias(std::size_t(coutp), 0.f);
+  if (b)
+    for (int co = 0; co < d.cout; ++co) bias[std::size_t(co)] = to_f32(b[co]);
+
+  parallel_for(d.n * oh_n, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<float> in(std::size_t(k) * in_w * d.cin), out(std::size_t(owp) * coutp);
+    std::vector<const float*> tin(std::size_t(k * k)), twm(std::size_t(k * k));
+    for (int r = 0; r < k; ++r)
+      for (int s = 0; s < k; ++s) {
+        tin[std::size_t(r * k + s)] = in.data() + (std::int64_t(r) * in_w + s) * d.cin;
+        twm[std::size_t(r * k + s)] = wt.data() + std::int64_t(r * k + s) * d.cin * coutp;
+      }
+    for (std::int64_t u = begin; u < end; ++u) {
+      const std::int64_t n = u / oh_n;
+      const int oh = int(u % oh_n);
+      const T* xn = x + n * d.h * d.w * d.cin;
+      for (int r = 0; r < k; ++r)
+        load_row(xn, d.h, d.w, d.cin, oh * st - pad + r, pad, in_w, in.data() + std::size_t(r) * in_w * d.cin);
+      tap_row(k * k, tin.data(), twm.data(), d.cin, std::int64_t(st) * d.cin, coutp, bias.data(), owp, out.data());
+      T* yr = y + u * ow_n * d.cout;
+      for (int ow = 0; ow < ow_n; ++ow)
+        for (int co = 0; co < d.cout; ++co) {
+          const float v = out[std::size_t(ow) * coutp + co];
+          yr[std::int64_t(ow) * d.cout + co] = from_f32<T>(d.relu && v <= 0.f ? 0.f : v);
+        }
+    }
+  });
+}
+
+template <class T>
+void backward_dx(const Conv2dDims& d, const T* w, const T* g, T* dx) {
+  const int k = d.k, pad = d.pad(), st = d.stride, oh_n = d.oh(), ow_n = d.ow();
+  const int cinp = int(round_up(d.cin, kCB));
+  const int cols_p = int(round_up((d.w + st - 1) / st, kPB));  // columns of one residue, padded
+  const int gpad = pad;                                         // g buffer pixel j holds ow = j - gpad
+  const int gw = gpad + (st - 1 + pad) / st + cols_p + 1;
+  const std::vector<float> wf = arrange_weights(d, w, false);
+
+  parallel_for(d.n * d.h, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<float> grows(std::size_t(k) * gw * d.cout), out(std::size_t(cols_p) * cinp);
+    std::vector<const float*> tin(std::size_t(k * k)), twm(std::size_t(k * k));
+    std::vector<int> rows;  // the taps' r for this input row
+    for (std::int64_t u = begin; u < end; ++u) {
+      const std::int64_t n = u / d.h;
+      const int ih = int(u % d.h);
+      rows.clear();
+      for (int r = 0; r < k; ++r) {
+        const int t = ih + pad - r;
+        if (t < 0 || t % st != 0 || t / st >= oh_n) continue;
+        float* gr = grows.data() + std::size_t(r) * gw * d.cout;
+        load_row(g + n * oh_n * ow_n * d.cout, oh_n, ow_n, d.cout, t / st, gpad, gw, gr);
+        rows.push_back(r);
+      }
+      T* dxr = dx + u * d.w * d.cin;
+      for (int q = 0; q < st && q < d.w; ++q) {
+        int ntaps = 0;
+        for (int r : rows)
+          for (int s = 0; s < k; ++s) {
+            const int v = q + pad - s;  // = ow * st - j * st for column q + j * st
+            if (v % st != 0) continue;
+            tin[std::size_t(ntaps)] = grows.data() + (std::int64_t(r) * gw + v / st + gpad) * d.cout;
+            twm[std::size_t(ntaps)] = wf.data() + std::int64_t(r * k + s) * d.cout * cinp;
+            ++ntaps;
+          }
+        tap_row(ntaps, tin.data(), twm.data(), d.cout, d.cout, cinp, nullptr, cols_p, out.data());
+        for (int iw = q, j = 0; iw < d.w; iw += st, ++j)
+          for (int ci = 0; ci < d.cin; ++ci)
+            dxr[std::int64_t(iw) * d.cin + ci] = from_f32<T>(out[std::size_t(j) * cinp + ci]);
+      }
+    }
+  });
+}
+
+template <class T>
+void backward_dw(const Conv2dDims& d, const T* x, const T* g, float* dw, float* db) {
+  const int k = d.k, pad = d.pad(), st = d.stride, oh_n = d.oh(), ow_n = d.ow();
+  const int in_w = (ow_n - 1) * st + k;
+  const std::int64_t kkc = std::int64_t(k) * k * d.cin;
+  const int blocks = (d.cout + kDwBlock - 1) / kDwBlock;
+  parallel_for(blocks, [&](std::int64_t b0, std::int64_t b1) {
+    std::vector<float> in(std::size_t(k) * in_w * d.cin), acc(std::size_t(kDwBlock * kkc));
+    for (std::int64_t blk = b0; blk < b1; ++blk) {
+      const int c0 = int(blk) * kDwBlock, nb = std::min(kDwBlock, d.cout - c0);
+      std::fill(acc.begin(), acc.end(), 0.f);
+      float bsum[kDwBlock] = {};
+      for (std::int64_t n = 0; n < d.n; ++n)
+        for (int oh = 0; oh < oh_n; ++oh) {
+          const T* xn = x + n * d.h * d.w * d.cin;
+          for (int r = 0; r < k; ++r)
+            load_row(xn, d.h, d.w, d.cin, oh * st - pad + r, pad, in_w, in.data() + std::size_t(r) * in_w * d.cin);
+          const T* gr = g + ((n * oh_n + oh) * ow_n) * d.cout + c0;
+          for (int ow = 0; ow < ow_n; ++ow) {
+            float gv[kDwBlock] = {};
+            for (int j = 0; j < nb; ++j) {
+              gv[j] = to_f32(gr[std::int64_t(ow) * d.cout + j]);
+              bsum[j] += gv[j];
+            }
+            for (int r = 0; r < k; ++r)
+              for (int s = 0; s < k; ++s) {
+                const float* xp = in.data() + (std::int64_t(r) * in_w + std::int64_t(ow) * st + s) * d.cin;
+                float* dst[kDwBlock];
+                for (int j = 0; j < kDwBlock; ++j) dst[j] = acc.data() + j * kkc + std::int64_t(r * k + s) * d.cin;
+                if (nb == kDwBlock) axpy_block<kDwBlock>(d.cin, xp, gv, dst);
+                else
+                  for (int j = 0; j < nb; ++j) axpy_block<1>(d.cin, xp, gv + j, dst + j);
+              }
+          }
+        }
+      for (int j = 0; j < nb; ++j) {
+        std::copy(acc.begin() + j * kkc, acc.begin() + (j + 1) * kkc, dw + (c0 + j) * kkc);
+        if (db) db[c0 + j] = bsum[j];
+      }
+    }
+  });
+}
+
+template <class T>
+void backward(const Conv2dDims& d, const T* x, const T* w, const T* y, T* dy, T* dx, float* dw, float* db) {
+  const std::int64_t ny = d.n * d.oh() * d.ow() * d.cout;
+  if (d.relu) {
+    parallel_for(ny, [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i)
+        if (!(to_f32(y[i]) > 0.f)) dy[i] = from_f32<T>(0.f);
+    }, 4096);
+  }
+  if (dx) backward_dx(d, w, static_cast<const T*>(dy), dx);
+  backward_dw(d, x, static_cast<const T*>(dy), dw, db);
+}
+
+}  // namespace
+
+void conv2d_forward_cpu(const Conv2dDims& d, DType dtype, const void* x, const void* w, const void* b, void* y,
+                        cudaStream_t) {
+  if (d.n == 0) return;
+  switch (dtype) {
+    case DType::f32:
+      return forward(d, static_cast<const float*>(x), static_cast<const float*>(w), static_cast<const float*>(b),
+                     static_cast<float*>(y));
+    case DType::f16:
+      return forward(d, static_cast<const f16*>(x), static_cast<const f16*>(w), static_cast<const f16*>(b),
+                     static_cast<f16*>(y));
+    case DType::bf16:
+      return forward(d, static_cast<const bf16*>(x), static_cast<const bf16*>(w), static_cast<const bf16*>(b),
+                     static_cast<bf16*>(y));
+    default: MF_THROW("conv2d_forward_cpu: dtype {} is not f32, f16 or bf16", dtype_name(dtype));
+  }
+}
+
+void conv2d_backward_cpu(const Conv2dDims& d, DType dtype, const void* x, const void* w, const void* y, void* dy,
+                         void* dx, float* dw, float* db, cudaStream_t) {
+  switch (dtype) {
+    case DType::f32:
+      return backward(d, static_cast<const float*>(x), static_cast<const float*>(w), static_cast<const float*>(y),
+                      static_cast<float*>(dy), static_cast<float*>(dx), dw, db);
+    case DType::f16:
+      return backward(d, static_cast<const f16*>(x), static_cast<const f16*>(w), static_cast<const f16*>(y),
+                      static_cast<f16*>(dy), static_cast<f16*>(dx), dw, db);
+    case DType::bf16:
+      return backward(d, static_cast<const bf16*>(x), static_cast<const bf16*>(w), static_cast<const bf16*>(y),
+                      static_cast<bf16*>(dy), static_cast<bf16*>(dx), dw, db);
+    default: MF_THROW("conv2d_backward_cpu: dtype {} is not f32, f16 or bf16", dtype_name(dtype));
+  }
+}
+
+}  // namespace mf::kernels

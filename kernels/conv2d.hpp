@@ -1,2 +1,63 @@
-// placeholder: the helper building kernels/conv2d replaces this file
+// conv2d: y = act(conv(x, w) + b), the CNN stack's convolution
+// (model/cnn_stack.hpp: residual blocks' 3x3 convs at stride 1 and 2, the 1x1
+// stride-2 projection shortcut, the 7x7 stride-2 stem with Cin = 1, and
+// bias + ReLU convs).
+//
+// conv k x k (k odd), stride 1 or 2, zero padding k/2:
+//   y[n, oh, ow, co] = act(b[co] + sum_{r, s, ci} x[n, oh*stride + r - k/2, ow*stride + s - k/2, ci]
+//                                                  * w[co, r, s, ci])
+// (terms outside the image are zero), OH = (H - 1) / stride + 1, OW likewise
+// (PyTorch's Conv2d(k, stride, padding=k//2): floor((H + 2*(k/2) - k) / stride) + 1).
+// act is ReLU (max(v, 0), NaN passes) or the identity.
+//
+// Layouts (row-major):
+//   x    [N, H, W, Cin]        T (NHWC)
+//   w    [Cout, k, k, Cin]     T (OHWI; PyTorch's weight [Cout, Cin, k, k]:
+//                                 w[o][i][r][s] -> w[o][r][s][i])
+//   b    [Cout]                T, or null (no bias)
+//   y    [N, OH, OW, Cout]     T (post-activation)
+//   dy   [N, OH, OW, Cout]     T; with relu overwritten in place by the masked
+//                              gradient dy * (y > 0) (0 where y is 0 or NaN, as
+//                              dense's backward), which the rest of the backward reads
+//   dx   [N, H, W, Cin]        T, or null (the first layer)
+//   dw   [Cout, k, k, Cin]     f32, overwritten (not accumulated)
+//   db   [Cout]                f32, overwritten; or null (no bias)
+// Precision: T operands widened to f32, products accumulated in f32, each T
+// output rounded once; masking dy is exact. NaN/Inf propagate (x * 0 terms are
+// not skipped). T is f32, bf16 or f16 (the `dtype` argument).
+// Deterministic: every output element is one f32 sum in an order that depends
+// on the shape only (CPU twin: any thread count, same bits; CUDA: run after
+// run, same bits; the CPU and CUDA orders differ, so they agree to rounding).
+// No floating-point atomics.
 #pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "engine/dtype.hpp"
+
+namespace mf::kernels {
+
+struct Conv2dDims {
+  std::int64_t n = 1;
+  int h = 1, w = 1, cin = 1, cout = 1;
+  int k = 3;       // odd
+  int stride = 1;  // 1 or 2
+  bool relu = false;
+  constexpr int pad() const { return k / 2; }
+  constexpr int oh() const { return (h - 1) / stride + 1; }
+  constexpr int ow() const { return (w - 1) / stride + 1; }
+};
+
+void conv2d_forward_cpu(const Conv2dDims& d, DType dtype, const void* x, const void* w, const void* b, void* y,
+                        cudaStream_t stream);
+void conv2d_backward_cpu(const Conv2dDims& d, DType dtype, const void* x, const void* w, const void* y, void* dy,
+                         void* dx, float* dw, float* db, cudaStream_t stream);
+
+void conv2d_forward_cuda(const Conv2dDims& d, DType dtype, const void* x, const void* w, const void* b, void* y,
+                         cudaStream_t stream);
+void conv2d_backward_cuda(const Conv2dDims& d, DType dtype, const void* x, const void* w, const void* y, void* dy,
+                          void* dx, float* dw, float* db, cudaStream_t stream);
+
+}  // namespace mf::kernels
