@@ -39,7 +39,7 @@ struct StepOptions {
 };
 
 // Forward FLOPs per sample (multiply-add = 2) of a LeakCNN.
-double forward_flops(const model::LeakCNNConfig& c) {
+double forward_flops(const model::ModelConfig& c) {
   double f = 0;
   int h = c.in_mels, w = c.in_frames;
   for (int i = 0; i < c.blocks(); ++i) {
@@ -218,7 +218,7 @@ void run_step_bench(const StepOptions& o) {
   fmt::print("measured cuBLAS BF16 GEMM peak: {:.1f} TFLOP/s\n", peak);
   nlohmann::json res;
   res["bf16_gemm_peak_TFLOPs"] = peak;
-  model::LeakCNNConfig mc;  // LeakCNN-64
+  model::ModelConfig mc;  // LeakCNN-64
   if (o.augment) {
     const kernels::AugmentDims a = augment_bench_dims();
     const double check = check_augment(s);
@@ -280,7 +280,7 @@ void run_adamw_bench() {
   const double hbm = 2.0 * double(cb) / (copy_ms * 1e-3) / 1e9;
   fmt::print("roofline (device copy): {:.0f} GB/s\n", hbm);
   res["copy_GBps"] = hbm;
-  model::ParamBuffer pb(model::LeakCNNConfig{}, DType::bf16, Device::cuda(0), s);
+  model::ParamBuffer pb(model::ModelConfig{}, DType::bf16, Device::cuda(0), s);
   std::vector<std::int64_t> ranges;
   for (const auto& p : pb.params()) {
     ranges.push_back(p.offset);

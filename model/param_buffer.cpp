@@ -5,6 +5,7 @@
 #include "engine/counter_rng.hpp"
 #include "engine/error.hpp"
 #include "kernels/ops.hpp"
+#include "model/cnn_params.hpp"
 #include "model/torch_layout.hpp"
 
 namespace mf::model {
@@ -13,37 +14,62 @@ namespace {
 std::int64_t pad8(std::int64_t x) { return (x + 7) / 8 * 8; }
 }  // namespace
 
-ParamBuffer::ParamBuffer(const LeakCNNConfig& cfg, DType work_dtype, Device device, cudaStream_t stream)
+bool param_decays(ParamKind k) {
+  return k == ParamKind::conv_weight || k == ParamKind::fc_weight || k == ParamKind::linear_weight;
+}
+
+bool param_trainable(ParamKind k) { return k != ParamKind::running_mean && k != ParamKind::running_var; }
+
+namespace {
+// LeakCNN's parameters in its module's order (bench/leakcnn_torch.py).
+std::vector<ParamInfo> leakcnn_param_specs(const ModelConfig& cfg) {
+  std::vector<ParamInfo> v;
+  auto add = [&](std::string name, ParamKind kind, Shape shape, Shape tshape, std::int64_t fan_in) {
+    ParamInfo p{std::move(name), kind, shape, std::move(tshape), 0, shape_numel(shape), fan_in, false};
+    v.push_back(std::move(p));
+  };
+  const int k = cfg.kernel, D = cfg.dense, C = cfg.classes;
+  const std::int64_t F = cfg.flat_features();
+  for (int i = 0; i < cfg.blocks(); ++i) {
+    const int ci = cfg.in_channels(i), co = cfg.channels[std::size_t(i)];
+    add(fmt::format("blocks.{}.conv.weight", i), ParamKind::conv_weight, {co, k, k, ci}, {co, ci, k, k},
+        std::int64_t(ci) * k * k);
+    add(fmt::format("blocks.{}.conv.bias", i), ParamKind::bias, {co}, {co}, std::int64_t(ci) * k * k);
+  }
+  add("fc.weight", ParamKind::fc_weight, {D, F}, {D, F}, F);
+  add("fc.bias", ParamKind::bias, {D}, {D}, F);
+  add("class_head.weight", ParamKind::linear_weight, {C, D}, {C, D}, D);
+  if (cfg.leak_head) add("leak_head.weight", ParamKind::linear_weight, {1, D}, {1, D}, D);
+  add("class_head.bias", ParamKind::bias, {C}, {C}, D);
+  if (cfg.leak_head) add("leak_head.bias", ParamKind::bias, {1}, {1}, D);
+  return v;
+}
+}  // namespace
+
+ParamBuffer::ParamBuffer(const ModelConfig& cfg, DType work_dtype, Device device, cudaStream_t stream)
     : cfg_(cfg), work_dtype_(work_dtype), device_(device) {
   cfg_.validate();
   MF_CHECK(dtype_is_float(work_dtype), "ParamBuffer: working dtype must be f32, bf16 or f16, found {}",
            dtype_name(work_dtype));
-  const int L = cfg_.blocks(), k = cfg_.kernel, D = cfg_.dense, C = cfg_.classes;
-  const std::int64_t F = cfg_.flat_features();
+  const std::vector<ParamInfo> specs =
+      cfg_.arch == Arch::cnn ? cnn_param_specs(cfg_) : leakcnn_param_specs(cfg_);
+  // Three groups, each in the module's order: decayed weights, the other
+  // trainable parameters, then the running statistics. Each offset is padded
+  // to 8 elements except the leak head's, which directly follows the class
+  // head's so that the two heads are one dense layer.
   std::int64_t off = 0;
-  auto add = [&](std::string name, ParamKind kind, Shape shape, Shape tshape, std::int64_t fan_in, bool pad) {
-    if (pad) off = pad8(off);
-    ParamInfo p{std::move(name), kind, shape, std::move(tshape), off, shape_numel(shape), fan_in,
-                kind != ParamKind::bias};
-    off += p.numel;
-    params_.push_back(std::move(p));
-  };
-  for (int i = 0; i < L; ++i) {
-    const int ci = cfg_.in_channels(i), co = cfg_.channels[std::size_t(i)];
-    add(fmt::format("blocks.{}.conv.weight", i), ParamKind::conv_weight, {co, k, k, ci}, {co, ci, k, k},
-        std::int64_t(ci) * k * k, true);
+  for (int group = 0; group < 3; ++group) {
+    for (ParamInfo p : specs) {
+      const int g = param_decays(p.kind) ? 0 : param_trainable(p.kind) ? 1 : 2;
+      if (g != group) continue;
+      if (p.name.rfind("leak_head.", 0) != 0) off = pad8(off);
+      p.offset = off;
+      p.decay = param_decays(p.kind);
+      off += p.numel;
+      params_.push_back(std::move(p));
+    }
+    if (group == 0) decay_end_ = off;
   }
-  add("fc.weight", ParamKind::fc_weight, {D, F}, {D, F}, F, true);
-  add("class_head.weight", ParamKind::linear_weight, {C, D}, {C, D}, D, true);
-  if (cfg_.leak_head) add("leak_head.weight", ParamKind::linear_weight, {1, D}, {1, D}, D, false);
-  decay_end_ = off;
-  for (int i = 0; i < L; ++i) {
-    const int ci = cfg_.in_channels(i), co = cfg_.channels[std::size_t(i)];
-    add(fmt::format("blocks.{}.conv.bias", i), ParamKind::bias, {co}, {co}, std::int64_t(ci) * k * k, true);
-  }
-  add("fc.bias", ParamKind::bias, {D}, {D}, F, true);
-  add("class_head.bias", ParamKind::bias, {C}, {C}, D, true);
-  if (cfg_.leak_head) add("leak_head.bias", ParamKind::bias, {1}, {1}, D, false);
   size_ = pad8(off);
 
   master_ = Tensor::zeros({size_}, DType::f32, device, Layout::plain, stream);
@@ -75,7 +101,8 @@ Tensor ParamBuffer::view(const Tensor& flat, const std::string& name) const {
 Tensor ParamBuffer::head_weight(const Tensor& flat) const {
   const ParamInfo& p = info("class_head.weight");
   const int H = cfg_.head_outputs();
-  return flat.slice(p.offset, p.offset + std::int64_t(H) * cfg_.dense).reshape({H, cfg_.dense});
+  const std::int64_t D = cfg_.features();
+  return flat.slice(p.offset, p.offset + H * D).reshape({H, D});
 }
 
 Tensor ParamBuffer::head_bias(const Tensor& flat) const {
@@ -87,6 +114,11 @@ void ParamBuffer::init(std::uint64_t seed, cudaStream_t stream) {
   std::vector<float> host(std::size_t(size_), 0.f);
   for (std::size_t pi = 0; pi < params_.size(); ++pi) {
     const ParamInfo& p = params_[pi];
+    if (p.kind == ParamKind::norm_weight || p.kind == ParamKind::running_var) {
+      std::fill_n(host.begin() + p.offset, p.numel, 1.f);
+      continue;
+    }
+    if (p.kind == ParamKind::norm_bias || p.kind == ParamKind::running_mean) continue;  // zeros
     const double bound = 1.0 / std::sqrt(double(p.fan_in));
     std::vector<float> torch_order(std::size_t(p.numel));
     const std::uint64_t base = splitmix64_hash(seed ^ splitmix64_hash(0x5eed0000ull + pi));

@@ -1,4 +1,4 @@
-// ParamBuffer: every LeakCNN parameter in one contiguous f32 master buffer, with
+// ParamBuffer: every model parameter in one contiguous f32 master buffer, with
 // the gradients, the AdamW moments and the working copy (bf16/f16, or the
 // master itself in fp32) in buffers of the same layout; named views use the
 // names of the equivalent PyTorch module (bench/leakcnn_torch.py).
@@ -15,8 +15,12 @@
 //                         two heads are one [C+1, D] dense layer (head_weight())
 //   blocks.i.conv.bias [Cout], fc.bias [D], class_head.bias [C], leak_head.bias [1]
 //                         (the two head biases adjacent: head_bias() is [C+1])
-// A model without the leak head (LeakCNNConfig::leak_head false, model.heads =
+// A model without the leak head (ModelConfig::leak_head false, model.heads =
 // class) has no leak_head.* parameters: head_weight() is [C, D], head_bias() [C].
+// A CNN stack (model.arch = cnn) has the parameters model/cnn_params.hpp lists,
+// laid out by the same rule: the decayed weights (conv, linear) first, in the
+// module's order, then the other trainable parameters (biases, batch norm's
+// weight and bias), then batch norm's running statistics (never trained).
 // Offsets are padded to multiples of 8 elements (16-byte aligned bf16 views)
 // except inside the head pairs; padding stays zero in every buffer.
 // Conversions to and from PyTorch's layouts: model/torch_layout.hpp.
@@ -29,11 +33,24 @@
 #include <vector>
 
 #include "engine/tensor.hpp"
-#include "model/leakcnn_config.hpp"
+#include "model/model_config.hpp"
 
 namespace mf::model {
 
-enum class ParamKind : std::uint8_t { conv_weight, fc_weight, linear_weight, bias };
+enum class ParamKind : std::uint8_t {
+  conv_weight,
+  fc_weight,      // LeakCNN's fc (columns permuted against PyTorch's)
+  linear_weight,
+  bias,
+  norm_weight,    // batch norm's gamma (init 1)
+  norm_bias,      // batch norm's beta (init 0)
+  running_mean,   // batch norm's statistics: not trained (init 0)
+  running_var,    // (init 1)
+};
+// Weight decay applies to conv and linear weights only.
+bool param_decays(ParamKind k);
+// Batch norm's running statistics are kept in the buffers but never trained.
+bool param_trainable(ParamKind k);
 
 struct ParamInfo {
   std::string name;        // PyTorch state_dict name
@@ -43,14 +60,14 @@ struct ParamInfo {
   std::int64_t offset = 0; // elements into the flat buffers
   std::int64_t numel = 0;
   std::int64_t fan_in = 1; // PyTorch's fan-in (init bound 1/sqrt(fan_in))
-  bool decay = false;
+  bool decay = false;       // param_decays(kind)
 };
 
 class ParamBuffer {
  public:
-  ParamBuffer(const LeakCNNConfig& cfg, DType work_dtype, Device device, cudaStream_t stream = nullptr);
+  ParamBuffer(const ModelConfig& cfg, DType work_dtype, Device device, cudaStream_t stream = nullptr);
 
-  const LeakCNNConfig& config() const { return cfg_; }
+  const ModelConfig& config() const { return cfg_; }
   const std::vector<ParamInfo>& params() const { return params_; }
   const ParamInfo& info(const std::string& name) const;
   std::int64_t size() const { return size_; }          // flat elements (padding included)
@@ -76,7 +93,8 @@ class ParamBuffer {
   Tensor head_bias(const Tensor& flat) const;
 
   // PyTorch's default init (Conv2d / Linear: kaiming_uniform(a=sqrt(5)) weights
-  // and uniform(+-1/sqrt(fan_in)) biases, both U(-1/sqrt(fan_in), 1/sqrt(fan_in)))
+  // and uniform(+-1/sqrt(fan_in)) biases, both U(-1/sqrt(fan_in), 1/sqrt(fan_in));
+  // batch norm: weight 1, bias 0, running mean 0, running variance 1)
   // drawn from `seed` with melforge's own counter-based generator, in PyTorch's
   // element order (then converted to melforge's layout). Sets master, zeroes
   // grad, m and v, refreshes the working copy. Synchronous.
@@ -85,7 +103,7 @@ class ParamBuffer {
   void refresh_work(cudaStream_t stream = nullptr);
 
  private:
-  LeakCNNConfig cfg_;
+  ModelConfig cfg_;
   DType work_dtype_;
   Device device_;
   std::vector<ParamInfo> params_;

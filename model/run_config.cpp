@@ -21,7 +21,7 @@ namespace {
 
 using Member = std::variant<std::string RunConfig::*, std::int64_t RunConfig::*, double RunConfig::*,
                             bool RunConfig::*, std::vector<std::int64_t> RunConfig::*,
-                            std::vector<double> RunConfig::*>;
+                            std::vector<double> RunConfig::*, std::vector<CnnLayer> RunConfig::*>;
 
 // A check returns an empty string when the value is fine, else what is accepted.
 using Check = std::function<std::string(const RunConfig&)>;
@@ -46,7 +46,8 @@ std::string type_name(const Member& m) {
     case 2: return "float";
     case 3: return "boolean";
     case 4: return "integer list";
-    default: return "float list";
+    case 5: return "float list";
+    default: return "list of layer tables";
   }
 }
 
@@ -108,7 +109,12 @@ void data_fields(std::vector<Field>& v) {
 
 // The keys of the model's shape ([model]), in help order.
 void model_fields(std::vector<Field>& v) {
-  add(v, "model.arch", &C::arch, "leakcnn", "model family", one_of(&C::arch, {"leakcnn"}));
+  add(v, "model.arch", &C::arch, "one of leakcnn, cnn, resnet34se-light",
+      "model: leakcnn, cnn (the layers of model.layers) or a preset CNN stack (docs/models.md)",
+      one_of(&C::arch, {"leakcnn", "cnn", "resnet34se-light"}));
+  add(v, "model.layers", &C::layers, "[[model.layers]] tables (docs/models.md)",
+      "the CNN stack's layers in order (model.arch = cnn only): conv, residual, global_avg_pool, "
+      "attentive_stats_pool, dense, dropout");
   add(v, "model.channels", &C::channels, "a non-empty list of integers > 0", "output channels of each conv block",
       [](const C& c) {
         const bool ok = !c.channels.empty() &&
@@ -407,6 +413,8 @@ void assign(RunConfig& cfg, const Field& f, const toml::node& n, std::string_vie
         } else if constexpr (std::is_same_v<T, bool>) {
           if (!n.is_boolean()) wrong();
           cfg.*m = *n.value<bool>();
+        } else if constexpr (std::is_same_v<T, std::vector<CnnLayer>>) {
+          cfg.*m = parse_cnn_layers(n, origin);
         } else if constexpr (std::is_same_v<T, std::vector<double>>) {
           const toml::array* a = n.as_array();
           if (!a) wrong();
@@ -623,6 +631,8 @@ void validate(const RunConfig& cfg) {
           using T = std::remove_cvref_t<decltype(cfg.*m)>;
           if constexpr (std::is_same_v<T, std::vector<std::int64_t>> || std::is_same_v<T, std::vector<double>>)
             return fmt::format("[{}]", fmt::join(cfg.*m, ", "));
+          else if constexpr (std::is_same_v<T, std::vector<CnnLayer>>)
+            return fmt::format("{} layers", (cfg.*m).size());
           else if constexpr (std::is_same_v<T, std::string>)
             return fmt::format("'{}'", cfg.*m);
           else
@@ -631,6 +641,11 @@ void validate(const RunConfig& cfg) {
         f.member);
     MF_THROW("{}: expected {}, found {}", f.key, accepted, found);
   }
+  MF_CHECK(cfg.arch != "cnn" || !cfg.layers.empty(),
+           "model.layers: model.arch = cnn needs its layers ([[model.layers]] tables, docs/models.md), found none");
+  MF_CHECK(cfg.arch == "cnn" || cfg.layers.empty(),
+           "model.layers: only model.arch = cnn takes layers; model.arch = {} has its own, found {} layers", cfg.arch,
+           cfg.layers.size());
   MF_CHECK(!cfg.train_path.empty(), "data.train: a training set is required (--train FILE or data.train in the config)");
   MF_CHECK(!(cfg.overfit_batches > 0 && cfg.limit_batches > 0),
            "train.overfit_batches and train.limit_batches: set one of them, not both");
@@ -662,6 +677,8 @@ std::string to_toml(const RunConfig& cfg) {
             toml::array a;
             for (auto x : cfg.*m) a.push_back(x);
             t.insert_or_assign(name, std::move(a));
+          } else if constexpr (std::is_same_v<T, std::vector<CnnLayer>>) {
+            t.insert_or_assign(name, toml::array{});  // written by hand below
           } else if constexpr (std::is_same_v<T, std::int64_t>) {
             if (f.auto_zero && cfg.*m == 0)
               t.insert_or_assign(name, std::string(kAuto));
@@ -681,6 +698,14 @@ std::string to_toml(const RunConfig& cfg) {
     for (const Field& f : fields()) {
       if (f.key.compare(0, sec.size() + 1, sec + ".") != 0) continue;
       const std::string name = f.key.substr(sec.size() + 1);
+      if (const auto* lm = std::get_if<std::vector<CnnLayer> RunConfig::*>(&f.member)) {
+        // An array of inline tables, one layer per line (round-trips through assign).
+        const std::vector<CnnLayer>& ls = cfg.**lm;
+        os << name << " = [";
+        for (std::size_t i = 0; i < ls.size(); ++i) os << (i ? ",\n  " : "\n  ") << cnn_layer_toml(ls[i]);
+        os << (ls.empty() ? "]\n" : ",\n]\n");
+        continue;
+      }
       const toml::node& n = *sections[sec].get(name);
       if (n.is_floating_point()) {
         // Shortest round-trip text (0.9, not 0.90000000000000002), kept a TOML float.

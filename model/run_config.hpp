@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "model/cnn_layers.hpp"
+
 namespace mf::model {
 
 struct RunConfig {
@@ -27,7 +29,8 @@ struct RunConfig {
   std::int64_t normal_class = -1;  // leak = (label != normal_class) when /leak is absent; -1: the class named "normal", else 0
 
   // [model]
-  std::string arch = "leakcnn";
+  std::string arch = "leakcnn";  // leakcnn | cnn | a preset of model/cnn_layers.hpp
+  std::vector<CnnLayer> layers;  // arch = cnn: the stack (model/cnn_layers.hpp)
   std::vector<std::int64_t> channels{32, 64, 128};
   std::vector<std::int64_t> pools{2, 2, 2};
   std::int64_t kernel = 3;

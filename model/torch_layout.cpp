@@ -10,7 +10,7 @@ namespace mf::model {
 namespace {
 // Index maps: ours[i] <-> torch[perm(i)].
 template <class Fn>
-void for_each_pair(const LeakCNNConfig& cfg, const ParamInfo& p, Fn&& f) {
+void for_each_pair(const ModelConfig& cfg, const ParamInfo& p, Fn&& f) {
   if (p.kind == ParamKind::conv_weight) {
     const std::int64_t co = p.shape[0], k = p.shape[1], ci = p.shape[3];
     for (std::int64_t o = 0; o < co; ++o)
@@ -32,7 +32,7 @@ void for_each_pair(const LeakCNNConfig& cfg, const ParamInfo& p, Fn&& f) {
 }
 }  // namespace
 
-std::vector<float> to_torch_layout(const LeakCNNConfig& cfg, const ParamInfo& p, std::span<const float> ours) {
+std::vector<float> to_torch_layout(const ModelConfig& cfg, const ParamInfo& p, std::span<const float> ours) {
   MF_CHECK(std::int64_t(ours.size()) == p.numel, "to_torch_layout: {} values for {} ({} elements)", ours.size(),
            p.name, p.numel);
   std::vector<float> t(ours.size());
@@ -40,7 +40,7 @@ std::vector<float> to_torch_layout(const LeakCNNConfig& cfg, const ParamInfo& p,
   return t;
 }
 
-std::vector<float> from_torch_layout(const LeakCNNConfig& cfg, const ParamInfo& p, std::span<const float> torch) {
+std::vector<float> from_torch_layout(const ModelConfig& cfg, const ParamInfo& p, std::span<const float> torch) {
   MF_CHECK(std::int64_t(torch.size()) == p.numel, "from_torch_layout: {} values for {} ({} elements)",
            torch.size(), p.name, p.numel);
   std::vector<float> o(torch.size());

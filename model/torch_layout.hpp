@@ -16,8 +16,8 @@
 
 namespace mf::model {
 
-std::vector<float> to_torch_layout(const LeakCNNConfig& cfg, const ParamInfo& p, std::span<const float> ours);
-std::vector<float> from_torch_layout(const LeakCNNConfig& cfg, const ParamInfo& p, std::span<const float> torch);
+std::vector<float> to_torch_layout(const ModelConfig& cfg, const ParamInfo& p, std::span<const float> ours);
+std::vector<float> from_torch_layout(const ModelConfig& cfg, const ParamInfo& p, std::span<const float> torch);
 
 struct NamedArray {
   std::string name;  // PyTorch state_dict name

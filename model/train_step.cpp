@@ -51,7 +51,7 @@ TrainStep::TrainStep(const TrainConfig& cfg, Device device, cudaStream_t stream)
   cfg_.optim.dynamic_loss_scale = cfg_.precision == Precision::fp16;
   set_current(device);
 
-  const LeakCNNConfig& mc = cfg_.model;
+  const ModelConfig& mc = cfg_.model;
   const std::int64_t B = cfg_.micro_batch, K = cfg_.accum_steps;
   params_ = std::make_unique<ParamBuffer>(mc, dtype_, device, stream);
   params_->init(cfg_.seed, stream);
@@ -60,18 +60,23 @@ TrainStep::TrainStep(const TrainConfig& cfg, Device device, cudaStream_t stream)
   in_x_ = make({K * B, mc.in_mels, mc.in_frames, 1}, dtype_, device, stream, Layout::nhwc);
   in_labels_ = make({K * B}, DType::i32, device, stream);
   in_leak_ = make({K * B}, DType::f32, device, stream);
-  for (int i = 0; i < mc.blocks(); ++i) {
-    const Shape s{B, mc.out_h(i), mc.out_w(i), mc.channels[std::size_t(i)]};
-    act_.push_back(make(s, dtype_, device, stream, Layout::nhwc));
-    code_.push_back(make(s, DType::u8, device, stream, Layout::nhwc));
-    dact_.push_back(make(s, dtype_, device, stream, Layout::nhwc));
-  }
-  const int D = mc.dense, C = mc.classes;
-  h_ = make({B, D}, dtype_, device, stream);
-  dh_ = make({B, D}, dtype_, device, stream);
-  if (mc.dropout > 0.f) {
-    hd_ = make({B, D}, dtype_, device, stream);
-    dhd_ = make({B, D}, dtype_, device, stream);
+  const int C = mc.classes;
+  if (mc.arch == Arch::cnn) {
+    stack_ = std::make_unique<CnnStack>(mc, B, dtype_, device, stream);
+  } else {
+    for (int i = 0; i < mc.blocks(); ++i) {
+      const Shape s{B, mc.out_h(i), mc.out_w(i), mc.channels[std::size_t(i)]};
+      act_.push_back(make(s, dtype_, device, stream, Layout::nhwc));
+      code_.push_back(make(s, DType::u8, device, stream, Layout::nhwc));
+      dact_.push_back(make(s, dtype_, device, stream, Layout::nhwc));
+    }
+    const int D = mc.dense;
+    h_ = make({B, D}, dtype_, device, stream);
+    dh_ = make({B, D}, dtype_, device, stream);
+    if (mc.dropout > 0.f) {
+      hd_ = make({B, D}, dtype_, device, stream);
+      dhd_ = make({B, D}, dtype_, device, stream);
+    }
   }
   logits_ = make({B, mc.head_outputs()}, dtype_, device, stream);
   dlogits_ = make({B, mc.head_outputs()}, dtype_, device, stream);
@@ -129,10 +134,9 @@ void TrainStep::load_state(const Tensor& master, const Tensor& m, const Tensor& 
 }
 
 void TrainStep::micro_batch(int j, cudaStream_t stream) {
-  const LeakCNNConfig& mc = cfg_.model;
+  const ModelConfig& mc = cfg_.model;
   ParamBuffer& pb = *params_;
   const std::int64_t B = cfg_.micro_batch;
-  const int L = mc.blocks();
   Tensor& work = pb.work();
   Tensor& g = j == 0 ? pb.grad() : grad_scratch_;
   auto* st = static_cast<kernels::AdamWState*>(opt_state_.raw());
@@ -169,22 +173,15 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   }
 
   // Forward.
-  for (int i = 0; i < L; ++i) {
-    const std::string blk = fmt::format("blocks.{}.conv.", i);
-    Phase ph(timer_, fmt::format("fwd.block{}", i), stream);
-    ops::conv_relu_pool_forward(i == 0 ? x : act_[std::size_t(i - 1)], pb.view(work, blk + "weight"),
-                                pb.view(work, blk + "bias"), mc.pools[std::size_t(i)], act_[std::size_t(i)],
-                                &code_[std::size_t(i)], stream);
+  const DropoutContext drop{cfg_.seed, std::uint32_t(j), &st->iteration};
+  const Tensor* features = nullptr;
+  if (stack_) {
+    Phase ph(timer_, "fwd.layers", stream);
+    features = &stack_->forward(pb, x, drop, stream);
+  } else {
+    features = &leakcnn_forward(x, drop, stream);
   }
-  const Tensor flat = act_.back().reshape({B, mc.flat_features()});
-  {
-    Phase ph(timer_, "fwd.fc", stream);
-    ops::dense_forward(flat, pb.view(work, "fc.weight"), pb.view(work, "fc.bias"), true, h_, stream);
-  }
-  const bool drop = mc.dropout > 0.f;
-  const std::int32_t* counter = &st->iteration;
-  if (drop) ops::dropout_forward(h_, hd_, mc.dropout, cfg_.seed, std::uint32_t(j), counter, stream);
-  const Tensor& hin = drop ? hd_ : h_;
+  const Tensor& hin = *features;
   Tensor hw = pb.head_weight(work), hb = pb.head_bias(work);
   {
     Phase ph(timer_, "fwd.heads", stream);
@@ -211,13 +208,54 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   Tensor ghw = pb.head_weight(g), ghb = pb.head_bias(g);
   {
     Phase ph(timer_, "bwd.heads", stream);
-    ops::dense_backward(hin, hw, logits_, dlogits_, false, &dh_, ghw, ghb, stream);
+    ops::dense_backward(hin, hw, logits_, dlogits_, false, stack_ ? &stack_->dfeatures() : &dh_, ghw, ghb, stream);
   }
+  if (stack_) {
+    Phase ph(timer_, "bwd.layers", stream);
+    stack_->backward(pb, x, g, drop, stream);
+  } else {
+    leakcnn_backward(x, g, drop, stream);
+  }
+  if (j > 0) {
+    Phase ph(timer_, "accumulate", stream);
+    ops::accumulate(grad_scratch_, pb.grad(), stream);
+  }
+}
+
+const Tensor& TrainStep::leakcnn_forward(const Tensor& x, const DropoutContext& drop, cudaStream_t stream) {
+  const ModelConfig& mc = cfg_.model;
+  ParamBuffer& pb = *params_;
+  Tensor& work = pb.work();
+  const std::int64_t B = cfg_.micro_batch;
+  for (int i = 0; i < mc.blocks(); ++i) {
+    const std::string blk = fmt::format("blocks.{}.conv.", i);
+    Phase ph(timer_, fmt::format("fwd.block{}", i), stream);
+    ops::conv_relu_pool_forward(i == 0 ? x : act_[std::size_t(i - 1)], pb.view(work, blk + "weight"),
+                                pb.view(work, blk + "bias"), mc.pools[std::size_t(i)], act_[std::size_t(i)],
+                                &code_[std::size_t(i)], stream);
+  }
+  const Tensor flat = act_.back().reshape({B, mc.flat_features()});
+  {
+    Phase ph(timer_, "fwd.fc", stream);
+    ops::dense_forward(flat, pb.view(work, "fc.weight"), pb.view(work, "fc.bias"), true, h_, stream);
+  }
+  if (mc.dropout <= 0.f) return h_;
+  ops::dropout_forward(h_, hd_, mc.dropout, drop.seed, drop.stream, drop.counter, stream);
+  return hd_;
+}
+
+void TrainStep::leakcnn_backward(const Tensor& x, Tensor& g, const DropoutContext& drop, cudaStream_t stream) {
+  const ModelConfig& mc = cfg_.model;
+  ParamBuffer& pb = *params_;
+  Tensor& work = pb.work();
+  const std::int64_t B = cfg_.micro_batch;
+  const int L = mc.blocks();
   Tensor* dfc = &dh_;
-  if (drop) {
-    ops::dropout_backward(dh_, dhd_, mc.dropout, cfg_.seed, std::uint32_t(j), counter, stream);
+  if (mc.dropout > 0.f) {
+    ops::dropout_backward(dh_, dhd_, mc.dropout, drop.seed, drop.stream, drop.counter, stream);
     dfc = &dhd_;
   }
+  const Tensor flat = act_.back().reshape({B, mc.flat_features()});
   Tensor dflat = dact_.back().reshape({B, mc.flat_features()});
   Tensor gfw = pb.view(g, "fc.weight"), gfb = pb.view(g, "fc.bias");
   {
@@ -231,10 +269,6 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
     ops::conv_relu_pool_backward(i == 0 ? x : act_[std::size_t(i - 1)], pb.view(work, blk + "weight"),
                                  dact_[std::size_t(i)], code_[std::size_t(i)], mc.pools[std::size_t(i)],
                                  i == 0 ? nullptr : &dact_[std::size_t(i - 1)], gw, gb, stream);
-  }
-  if (j > 0) {
-    Phase ph(timer_, "accumulate", stream);
-    ops::accumulate(grad_scratch_, pb.grad(), stream);
   }
 }
 
@@ -289,7 +323,7 @@ void TrainStep::step(cudaStream_t stream) {
 }
 
 EvalOutput TrainStep::forward_eval(const Tensor& xin, cudaStream_t stream) {
-  const LeakCNNConfig& mc = cfg_.model;
+  const ModelConfig& mc = cfg_.model;
   MF_CHECK(xin.ndim() == 4 && xin.size(1) == mc.in_mels && xin.size(2) == mc.in_frames && xin.size(3) == 1,
            "forward_eval: x must be [B, {}, {}, 1] (nhwc), found {}", mc.in_mels, mc.in_frames, xin.str());
   const std::int64_t B = xin.size(0);
@@ -300,18 +334,23 @@ EvalOutput TrainStep::forward_eval(const Tensor& xin, cudaStream_t stream) {
     x = Tensor::empty(xin.shape(), dtype_, device_, Layout::nhwc, stream);
     ops::cast(xin, x, stream);
   }
-  Tensor a = x;
-  for (int i = 0; i < mc.blocks(); ++i) {
-    const std::string blk = fmt::format("blocks.{}.conv.", i);
-    Tensor y = Tensor::empty({B, mc.out_h(i), mc.out_w(i), mc.channels[std::size_t(i)]}, dtype_, device_,
-                             Layout::nhwc, stream);
-    ops::conv_relu_pool_forward(a, pb.view(work, blk + "weight"), pb.view(work, blk + "bias"),
-                                mc.pools[std::size_t(i)], y, nullptr, stream);
-    a = y;
+  Tensor h;
+  if (stack_) {
+    h = stack_->forward_eval(pb, x, stream);
+  } else {
+    Tensor a = x;
+    for (int i = 0; i < mc.blocks(); ++i) {
+      const std::string blk = fmt::format("blocks.{}.conv.", i);
+      Tensor y = Tensor::empty({B, mc.out_h(i), mc.out_w(i), mc.channels[std::size_t(i)]}, dtype_, device_,
+                               Layout::nhwc, stream);
+      ops::conv_relu_pool_forward(a, pb.view(work, blk + "weight"), pb.view(work, blk + "bias"),
+                                  mc.pools[std::size_t(i)], y, nullptr, stream);
+      a = y;
+    }
+    h = Tensor::empty({B, mc.dense}, dtype_, device_, Layout::plain, stream);
+    ops::dense_forward(a.reshape({B, mc.flat_features()}), pb.view(work, "fc.weight"), pb.view(work, "fc.bias"),
+                       true, h, stream);
   }
-  Tensor h = Tensor::empty({B, mc.dense}, dtype_, device_, Layout::plain, stream);
-  ops::dense_forward(a.reshape({B, mc.flat_features()}), pb.view(work, "fc.weight"), pb.view(work, "fc.bias"),
-                     true, h, stream);
   Tensor logits = Tensor::empty({B, mc.head_outputs()}, dtype_, device_, Layout::plain, stream);
   ops::dense_forward(h, pb.head_weight(work), pb.head_bias(work), false, logits, stream);
   EvalOutput out;

@@ -1,4 +1,5 @@
-// TrainStep: LeakCNN's training step on one device (the CPU backend or one
+// TrainStep: the training step of a model (LeakCNN, or a CNN stack run by
+// model/cnn_stack.hpp) on one device (the CPU backend or one
 // GPU) with fixed shapes: forward, fused loss, backward and the fused AdamW
 // update, over k accumulated micro-batches, with no host synchronization; on a
 // GPU the whole step is captured once as a CUDA graph and replayed.
@@ -32,13 +33,14 @@
 #include "engine/timer.hpp"
 #include "kernels/adamw.hpp"
 #include "kernels/augment.hpp"
-#include "model/leakcnn_config.hpp"
+#include "model/model_config.hpp"
+#include "model/cnn_stack.hpp"
 #include "model/param_buffer.hpp"
 
 namespace mf::model {
 
 struct TrainConfig {
-  LeakCNNConfig model;
+  ModelConfig model;
   Precision precision = Precision::fp32;
   std::int64_t micro_batch = 64;  // B, samples per micro-batch
   int accum_steps = 1;            // k micro-batches per optimizer step
@@ -127,6 +129,10 @@ class TrainStep {
  private:
   void run_step(cudaStream_t stream);  // the captured body
   void micro_batch(int j, cudaStream_t stream);
+  // LeakCNN's layers before the heads (conv blocks, fc, dropout): the heads'
+  // input, and the backward from dh_ into the gradient buffer g.
+  const Tensor& leakcnn_forward(const Tensor& x, const DropoutContext& drop, cudaStream_t stream);
+  void leakcnn_backward(const Tensor& x, Tensor& g, const DropoutContext& drop, cudaStream_t stream);
 
   TrainConfig cfg_;
   Device device_;
@@ -134,6 +140,7 @@ class TrainStep {
   std::unique_ptr<ParamBuffer> params_;
   Tensor grad_scratch_;  // micro-batches after the first (k > 1)
   Tensor in_x_, in_labels_, in_leak_;
+  std::unique_ptr<CnnStack> stack_;        // model.arch = cnn (else null and the LeakCNN buffers below)
   std::vector<Tensor> act_, code_, dact_;  // per block: output, pool codes, output gradient
   Tensor h_, hd_, logits_, dlogits_, dh_, dhd_;
   Tensor class_weight_;

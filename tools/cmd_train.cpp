@@ -401,15 +401,19 @@ void register_export(CLI::App& app) {
     const DType t = parse_dtype(dtype);
     model::SafeTensors st;
     for (const auto& na : arrays) st.add(na.name, model::HostArray::from_floats(na.values, na.shape, t));
-    const model::LeakCNNConfig& m = lm.model;
+    const model::ModelConfig& m = lm.model;
+    // model_args: LeakCNN's constructor arguments (bench/leakcnn_torch.py), or
+    // a CNN stack's description (bench/cnn_stack_torch.py's CnnStack(desc)).
+    const bool stack = m.arch == model::Arch::cnn;
     st.metadata = {{"format", "pt"},
                    {"producer", "melforge 0.1.0"},
-                   {"model", "LeakCNN"},
-                   {"model_args", json{{"in_mels", m.in_mels}, {"in_frames", m.in_frames}, {"channels", m.channels},
-                                       {"pools", m.pools}, {"kernel", m.kernel}, {"dense", m.dense},
-                                       {"dropout", m.dropout}, {"classes", m.classes},
-                                       {"leak_head", m.leak_head}}
-                                      .dump()},
+                   {"model", stack ? "CnnStack" : "LeakCNN"},
+                   {"model_args", stack ? model::cnn_description_json(m)
+                                        : json{{"in_mels", m.in_mels}, {"in_frames", m.in_frames},
+                                               {"channels", m.channels}, {"pools", m.pools}, {"kernel", m.kernel},
+                                               {"dense", m.dense}, {"dropout", m.dropout}, {"classes", m.classes},
+                                               {"leak_head", m.leak_head}}
+                                              .dump()},
                    {"class_names", json(lm.class_names).dump()},
                    {"step", std::to_string(lm.step)},
                    {"source", checkpoint}};

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "model/leakcnn_config.hpp"
+#include "model/model_config.hpp"
 #include "model/run_config.hpp"
 #include "model/train_step.hpp"
 
@@ -19,7 +19,7 @@ namespace mf::train {
 // A model rebuilt from a checkpoint for inference/export.
 struct LoadedModel {
   model::RunConfig cfg;
-  model::LeakCNNConfig model;
+  model::ModelConfig model;
   model::Precision precision = model::Precision::fp32;
   std::vector<std::string> class_names;
   int normal_class = 0;

@@ -73,6 +73,41 @@ ModelFlops leakcnn_flops(std::int64_t n_mels, std::int64_t frames, const std::ve
   return {fwd, 3.0 * fwd - first_dx};
 }
 
+ModelFlops model_flops(const model::ModelConfig& m) {
+  if (m.arch == model::Arch::leakcnn) {
+    const std::vector<std::int64_t> ch(m.channels.begin(), m.channels.end()), po(m.pools.begin(), m.pools.end());
+    return leakcnn_flops(m.in_mels, m.in_frames, ch, po, m.kernel, m.dense, m.head_outputs());
+  }
+  const std::vector<model::ActShape> shapes = model::cnn_shapes(m.layers, m.in_mels, m.in_frames);
+  model::ActShape in{true, m.in_mels, m.in_frames, 1};
+  double fwd = 0, first_dx = 0;
+  for (std::size_t i = 0; i < m.layers.size(); ++i) {
+    const model::CnnLayer& l = m.layers[i];
+    const model::ActShape& out = shapes[i];
+    const double oh = double((in.h - 1) / l.stride + 1), ow = double((in.w - 1) / l.stride + 1);
+    double f = 0;
+    switch (l.type) {
+      case model::LayerType::conv: f = 2.0 * oh * ow * in.c * l.cout * l.k * l.k; break;
+      case model::LayerType::residual:
+        f = 2.0 * oh * ow * l.cout * 9.0 * (in.c + l.cout);
+        if (model::residual_projects(l, in.c)) f += 2.0 * oh * ow * in.c * l.cout;
+        if (l.se > 0) f += 4.0 * l.cout * model::se_hidden(l.cout, l.se);
+        break;
+      case model::LayerType::attentive_stats_pool:
+        f = 2.0 * in.w * in.c * (l.attention > 0 ? l.attention : in.c);
+        break;
+      case model::LayerType::dense: f = 2.0 * double(in.features()) * l.units; break;
+      case model::LayerType::global_avg_pool:
+      case model::LayerType::dropout: break;
+    }
+    if (i == 0) first_dx = f;
+    fwd += f;
+    in = out;
+  }
+  fwd += 2.0 * double(in.features()) * m.head_outputs();
+  return {fwd, 3.0 * fwd - first_dx};
+}
+
 Bottleneck classify_bottleneck(const PhaseTimes& t, const BottleneckContext& c) {
   Bottleneck b;
   const double wall = std::max(t.wall_ms, 1e-9);

@@ -4,6 +4,8 @@
 // suggestion.
 #pragma once
 
+#include "model/model_config.hpp"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -33,6 +35,11 @@ struct ModelFlops {
 ModelFlops leakcnn_flops(std::int64_t n_mels, std::int64_t frames, const std::vector<std::int64_t>& channels,
                          const std::vector<std::int64_t>& pools, std::int64_t kernel, std::int64_t dense,
                          std::int64_t head_outputs);
+// The FLOPs of any model: leakcnn_flops for LeakCNN; for a CNN stack the sum
+// of its convs (residual blocks: both convs and the projection), SE and
+// attention products, dense layers and heads (elementwise work and batch
+// norm not counted); training = 3x forward minus the first conv's dx.
+ModelFlops model_flops(const model::ModelConfig& m);
 
 // Where an epoch's training time went (milliseconds; device times from CUDA
 // events on a GPU, host clocks on the CPU backend).

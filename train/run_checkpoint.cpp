@@ -42,7 +42,7 @@ model::Checkpoint make_run_checkpoint(model::TrainStep& ts, const model::RunConf
   if (pb.work_dtype() != DType::f32) c.put("weights", pb.work());
   const kernels::AdamWState st = ts.optimizer_state(stream);
   c.put("adamw_state", DType::u8, {std::int64_t(sizeof(st))}, &st);
-  const model::LeakCNNConfig& mc = ts.config().model;
+  const model::ModelConfig& mc = ts.config().model;
   c.ints = {{"step", s.step},
             {"epoch", s.epoch},
             {"step_in_epoch", s.step_in_epoch},
@@ -127,7 +127,7 @@ std::optional<model::FoundCheckpoint> find_resume_checkpoint(const model::RunCon
 }
 
 void check_same_model(const model::Checkpoint& c, const model::TrainStep& ts, const std::string& what) {
-  const model::LeakCNNConfig& mc = ts.config().model;
+  const model::ModelConfig& mc = ts.config().model;
   MF_CHECK(c.get_int("in_mels") == mc.in_mels && c.get_int("in_frames") == mc.in_frames &&
                c.get_int("classes") == mc.classes,
            "{} {}: its model takes {}x{} inputs and {} classes, this run's data {}x{} and {} classes", what, c.source,
@@ -149,7 +149,7 @@ model::Precision checkpoint_precision(const model::Checkpoint& c) {
   }
 }
 
-model::LeakCNNConfig checkpoint_model(const model::Checkpoint& c, const model::RunConfig& cfg) {
+model::ModelConfig checkpoint_model(const model::Checkpoint& c, const model::RunConfig& cfg) {
   constexpr std::int64_t kMaxInt = std::numeric_limits<int>::max();
   const std::int64_t mels = c.get_int_in("in_mels", 1, kMaxInt), frames = c.get_int_in("in_frames", 1, kMaxInt);
   const int classes = int(c.get_int_in("classes", 1, kMaxInt));

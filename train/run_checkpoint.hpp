@@ -26,7 +26,7 @@
 
 #include "io/reader.hpp"
 #include "model/checkpoint.hpp"
-#include "model/leakcnn_config.hpp"
+#include "model/model_config.hpp"
 #include "model/run_config.hpp"
 #include "model/train_step.hpp"
 #include "train/early_stopping.hpp"
@@ -67,7 +67,7 @@ void check_same_model(const model::Checkpoint& c, const model::TrainStep& ts, co
 // hand-edited file gets an error naming it, the entry, what was expected and
 // what was found.
 model::Precision checkpoint_precision(const model::Checkpoint& c);
-model::LeakCNNConfig checkpoint_model(const model::Checkpoint& c, const model::RunConfig& cfg);
+model::ModelConfig checkpoint_model(const model::Checkpoint& c, const model::RunConfig& cfg);
 std::vector<std::string> checkpoint_class_names(const model::Checkpoint& c, int classes);
 
 }  // namespace mf::train

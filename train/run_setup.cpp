@@ -23,10 +23,18 @@ io::DatasetNames dataset_names(const model::RunConfig& cfg) {
   return n;
 }
 
-model::LeakCNNConfig model_config(const model::RunConfig& cfg, std::int64_t mels, std::int64_t frames, int classes) {
-  model::LeakCNNConfig m;
+model::ModelConfig model_config(const model::RunConfig& cfg, std::int64_t mels, std::int64_t frames, int classes) {
+  model::ModelConfig m;
   m.in_mels = int(mels);
   m.in_frames = int(frames);
+  if (cfg.arch == "cnn") {
+    m.arch = model::Arch::cnn;
+    m.layers = cfg.layers;
+  } else if (cfg.arch != "leakcnn") {
+    m.arch = model::Arch::cnn;
+    m.layers = model::cnn_preset(cfg.arch);
+    m.preset = cfg.arch;
+  }
   m.channels.assign(cfg.channels.begin(), cfg.channels.end());
   m.pools.assign(cfg.pools.begin(), cfg.pools.end());
   m.kernel = int(cfg.kernel);
@@ -38,7 +46,7 @@ model::LeakCNNConfig model_config(const model::RunConfig& cfg, std::int64_t mels
   return m;
 }
 
-model::TrainConfig step_config(const model::RunConfig& cfg, const model::LeakCNNConfig& mc, model::Precision p,
+model::TrainConfig step_config(const model::RunConfig& cfg, const model::ModelConfig& mc, model::Precision p,
                                std::int64_t total_steps) {
   model::TrainConfig tc;
   tc.model = mc;

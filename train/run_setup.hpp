@@ -11,7 +11,7 @@
 #include "engine/dtype.hpp"
 #include "io/dataset.hpp"
 #include "io/reader.hpp"
-#include "model/leakcnn_config.hpp"
+#include "model/model_config.hpp"
 #include "model/run_config.hpp"
 #include "model/train_step.hpp"
 
@@ -23,9 +23,9 @@ io::DatasetNames dataset_names(const model::RunConfig& cfg);
 // The LeakCNN for inputs of mels x frames and `classes` classes, with the
 // heads of cfg.heads (resolved: class or class+leak); throws when the
 // configuration does not make a valid model for them.
-model::LeakCNNConfig model_config(const model::RunConfig& cfg, std::int64_t mels, std::int64_t frames, int classes);
+model::ModelConfig model_config(const model::RunConfig& cfg, std::int64_t mels, std::int64_t frames, int classes);
 // total_steps sizes the learning-rate schedule (at least 1).
-model::TrainConfig step_config(const model::RunConfig& cfg, const model::LeakCNNConfig& mc, model::Precision p,
+model::TrainConfig step_config(const model::RunConfig& cfg, const model::ModelConfig& mc, model::Precision p,
                                std::int64_t total_steps);
 // train: shuffled (unless --overfit-batches), last batch dropped per
 // train.drop_last; evaluation: dataset order, last batch padded.

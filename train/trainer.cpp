@@ -143,7 +143,7 @@ class Trainer::Run {
   fs::path out_, ckpt_dir_;
   std::optional<model::FoundCheckpoint> resume_;
   RunData data_;
-  model::LeakCNNConfig mc_;
+  model::ModelConfig mc_;
   double dataset_load_s_ = 0;
   std::int64_t k_ = 1, B_ = 1, steps_per_epoch_ = 0, total_steps_ = 0;
   std::string dev_name_;
@@ -250,8 +250,7 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
   dev_name_ = dev_.is_cuda() ? device_properties(dev_.index).name : "CPU";
   peak_ = dev_.is_cuda() ? peak_tflops(dev_name_) : std::nullopt;
   peak_tf_ = peak_ ? (precision_ == model::Precision::fp32 ? peak_->fp32 : peak_->bf16) : 0.0;
-  flops_ = leakcnn_flops(mc_.in_mels, mc_.in_frames, cfg_.channels, cfg_.pools, cfg_.kernel, cfg_.dense,
-                         mc_.head_outputs());
+  flops_ = model_flops(mc_);
   profiling_ = dev_.is_cuda() && cfg_.profile_begin() >= 0;
   eval_options_.threshold = cfg_.threshold;
   eval_options_.class_loss_weight = cfg_.class_loss_weight;

@@ -1,12 +1,17 @@
-// LeakCNN's configuration and the precision policy of a training run.
+// The model's configuration (LeakCNN, or a configuration-described CNN stack)
+// and the precision policy of a training run.
 //
-// LeakCNN: input 1 x mels x frames (NHWC [N, mels, frames, 1] in melforge);
+// arch = leakcnn: input 1 x mels x frames (NHWC [N, mels, frames, 1] in melforge);
 // blocks i = 0..L-1 of conv k x k (padding k/2) + bias + ReLU + max pool p_i
 // (fused: kernels/conv_relu_pool.hpp), channels 1 -> c_0 -> ... -> c_{L-1};
 // flatten; fc (dense, + ReLU); dropout (optional); class head (C logits) and,
 // when leak_head (model.heads = class+leak, model/heads.hpp), the leak head (1
 // logit). Default LeakCNN-64: 64 x 64, channels 32/64/128, pools 2/2/2, k = 3,
 // dense 256, 2 classes, both heads.
+//
+// arch = cnn: `layers` (model/cnn_layers.hpp) from the input to the features
+// the heads read; channels, pools, kernel, dense and dropout are not used.
+// `preset` names the preset the layers came from ("" when written out).
 #pragma once
 
 #include <cstdint>
@@ -15,10 +20,16 @@
 #include <vector>
 
 #include "engine/dtype.hpp"
+#include "model/cnn_layers.hpp"
 
 namespace mf::model {
 
-struct LeakCNNConfig {
+enum class Arch : std::uint8_t { leakcnn, cnn };
+
+struct ModelConfig {
+  Arch arch = Arch::leakcnn;
+  std::vector<CnnLayer> layers;  // arch = cnn
+  std::string preset;            // arch = cnn: the preset's name, or empty
   int in_mels = 64;
   int in_frames = 64;
   std::vector<int> channels{32, 64, 128};
@@ -36,12 +47,19 @@ struct LeakCNNConfig {
   int out_w(int block) const;
   // fc's input features: C_last * H_last * W_last.
   std::int64_t flat_features() const;
+  // The features the heads read: dense (leakcnn), or the last layer's output
+  // (cnn; flattened when spatial).
+  std::int64_t features() const;
   // Logits of the heads together: C, plus 1 for the leak head.
   int head_outputs() const { return classes + (leak_head ? 1 : 0); }
   // Throws mf::Error naming the key when something does not fit.
   void validate() const;
   std::string str() const;
 };
+
+// A CNN stack's description as JSON, the input of bench/cnn_stack_torch.py's
+// CnnStack: {"in_mels", "in_frames", "classes", "leak_head", "layers": [...]}.
+std::string cnn_description_json(const ModelConfig& m);
 
 enum class Precision : std::uint8_t { fp32, bf16, fp16 };
 // "fp32"/"f32", "bf16", "fp16"/"f16"; throws mf::Error listing the choices.

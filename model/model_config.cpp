@@ -1,4 +1,4 @@
-#include "model/leakcnn_config.hpp"
+#include "model/model_config.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -7,24 +7,36 @@
 
 namespace mf::model {
 
-int LeakCNNConfig::out_h(int block) const {
+int ModelConfig::out_h(int block) const {
   int h = in_mels;
   for (int i = 0; i <= block; ++i) h /= pools[std::size_t(i)];
   return h;
 }
 
-int LeakCNNConfig::out_w(int block) const {
+int ModelConfig::out_w(int block) const {
   int w = in_frames;
   for (int i = 0; i <= block; ++i) w /= pools[std::size_t(i)];
   return w;
 }
 
-std::int64_t LeakCNNConfig::flat_features() const {
+std::int64_t ModelConfig::flat_features() const {
   const int L = blocks();
   return std::int64_t(channels.back()) * out_h(L - 1) * out_w(L - 1);
 }
 
-void LeakCNNConfig::validate() const {
+std::int64_t ModelConfig::features() const {
+  if (arch == Arch::leakcnn) return dense;
+  return cnn_shapes(layers, in_mels, in_frames).back().features();
+}
+
+void ModelConfig::validate() const {
+  MF_CHECK(in_mels >= 1 && in_frames >= 1, "model: input must be at least 1 x 1, found {} x {}", in_mels, in_frames);
+  MF_CHECK(classes >= 1 && classes <= 256, "model: classes must be in [1, 256], found {}", classes);
+  if (arch == Arch::cnn) {
+    const std::int64_t d = cnn_shapes(layers, in_mels, in_frames).back().features();  // throws naming the layer
+    MF_CHECK(d <= (std::int64_t(1) << 30), "model.layers: the heads would read {} features", d);
+    return;
+  }
   MF_CHECK(!channels.empty(), "model: at least one conv block is needed (channels is empty)");
   MF_CHECK(pools.size() == channels.size(), "model: {} pool sizes for {} blocks (pools must have one per block)",
            pools.size(), channels.size());
@@ -42,11 +54,25 @@ void LeakCNNConfig::validate() const {
   MF_CHECK(dropout >= 0.f && dropout < 1.f, "model: dropout must be in [0, 1), found {}", dropout);
 }
 
-std::string LeakCNNConfig::str() const {
+std::string ModelConfig::str() const {
+  if (arch == Arch::cnn) {
+    std::vector<std::string> ls;
+    for (const CnnLayer& l : layers) ls.push_back(cnn_layer_str(l));
+    return fmt::format("{}(input 1x{}x{}, layers [{}], features {}, classes {}, heads {})",
+                       preset.empty() ? "cnn" : preset, in_mels, in_frames, fmt::join(ls, "; "), features(), classes,
+                       leak_head ? "class+leak" : "class");
+  }
   return fmt::format(
       "LeakCNN(input 1x{}x{}, channels {}, pools {}, kernel {}, dense {}, dropout {}, classes {}, heads {})", in_mels,
       in_frames, fmt::join(channels, "/"), fmt::join(pools, "/"), kernel, dense, dropout, classes,
       leak_head ? "class+leak" : "class");
+}
+
+std::string cnn_description_json(const ModelConfig& m) {
+  std::vector<std::string> ls;
+  for (const CnnLayer& l : m.layers) ls.push_back(cnn_layer_json(l));
+  return fmt::format(R"({{"in_mels": {}, "in_frames": {}, "classes": {}, "leak_head": {}, "layers": [{}]}})", m.in_mels,
+                     m.in_frames, m.classes, m.leak_head, fmt::join(ls, ", "));
 }
 
 Precision parse_precision(std::string_view s) {
