@@ -62,8 +62,8 @@ inline BatchTensors to_tensors(const Batch& b, std::int64_t B, int mels, int fra
   return t;
 }
 
-inline model::LeakCNNConfig small_model(int classes = 3) {
-  model::LeakCNNConfig m;
+inline model::ModelConfig small_model(int classes = 3) {
+  model::ModelConfig m;
   m.in_mels = 16;
   m.in_frames = 12;
   m.channels = {4, 8};
@@ -111,7 +111,7 @@ inline void write_oracle_config(const std::string& path, const model::TrainConfi
 // clipping, class weights, label smoothing, seed 11) on `model`, the weights
 // after step 1 and after the last step compared with torch in float64.
 // `name` keeps the folders of concurrent oracle tests apart.
-inline void check_steps_against_torch(const model::LeakCNNConfig& model, const std::string& name) {
+inline void check_steps_against_torch(const model::ModelConfig& model, const std::string& name) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("melforge_oracle_" + name + "_" + std::to_string(::getpid()));
   fs::create_directories(dir / "init");

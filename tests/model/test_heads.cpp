@@ -53,8 +53,8 @@ std::vector<std::string> leak_keys(const nlohmann::json& j) {
   return out;
 }
 
-LeakCNNConfig class_only(int classes = 3) {
-  LeakCNNConfig m = testing::small_model(classes);
+ModelConfig class_only(int classes = 3) {
+  ModelConfig m = testing::small_model(classes);
   m.leak_head = false;
   return m;
 }
@@ -157,7 +157,7 @@ TEST_CASE("a saved configuration without model.heads (every run before the key) 
 }
 
 TEST_CASE("class heads: no leak parameters; PyTorch names without leak_head.*") {
-  const LeakCNNConfig both = testing::small_model(3), cls = class_only(3);
+  const ModelConfig both = testing::small_model(3), cls = class_only(3);
   ParamBuffer a(both, DType::f32, Device::cpu()), b(cls, DType::f32, Device::cpu());
   for (const auto& p : b.params()) CHECK(p.name.find("leak") == std::string::npos);
   CHECK(a.params().size() == b.params().size() + 2);

@@ -18,7 +18,7 @@ using namespace mf;
 using namespace mf::model;
 
 TEST_CASE("ParamBuffer: PyTorch names, weights before biases, adjacent heads, aligned offsets") {
-  LeakCNNConfig mc;  // LeakCNN-64
+  ModelConfig mc;  // LeakCNN-64
   ParamBuffer pb(mc, DType::bf16, Device::cpu());
   std::vector<std::string> names;
   for (const auto& p : pb.params()) names.push_back(p.name);
@@ -67,7 +67,7 @@ TEST_CASE("init follows PyTorch's bounds and is reproducible from the seed") {
 }
 
 TEST_CASE("PyTorch layout conversions: conv OIHW <-> OHWI and fc column permutation round-trip") {
-  const LeakCNNConfig mc = testing::small_model();
+  const ModelConfig mc = testing::small_model();
   ParamBuffer pb(mc, DType::f32, Device::cpu());
   pb.init(3);
   const auto arrays = export_torch(pb, pb.master());
