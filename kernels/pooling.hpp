@@ -26,6 +26,8 @@
 //   dg[n, c] = (sum over H, W of dy * x) * s * (1 - s), rounded to g's dtype.
 //   1 - s is computed as sigmoid(-g): no cancellation for large g.
 //   The residual's gradient is dy itself (after the mask).
+//   y (the forward's output) is read only with relu; without it the dispatch
+//   accepts an undefined y.
 //
 // add_inplace: dst[i] = dst[i] + src[i] in f32, rounded once to T.
 //

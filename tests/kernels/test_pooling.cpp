@@ -387,6 +387,22 @@ TEST_CASE("channel_gate forward/backward: CPU twin vs a float64 loop, every dtyp
         }
 }
 
+TEST_CASE("channel_gate backward without relu does not read y: an undefined y gives the same bits") {
+  const Dims d{2, 3, 4, 5};
+  for (DType t : kFloatTypes) {
+    INFO(dtype_name(t));
+    const Tensor x = nhwc(randoms(d.numel(), 61), d, t);
+    const Tensor g = Tensor::from_floats(randoms(std::size_t(d.n * d.c), 62, -3.f, 3.f), {d.n, d.c}, t);
+    const Tensor dy0 = nhwc(randoms(d.numel(), 63), d, t);
+    const GateOut o = run_gate(x, g, nullptr, false, dy0);
+    Tensor dy = copy_of(dy0), dx = poisoned(d.shape(), t), dg = poisoned({d.n, d.c}, t);
+    ops::channel_gate_backward(x, g, Tensor(), dy, false, dx, dg);
+    CHECK(bytes_of(dy) == bytes_of(dy0));  // no mask without relu
+    CHECK(bytes_of(dx) == bytes_of(o.dx));
+    CHECK(bytes_of(dg) == bytes_of(o.dg));
+  }
+}
+
 TEST_CASE("channel_gate: large logits stay finite (stable sigmoid); NaN propagates through the gate and the ReLU") {
   const Dims d{1, 2, 1, 6};
   const std::vector<float> gv = {1000.f, -1000.f, 88.f, -88.f, 0.f, kNaN};
