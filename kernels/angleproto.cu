@@ -1,0 +1,1 @@
+// placeholder: the helper building kernels/angleproto replaces this file

@@ -1,0 +1,2 @@
+// placeholder: the helper building kernels/angleproto replaces this file
+#pragma once

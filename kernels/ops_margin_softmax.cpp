@@ -1,0 +1,1 @@
+// placeholder: the helper building kernels/margin_softmax replaces this file (dispatch: kernels/ops.hpp)
