@@ -10,6 +10,8 @@
 #include "kernels/augment.hpp"
 #include "kernels/loss.hpp"
 #include "kernels/mixup.hpp"
+#include "kernels/angleproto.hpp"
+#include "kernels/margin_softmax.hpp"
 
 namespace mf::ops {
 
@@ -177,5 +179,45 @@ void attentive_pool_forward(const Tensor& x, const Tensor& w, const Tensor& b, c
 void attentive_pool_backward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& v, bool stats,
                              const Tensor& saved, const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db, Tensor& dv,
                              cudaStream_t stream = nullptr);
+
+// ---- speaker verification's ops (issue 20): kernels/margin_softmax.hpp,
+// angleproto.hpp, instance_norm.hpp. Embeddings [B, D] in the working dtype
+// T; parameter gradients f32; f32 (or wider) accumulation; deterministic.
+// The metric outputs follow leak_loss's contract (kernels/loss.hpp): sums f32
+// [kLossSums] (+= the loss into the class-loss and total slots, += 1
+// micro-batch), counts i32 [kLossCounts + C*C] (+= samples, correct, and the
+// confusion matrix when the loss has classes), step_loss f32 [1] or null (=
+// the loss); gradients are d(loss)/d(input) * (*loss_scale) * grad_scale.
+
+// Cosine-margin softmax (AM-softmax and AAM-softmax / ArcFace, voxceleb_trainer's
+// amsoftmax and aamsoftmax): cos[b][c] = <emb_b / |emb_b|, w_c / |w_c|>
+// (F.normalize, eps 1e-12); the target logit becomes s * (cos - m) (am) or
+// s * phi with phi = cos(theta + m), and cos - m sin(m) where theta + m > pi
+// (aam); the others s * cos; cross-entropy over C classes, mean over B.
+// emb [B, D], weight [C, D] (T); labels i32 [B]; demb [B, D] (T) and dweight
+// f32 [C, D] overwritten. Accuracy and the confusion matrix use the argmax of
+// the plain cosine. kernels::MarginSoftmaxDims carries the type, s, m, grad_scale.
+void margin_softmax_loss(const Tensor& emb, const Tensor& weight, const Tensor& labels,
+                         const kernels::MarginSoftmaxDims& d, const float* loss_scale, Tensor& demb, Tensor& dweight,
+                         Tensor& sums, Tensor& counts, Tensor* step_loss, cudaStream_t stream = nullptr);
+
+// Angular prototypical loss (voxceleb_trainer's angleproto): emb [N*M, D] (T)
+// holds M >= 2 consecutive segments of each of N classes (N >= 2); per class
+// the query is its first segment and the prototype the mean of the other M-1;
+// logits[i][j] = w * cos(query_i, prototype_j) + b with w clamped to >= 1e-6;
+// cross-entropy with target i, mean over N. wb f32 [2] = (w, b) in the
+// tensors' memory (the learnable scale and bias; the caller keeps them f32);
+// demb [N*M, D] (T) and dwb f32 [2] overwritten. Accuracy counts argmax_j ==
+// i (no confusion matrix: counts may be [kLossCounts]).
+void angleproto_loss(const Tensor& emb, const Tensor& wb, const kernels::AngleProtoDims& d, const float* loss_scale,
+                     Tensor& demb, Tensor& dwb, Tensor& sums, Tensor& counts, Tensor* step_loss,
+                     cudaStream_t stream = nullptr);
+
+// Instance normalisation of each mel band over time, per segment
+// (PyTorch's InstanceNorm1d(n_mels) on [B, mels, frames], eps 1e-5, no
+// affine, biased variance): x [B, mels, frames, 1] or [B, mels, frames] (T)
+// -> y (same shape, may be x itself: in place). Inference and training alike
+// (the input needs no gradient).
+void instance_norm(const Tensor& x, Tensor& y, cudaStream_t stream = nullptr);
 
 }  // namespace mf::ops
