@@ -1,5 +1,7 @@
 #include "io/reader.hpp"
 
+#include "io/balanced_order.hpp"
+
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
@@ -68,6 +70,7 @@ struct BatchReader::Impl {
   std::shared_ptr<const Dataset> ds;
   ReaderConfig cfg;
   std::int64_t N = 0, B = 0, bpe = 0;
+  std::vector<std::int64_t> file_ids;  // per segment (per_class mode only)
   std::size_t x_row_bytes = 0;
   bool gpu = false, is_resident = false;
   cudaStream_t last_stream = nullptr;
@@ -158,7 +161,9 @@ struct BatchReader::Impl {
   std::shared_ptr<const std::vector<std::int64_t>> order(std::int64_t epoch) const {
     std::lock_guard lk(order_mu);
     if (auto it = orders.find(epoch); it != orders.end()) return it->second;
-    auto o = std::make_shared<const std::vector<std::int64_t>>(epoch_order(N, cfg.seed, epoch, cfg.shuffle));
+    auto o = std::make_shared<const std::vector<std::int64_t>>(
+        cfg.per_class > 0 ? balanced_epoch_order(ds->info().labels, file_ids, cfg.per_class, B, cfg.seed, epoch)
+                          : epoch_order(N, cfg.seed, epoch, cfg.shuffle));
     orders[epoch] = o;
     while (orders.size() > 2) orders.erase(orders.begin()->first == epoch ? std::next(orders.begin()) : orders.begin());
     return o;
@@ -169,9 +174,10 @@ struct BatchReader::Impl {
              "reader: batch (epoch {}, position {}) out of range: expected epoch >= 0 and position 0..{}", epoch,
              position, bpe - 1);
     const auto o = order(epoch);
-    const std::int64_t b0 = position * B, b1 = std::min(N, b0 + B);
+    const std::int64_t n = std::int64_t(o->size());
+    const std::int64_t b0 = position * B, b1 = std::min(n, b0 + B);
     std::vector<std::int64_t> rows(o->begin() + b0, o->begin() + b1);
-    std::sort(rows.begin(), rows.end());
+    if (cfg.per_class == 0) std::sort(rows.begin(), rows.end());  // balanced rows keep their class groups
     if (valid) *valid = b1 - b0;
     for (std::int64_t j = 0; std::int64_t(rows.size()) < B; ++j) rows.push_back((*o)[std::size_t(j % N)]);
     return rows;
@@ -483,7 +489,7 @@ struct BatchReader::Impl {
     Batch out;
     out.wait_ms = now_ms() - t0;
     d.give(out);
-    out.valid = std::min(B, N - w.position * B);
+    out.valid = cfg.per_class > 0 ? B : std::min(B, N - w.position * B);
     return out;
   }
 };
@@ -507,6 +513,13 @@ BatchReader::BatchReader(std::shared_ptr<const Dataset> dataset, const ReaderCon
   MF_CHECK(cfg.max_device_share > 0 && cfg.max_device_share <= 1,
            "reader: max_device_share must be in (0, 1], found {}", cfg.max_device_share);
   m.bpe = cfg.last_batch == LastBatch::drop ? m.N / m.B : (m.N + m.B - 1) / m.B;
+  if (cfg.per_class > 0) {
+    m.file_ids.resize(std::size_t(m.N));
+    for (std::int64_t i = 0; i < m.N; ++i) m.file_ids[std::size_t(i)] = in.file_of(i);
+    m.bpe = balanced_batches(in.labels, cfg.per_class, m.B);
+    MF_CHECK(m.bpe > 0, "data.per_class = {}: {} cannot fill one batch of {}: it needs {} classes with at least {} "
+             "segments each", cfg.per_class, in.path, m.B, m.B / cfg.per_class, cfg.per_class);
+  }
   MF_CHECK(m.bpe > 0, "reader: {} has {} segments, fewer than one batch of {} (last_batch = drop): use a smaller "
            "batch or last_batch = pad", in.path, m.N, m.B);
   m.gpu = cfg.device.is_cuda();

@@ -34,7 +34,10 @@
 // Order: a seeded permutation per epoch (shuffle), or 0..N-1 (no shuffle);
 // batch k of epoch e holds positions [k*B, (k+1)*B) of that order, sorted by
 // segment index (locality); the permutation spans all segments, so batches
-// draw across files. state() / restore() resume exactly at (epoch, position).
+// draw across files. With per_class = M > 0 the order is speaker-balanced
+// instead (io/balanced_order.hpp: M consecutive rows of each of B/M classes,
+// kept in that order, every row valid). state() / restore() resume exactly at
+// (epoch, position).
 //
 // Two modes:
 // - streaming: worker threads pread segments into a ring of pinned host slots
@@ -81,6 +84,7 @@ struct ReaderConfig {
   Residency resident = Residency::automatic;
   double max_device_share = 0.5; // of free device memory (available host memory on the CPU)
   bool check_finite = true;
+  int per_class = 0;             // speaker-balanced batches of M per class (0: off; `shuffle` is then not read)
 };
 
 struct ReaderState {
