@@ -196,10 +196,16 @@ void attentive_pool_backward(const Tensor& x, const Tensor& w, const Tensor& b, 
 // (aam); the others s * cos; cross-entropy over C classes, mean over B.
 // emb [B, D], weight [C, D] (T); labels i32 [B]; demb [B, D] (T) and dweight
 // f32 [C, D] overwritten. Accuracy and the confusion matrix use the argmax of
-// the plain cosine. kernels::MarginSoftmaxDims carries the type, s, m, grad_scale.
+// the plain cosine; counts may be [kLossCounts] (no confusion matrix, for many
+// speakers). kernels::MarginSoftmaxDims carries the type, s, m, grad_scale.
+// scratch: f32 with >= kernels::margin_softmax_scratch_elems(B, C, D) elements
+// on emb's device, or null: the CPU ignores it; on a GPU a null scratch is
+// allocated per call, refused while the stream is being captured into a CUDA
+// graph (pass one allocated before the capture).
 void margin_softmax_loss(const Tensor& emb, const Tensor& weight, const Tensor& labels,
                          const kernels::MarginSoftmaxDims& d, const float* loss_scale, Tensor& demb, Tensor& dweight,
-                         Tensor& sums, Tensor& counts, Tensor* step_loss, cudaStream_t stream = nullptr);
+                         Tensor& sums, Tensor& counts, Tensor* step_loss, cudaStream_t stream = nullptr,
+                         Tensor* scratch = nullptr);
 
 // Angular prototypical loss (voxceleb_trainer's angleproto): emb [N*M, D] (T)
 // holds M >= 2 consecutive segments of each of N classes (N >= 2); per class
