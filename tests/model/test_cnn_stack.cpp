@@ -19,97 +19,18 @@
 #include "model/run_config.hpp"
 #include "model/torch_layout.hpp"
 #include "model/train_step.hpp"
+#include "tests/model/cnn_stacks.hpp"
 #include "tests/model/step_fixture.hpp"
 #include "tests/support/testing.hpp"
 
 using namespace mf;
 using namespace mf::model;
+using mf::testing::layers_from;
+using mf::testing::stack_a;
+using mf::testing::stack_b;
+using mf::testing::stack_c;
 
 namespace {
-
-std::vector<CnnLayer> layers_from(const std::string& toml_text) {
-  RunConfig cfg;
-  load_toml_string(cfg, "[model]\narch = \"cnn\"\n" + toml_text, "test.toml");
-  return cfg.layers;
-}
-
-// conv+BN+pool, a projecting residual block with SE, an identity block, a
-// stride-2 conv with bias and ReLU (unfused), attentive mean+std pooling, a
-// dense layer, both heads. Input 16 x 12.
-ModelConfig stack_a() {
-  ModelConfig m;
-  m.arch = Arch::cnn;
-  m.in_mels = 16;
-  m.in_frames = 12;
-  m.classes = 3;
-  m.layers = layers_from(R"(
-[[model.layers]]
-type = "conv"
-cout = 8
-batch_norm = true
-pool = 2
-[[model.layers]]
-type = "residual"
-cout = 12
-stride = 2
-se = 4
-[[model.layers]]
-type = "residual"
-cout = 12
-[[model.layers]]
-type = "conv"
-cout = 16
-stride = 2
-[[model.layers]]
-type = "attentive_stats_pool"
-stats = "mean+std"
-attention = 8
-[[model.layers]]
-type = "dense"
-units = 16
-)");
-  return m;
-}
-
-// The fused conv (LeakCNN's kind), a 1x1 conv with bias and no activation
-// (a 1x1 conv with batch norm right after a conv makes the first conv's bias
-// gradient vanish, and Adam would then amplify rounding noise), an identity
-// block with SE, global average pooling, a linear embedding, the
-// class head alone.
-ModelConfig stack_b() {
-  ModelConfig m;
-  m.arch = Arch::cnn;
-  m.in_mels = 16;
-  m.in_frames = 12;
-  m.classes = 3;
-  m.leak_head = false;
-  m.layers = layers_from(R"(
-layers = [
-  { type = "conv", k = 3, cout = 8, pool = 2 },
-  { type = "conv", k = 1, cout = 8, activation = "none" },
-  { type = "residual", cout = 8, se = 2 },
-  { type = "global_avg_pool" },
-  { type = "dense", units = 8, activation = "none" },
-]
-)");
-  return m;
-}
-
-// A stride-2 conv then a dense layer on the flattened (NHWC) activations.
-ModelConfig stack_c() {
-  ModelConfig m;
-  m.arch = Arch::cnn;
-  m.in_mels = 16;
-  m.in_frames = 12;
-  m.classes = 3;
-  m.layers = layers_from(R"(
-layers = [
-  { type = "conv", k = 5, cout = 4, stride = 2 },
-  { type = "dense", units = 8 },
-]
-)");
-  return m;
-}
 
 void write_floats(const std::filesystem::path& p, const std::vector<float>& v) {
   std::ofstream f(p, std::ios::binary);
