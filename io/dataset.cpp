@@ -15,6 +15,7 @@
 #include "io/dataset_storage.hpp"
 #include "io/h5_error.hpp"
 #include "io/h5_lookup.hpp"
+#include "io/h5_read.hpp"
 
 // Dataset::open checks a file in the order its parts depend on each other:
 // the segments' type and shape (io/dataset_schema.hpp), their attributes, where
@@ -88,6 +89,12 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& path, const Data
   const bool fast = impl->resolve_storage(info, file, dset, file_size);
   read_labels(file, path, seg, names, info);
   read_leak(file, path, names, info);
+  if (h5_path_exists(file, "/files")) {
+    info.file_names = H5Value::dataset(file, "/files", path, "/files").read_strings();
+    MF_CHECK(std::int64_t(info.file_names.size()) == info.num_files,
+             "{}: /files holds {} names for {} files (expected one source path per file)", path,
+             info.file_names.size(), info.num_files);
+  }
 
   info.storage.fast_path = fast;
   if (fast) {
@@ -102,6 +109,11 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& path, const Data
     impl->file = std::move(file);
   }
   return std::shared_ptr<const Dataset>(new Dataset(std::move(impl), std::move(info)));
+}
+
+std::string DatasetInfo::file_name(std::int64_t file) const {
+  if (file >= 0 && file < std::int64_t(file_names.size())) return file_names[std::size_t(file)];
+  return fmt::format("#{}", file);
 }
 
 void Dataset::read(std::span<const std::int64_t> rows, DType dt, void* dst, bool check) const {

@@ -102,9 +102,14 @@ struct DatasetInfo {
   // dB per unit of the values (attribute db_per_unit: 1 for dB, as `data
   // build` writes; 10 for dB/10, as `data synth` writes); 0 when absent.
   double db_per_unit = 0;
+  // Each file's source path (the /files string dataset that `data build`
+  // writes, [F]); empty when the file has none. file_name() gives "#<index>"
+  // then (speaker verification's trial lists name files this way).
+  std::vector<std::string> file_names;
   StorageInfo storage;
 
   std::int64_t file_of(std::int64_t segment) const { return segment / segments_per_file; }
+  std::string file_name(std::int64_t file) const;
   std::int64_t segment_elems() const { return n_mels * frames; }
   std::size_t segment_bytes() const { return std::size_t(segment_elems()) * dtype_size(dtype); }
   // "segment 1234 (file 38, long 2, short 5)" or "segment 1234" for flat data.
