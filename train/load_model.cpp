@@ -1,6 +1,7 @@
 #include "train/load_model.hpp"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "engine/error.hpp"
 #include "model/checkpoint.hpp"
@@ -21,6 +22,15 @@ void init_weights_from(model::TrainStep& ts, const fs::path& path) {
     c.read_into("master", pb.master());
   } else {
     const model::SafeTensors st = model::read_safetensors(path);
+    // A stack exported by melforge carries its description: the layers must
+    // match (same names and shapes can come from another stride or pool).
+    const auto kind = st.metadata.find("model"), args = st.metadata.find("model_args");
+    if (kind != st.metadata.end() && kind->second == "CnnStack" && args != st.metadata.end()) {
+      const nlohmann::json desc = nlohmann::json::parse(args->second, nullptr, /*allow_exceptions=*/false);
+      MF_CHECK(desc.is_object() && desc.contains("layers"),
+               "--init-from {}: metadata model_args is not a CNN stack description", path.string());
+      check_same_layers(desc["layers"], ts, "--init-from", path.string());
+    }
     std::vector<model::NamedArray> arrays;
     for (const auto& p : pb.params()) {
       const model::SafeTensor& t = st.at(p.name);

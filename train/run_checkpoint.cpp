@@ -27,6 +27,28 @@ std::string params_json(const model::ParamBuffer& pb) {
   return j.dump();
 }
 
+// A layer list as JSON (model/cnn_layers.hpp's cnn_layer_json), dropout's
+// probability left out: a checkpoint's weights fit a run with another p.
+json layers_json(const std::vector<model::CnnLayer>& layers) {
+  json j = json::array();
+  for (const model::CnnLayer& l : layers) j.push_back(json::parse(model::cnn_layer_json(l)));
+  return j;
+}
+
+json without_dropout_p(json layers) {
+  for (json& l : layers)
+    if (l.is_object() && l.value("type", "") == "dropout") l.erase("p");
+  return layers;
+}
+
+// The layers a saved configuration describes: model.layers, a preset's, or
+// null for LeakCNN.
+json saved_layers(const model::RunConfig& saved) {
+  if (saved.arch == "cnn") return layers_json(saved.layers);
+  if (saved.arch != "leakcnn") return layers_json(model::cnn_preset(saved.arch));
+  return nullptr;
+}
+
 }  // namespace
 
 model::Checkpoint make_run_checkpoint(model::TrainStep& ts, const model::RunConfig& cfg, const RunState& s,
@@ -133,8 +155,28 @@ void check_same_model(const model::Checkpoint& c, const model::TrainStep& ts, co
            "{} {}: its model takes {}x{} inputs and {} classes, this run's data {}x{} and {} classes", what, c.source,
            c.get_int("in_mels"), c.get_int("in_frames"), c.get_int("classes"), mc.in_mels, mc.in_frames, mc.classes);
   MF_CHECK(c.array("master").shape == Shape{ts.params().size()},
-           "{} {}: {} parameters, the configured model has {} (model.channels/pools/kernel/dense differ?)", what,
-           c.source, shape_numel(c.array("master").shape), ts.params().size());
+           "{} {}: {} parameters, the configured model has {} ({} differ?)", what, c.source,
+           shape_numel(c.array("master").shape), ts.params().size(),
+           mc.arch == model::Arch::cnn ? "model.arch/layers" : "model.channels/pools/kernel/dense");
+  // LeakCNN against LeakCNN: the parameter count says enough (unchanged).
+  const model::RunConfig saved = model::load_saved_config(c.get_string("config"), c.source + ":/strings/config");
+  if (mc.arch == model::Arch::cnn || saved.arch != "leakcnn")
+    check_same_layers(saved_layers(saved), ts, what, c.source);
+}
+
+void check_same_layers(const json& layers, const model::TrainStep& ts, const std::string& what,
+                       const std::string& source) {
+  const model::ModelConfig& mc = ts.config().model;
+  const json ours = mc.arch == model::Arch::cnn ? without_dropout_p(layers_json(mc.layers)) : json(nullptr);
+  const json theirs = without_dropout_p(layers);
+  if (ours == theirs) return;
+  MF_CHECK(ours.is_array() && theirs.is_array(), "{} {}: its model is {}, the configured model is {} (model.arch)",
+           what, source, theirs.is_array() ? "a CNN stack" : "LeakCNN", ours.is_array() ? "a CNN stack" : "LeakCNN");
+  MF_CHECK(ours.size() == theirs.size(), "{} {}: its model has {} layers, the configured model {} (model.layers)",
+           what, source, theirs.size(), ours.size());
+  for (std::size_t i = 0; i < ours.size(); ++i)
+    MF_CHECK(ours[i] == theirs[i], "{} {}: model.layers[{}] is {} there, {} in this run's configuration", what,
+             source, i, theirs[i].dump(), ours[i].dump());
 }
 
 // What a checkpoint says about its model, each value checked: a damaged or

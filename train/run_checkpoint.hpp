@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -61,7 +62,14 @@ std::optional<model::FoundCheckpoint> find_resume_checkpoint(const model::RunCon
 
 // Model shape checks between a checkpoint and a model built from the data;
 // `what` names the source in the message ("--resume", "--init-from", ...).
+// A CNN stack's checkpoint must also describe the same layers (model.arch,
+// model.layers): two stacks can have the same parameter count and differ in a
+// stride, a pool or an activation (dropout probabilities may differ).
 void check_same_model(const model::Checkpoint& c, const model::TrainStep& ts, const std::string& what);
+// The same layer check against a stack description's "layers" JSON array (as
+// `melforge export` writes in model_args); `source` names the file.
+void check_same_layers(const nlohmann::json& layers, const model::TrainStep& ts, const std::string& what,
+                       const std::string& source);
 
 // What a checkpoint says about its model, each value checked: a damaged or
 // hand-edited file gets an error naming it, the entry, what was expected and
