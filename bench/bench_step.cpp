@@ -7,6 +7,15 @@
 // mixup): the "augment" and "mixup" phases beside the others, their share of
 // the augmented graph step, and the graph step with and without augmentation
 // side by side. The augment kernel is first checked against its CPU twin.
+// --arch (issue 16) picks the model: leakcnn (default, LeakCNN-64: the output
+// as before), a preset stack (resnet34se-light) or cnn with --layers-toml (a
+// TOML file whose [model] table holds the layers, as `melforge train` reads
+// it); --mels/--frames/--classes set the input (default 64 x 64, 2 classes,
+// both heads). Each configuration also reports samples/s and the model's
+// FLOPs per sample from train/perf.hpp (model_flops: training = forward +
+// backward) with the achieved TFLOP/s. --device cpu measures the CPU backend
+// (host clocks; no graphs, no peak): median of --steps steps and the phases
+// of 3 steps, for the side by side with PyTorch on the CPU.
 // `melforge-bench adamw`: the fused AdamW against one update launch per
 // parameter tensor and against the HBM roofline (a measured device copy).
 #include <cublas_v2.h>
@@ -14,6 +23,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "bench/bench_common.hpp"
@@ -21,11 +31,14 @@
 #include "engine/counter_rng.hpp"
 #include "engine/device.hpp"
 #include "engine/error.hpp"
+#include "engine/parallel.hpp"
 #include "engine/stream.hpp"
 #include "engine/timer.hpp"
 #include "kernels/adamw.hpp"
 #include "kernels/ops.hpp"
+#include "model/run_config.hpp"
 #include "model/train_step.hpp"
+#include "train/perf.hpp"
 
 namespace mf::bench {
 
@@ -36,7 +49,39 @@ struct StepOptions {
   std::vector<std::string> precisions{"fp32", "bf16", "fp16"};
   int steps = 20;
   bool augment = false;  // also measure each configuration with every augmentation transform on
+  std::string arch = "leakcnn";  // leakcnn | cnn | a preset (model/cnn_layers.hpp)
+  std::string layers_toml;       // arch = cnn: a TOML file with [model] layers
+  int mels = 64, frames = 64, classes = 2;
+  std::string device = "cuda";   // cuda | cpu
 };
+
+// The benchmarked model: LeakCNN-64 (arch leakcnn, the keys' defaults), a
+// preset, or the stack of --layers-toml, on mels x frames inputs.
+model::ModelConfig bench_model(const StepOptions& o) {
+  model::ModelConfig m;
+  m.in_mels = o.mels;
+  m.in_frames = o.frames;
+  m.classes = o.classes;
+  if (o.arch == "cnn") {
+    MF_CHECK(!o.layers_toml.empty(), "melforge-bench step --arch cnn: --layers-toml FILE is required");
+    model::RunConfig rc;
+    model::load_toml_file(rc, o.layers_toml);
+    MF_CHECK(!rc.layers.empty(), "{}: expected [[model.layers]] tables (docs/models.md), found none", o.layers_toml);
+    m.arch = model::Arch::cnn;
+    m.layers = rc.layers;
+  } else if (o.arch != "leakcnn") {
+    MF_CHECK(o.layers_toml.empty(), "melforge-bench step: --layers-toml needs --arch cnn, found --arch {}", o.arch);
+    m.arch = model::Arch::cnn;
+    m.layers = model::cnn_preset(o.arch);
+    m.preset = o.arch;
+  }
+  m.validate();
+  return m;
+}
+
+std::string model_name(const StepOptions& o) {
+  return o.arch == "leakcnn" ? "LeakCNN-64" : o.arch == "cnn" ? "cnn (" + o.layers_toml + ")" : o.arch;
+}
 
 // Forward FLOPs per sample (multiply-add = 2) of a LeakCNN.
 double forward_flops(const model::ModelConfig& c) {
@@ -208,7 +253,82 @@ nlohmann::json augment_report(const StepTimes& plain, const StepTimes& aug) {
           {"mixup_pct_of_step", mix_share}, {"graph_step_increase_pct", delta}};
 }
 
+nlohmann::json model_json(const StepOptions& o, const model::ModelConfig& mc) {
+  const train::ModelFlops fl = train::model_flops(mc);
+  nlohmann::json j = {{"arch", o.arch},      {"mels", mc.in_mels},
+                      {"frames", mc.in_frames}, {"classes", mc.classes},
+                      {"leak_head", mc.leak_head}, {"model_forward_flops_per_sample", fl.forward},
+                      {"model_train_flops_per_sample", fl.train}};
+  if (mc.arch == model::Arch::cnn) {
+    j["description"] = nlohmann::json::parse(model::cnn_description_json(mc));
+    if (!o.layers_toml.empty()) j["layers_toml"] = o.layers_toml;
+  }
+  return j;
+}
+
+// The CPU backend: TrainStep on the host, host clocks. Median of `steps`
+// timed steps after 2 untimed ones; the phases (fwd.layers, bwd.layers, ...)
+// are means over 3 further steps.
+void run_step_bench_cpu(const StepOptions& o, const model::ModelConfig& mc) {
+  nlohmann::json res;
+  res["device"] = "cpu";
+  res["cpu_threads"] = cpu_threads();
+  res["model"] = model_json(o, mc);
+  const double train_flops = train::model_flops(mc).train;
+  fmt::print("melforge-bench step on the CPU ({} threads): {} {}x{}, {:.3f} GFLOP/sample (training step)\n",
+             cpu_threads(), model_name(o), mc.in_mels, mc.in_frames, train_flops / 1e9);
+  fmt::print("{:<6} {:>6} {:>12} {:>12} {:>10}\n", "prec", "batch", "step ms", "samples/s", "GFLOP/s");
+  for (const auto& pname : o.precisions)
+    for (std::int64_t B : o.batches) {
+      model::TrainConfig cfg;
+      cfg.model = mc;
+      cfg.precision = model::parse_precision(pname);
+      cfg.micro_batch = B;
+      cfg.cuda_graph = false;
+      model::TrainStep ts(cfg, Device::cpu());
+      ts.input_x().fill_bytes(0x3c);  // any finite data will do
+      ts.input_labels().fill_bytes(0);
+      ts.input_leak().fill_bytes(0);
+      for (int i = 0; i < 2; ++i) ts.step(nullptr);
+      std::vector<double> ms;
+      for (int i = 0; i < o.steps; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        ts.step(nullptr);
+        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      }
+      std::sort(ms.begin(), ms.end());
+      const double step_ms = ms[ms.size() / 2];
+      EventTimer timer(Device::cpu());
+      ts.set_phase_timer(&timer);
+      for (int i = 0; i < 3; ++i) ts.step(nullptr);
+      std::map<std::string, double> phases;
+      for (const auto& [name, st] : timer.collect()) phases[name] = st.mean_ms();
+      ts.set_phase_timer(nullptr);
+      if (!std::isfinite(ts.read_metrics(nullptr).loss)) fmt::print("warning: non-finite loss\n");
+      const double sps = double(B) / (step_ms * 1e-3);
+      const double gflops = train_flops * sps / 1e9;
+      fmt::print("{:<6} {:>6} {:>12.2f} {:>12.1f} {:>10.2f}\n", pname, B, step_ms, sps, gflops);
+      fmt::print("       phases (ms, host clock):{}\n", phase_text(phases));
+      res["runs"].push_back({{"precision", pname},
+                             {"batch", B},
+                             {"step_ms", step_ms},
+                             {"step_ms_min", ms.front()},
+                             {"step_ms_max", ms.back()},
+                             {"samples_per_s", sps},
+                             {"model_TFLOPs", gflops / 1e3},
+                             {"phases_ms", phases}});
+    }
+  if (!common().no_write) fmt::print("wrote {}\n", write_results(common().out_dir, "step", res));
+}
+
 void run_step_bench(const StepOptions& o) {
+  const model::ModelConfig mc = bench_model(o);
+  if (o.device == "cpu") {
+    MF_CHECK(!o.augment, "melforge-bench step: --augment is measured on the GPU only");
+    run_step_bench_cpu(o, mc);
+    return;
+  }
+  MF_CHECK(o.device == "cuda", "melforge-bench step --device: expected cuda or cpu, found {}", o.device);
   if (!gpu_available()) {
     fmt::print("melforge-bench step: no GPU ({}); nothing to measure\n", gpu_info().why_none);
     return;
@@ -218,7 +338,11 @@ void run_step_bench(const StepOptions& o) {
   fmt::print("measured cuBLAS BF16 GEMM peak: {:.1f} TFLOP/s\n", peak);
   nlohmann::json res;
   res["bf16_gemm_peak_TFLOPs"] = peak;
-  model::ModelConfig mc;  // LeakCNN-64
+  res["model"] = model_json(o, mc);
+  const bool leakcnn = mc.arch == model::Arch::leakcnn;
+  if (!leakcnn)
+    fmt::print("model: {} {}x{}, {:.3f} GFLOP/sample (training step, train/perf.hpp model_flops)\n", model_name(o),
+               mc.in_mels, mc.in_frames, train::model_flops(mc).train / 1e9);
   if (o.augment) {
     const kernels::AugmentDims a = augment_bench_dims();
     const double check = check_augment(s);
@@ -235,8 +359,12 @@ void run_step_bench(const StepOptions& o) {
                              {"db_per_unit", a.db_per_unit}, {"mixup_alpha", kBenchMixupAlpha},
                              {"check_error_over_bound", check}};
   }
-  const double step_flops_per_sample = 3.0 * forward_flops(mc);  // forward + 2x backward (approx.)
-  fmt::print("{:<6} {:>6} {:>12} {:>12} {:>10} {:>8}\n", "prec", "batch", "eager ms", "graph ms", "TFLOP/s", "% peak");
+  // LeakCNN keeps its table (3x the forward FLOPs); stacks use model_flops.
+  // The JSON has both, and samples/s.
+  const double model_train_flops = train::model_flops(mc).train;
+  const double step_flops_per_sample = leakcnn ? 3.0 * forward_flops(mc) : model_train_flops;
+  fmt::print("{:<6} {:>6} {:>12} {:>12} {:>10} {:>8}{}\n", "prec", "batch", "eager ms", "graph ms", "TFLOP/s", "% peak",
+             leakcnn ? "" : fmt::format(" {:>12}", "samples/s"));
   for (const auto& pname : o.precisions)
     for (std::int64_t B : o.batches) {
       model::TrainConfig cfg;
@@ -246,11 +374,15 @@ void run_step_bench(const StepOptions& o) {
       const std::string what = fmt::format("{} batch {}", pname, B);
       const StepTimes t = measure_step(cfg, s, o.steps, what);
       const double tflops = step_flops_per_sample * double(B) / (t.graph_ms * 1e-3) / 1e12;
-      fmt::print("{:<6} {:>6} {:>12.3f} {:>12.3f} {:>10.1f} {:>7.1f}%\n", pname, B, t.eager_ms, t.graph_ms, tflops,
-                 100 * tflops / peak);
+      const double sps = double(B) / (t.graph_ms * 1e-3);
+      fmt::print("{:<6} {:>6} {:>12.3f} {:>12.3f} {:>10.1f} {:>7.1f}%{}\n", pname, B, t.eager_ms, t.graph_ms, tflops,
+                 100 * tflops / peak, leakcnn ? "" : fmt::format(" {:>12.0f}", sps));
       fmt::print("       phases (ms, eager):{}\n", phase_text(t.phases));
-      nlohmann::json run = {{"precision", pname}, {"batch", B},         {"eager_ms", t.eager_ms},
-                            {"graph_ms", t.graph_ms}, {"TFLOPs", tflops}, {"phases_ms", t.phases}};
+      nlohmann::json run = {{"precision", pname},       {"batch", B},
+                            {"eager_ms", t.eager_ms},   {"graph_ms", t.graph_ms},
+                            {"TFLOPs", tflops},         {"phases_ms", t.phases},
+                            {"samples_per_s", sps},
+                            {"model_TFLOPs", model_train_flops * sps / 1e12}};
       if (o.augment) {
         cfg.augment = augment_bench_dims();
         cfg.augment_noise = augment_bench_noise(cfg.augment.noise_count, mc.in_mels, mc.in_frames);
@@ -334,7 +466,8 @@ void run_adamw_bench() {
 
 void register_step(CLI::App& app) {
   static StepOptions o;
-  auto* cmd = app.add_subcommand("step", "LeakCNN-64 training step: per-phase times, graphs on/off, TFLOP/s");
+  auto* cmd = app.add_subcommand("step", "A training step (LeakCNN-64, or a CNN stack with --arch): per-phase times, "
+                                         "graphs on/off, samples/s, TFLOP/s");
   cmd->add_option("--batch", o.batches, "Batch sizes")->capture_default_str();
   cmd->add_option("--precision", o.precisions, "Precisions (fp32, bf16, fp16)")->capture_default_str();
   cmd->add_option("--steps", o.steps, "Timed steps per configuration")->capture_default_str();
@@ -342,6 +475,15 @@ void register_step(CLI::App& app) {
                 "Also measure each configuration with every augmentation transform on (masks 2x8 + 2x8, shift 8, "
                 "gain 6 dB, 64 noise segments at 0-20 dB SNR, mixup 0.4): the augment and mixup phases and the step "
                 "with and without");
+  cmd->add_option("--arch", o.arch, "leakcnn (LeakCNN-64), cnn (with --layers-toml) or a preset (resnet34se-light)")
+      ->capture_default_str();
+  cmd->add_option("--layers-toml", o.layers_toml,
+                  "--arch cnn: a TOML file whose [model] table holds the layers ([[model.layers]], docs/models.md)");
+  cmd->add_option("--mels", o.mels, "Input mels")->capture_default_str();
+  cmd->add_option("--frames", o.frames, "Input frames")->capture_default_str();
+  cmd->add_option("--classes", o.classes, "Classes (the leak head is always on)")->capture_default_str();
+  cmd->add_option("--device", o.device, "cuda, or cpu (the CPU backend, host clocks; e.g. --batch 32 --precision fp32)")
+      ->capture_default_str();
   cmd->callback([] { run_step_bench(o); });
   auto* ad = app.add_subcommand("adamw", "Fused AdamW vs one launch per tensor vs the HBM roofline");
   ad->callback(run_adamw_bench);

@@ -12,6 +12,17 @@ the same as JSON (with device, date and git commit) under --out.
                    [--device auto] [--seed 0] [--variants eager,compile,resident]
   compare_torch.py --dry-run   # CI: tiny dataset, tiny model, 1 epoch, CPU
 
+A CNN stack instead of LeakCNN (issue 16): --arch resnet34se-light (a preset),
+or --arch cnn --layers-toml FILE (a TOML file whose [model] table holds the
+[[model.layers]], passed to `melforge train --config`). melforge trains it
+first; `melforge export` of its checkpoint gives the stack's description (the
+safetensors `model_args`), from which torch_train.py builds
+bench/cnn_stack_torch.py's CnnStack (--model-json FILE gives one directly,
+e.g. with --no-melforge). Same data, batch order, batch size, epochs, AdamW
+and schedule on both sides; PyTorch's default init (same distributions, not
+the same draws). --threads sets torch's CPU threads (default for stacks: every core,
+as melforge's CPU backend uses).
+
 When the melforge binary has no `train` command, the melforge run is skipped
 with a message and the PyTorch runs still happen. Exit status: 0 when every run
 that could run succeeded (skipped/unavailable runs do not fail it), 1 otherwise.
@@ -21,8 +32,11 @@ import datetime
 import json
 import os
 import platform
+import resource
 import shlex
+import glob
 import shutil
+import struct
 import subprocess
 import sys
 import time
@@ -37,8 +51,13 @@ SYNTH_DRY = "--files 24 --long 2 --short 2 --mels 16 --frames 16 --classes 3"
 DRY_MODEL = {"channels": "8,16,32", "dense": 32}
 
 
+LAST_CPU_S = [None]  # user + system CPU seconds of sh()'s last child (and the children it waited for)
+
+
 def sh(cmd, log=None, timeout=None, env=None):
-    """Runs cmd (list); returns (rc, wall seconds, output). rc 124 on timeout."""
+    """Runs cmd (list); returns (rc, wall seconds, output). rc 124 on timeout.
+    Its CPU seconds (user + system) go to LAST_CPU_S[0]."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     try:
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
@@ -50,6 +69,8 @@ def sh(cmd, log=None, timeout=None, env=None):
     except OSError as e:
         rc, out = 127, f"{cmd[0]}: {e}\n"
     wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    LAST_CPU_S[0] = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     if log:
         with open(log, "w") as f:
             f.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n" + out)
@@ -207,6 +228,37 @@ def read_melforge_run(run_dir, wall_s):
     return row, report
 
 
+def safetensors_metadata(path):
+    """The __metadata__ of a .safetensors file (8-byte little-endian header
+    length, then the JSON header)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return json.loads(f.read(n)).get("__metadata__", {})
+
+
+def export_description(melforge, run_dir, work_dir, timeout):
+    """The CNN stack description of melforge's run: `melforge export` of its
+    newest checkpoint, metadata model_args, written to WORK/model.json.
+    Returns (path, description) or (None, reason)."""
+    ckpts = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "*.h5")) + glob.glob(os.path.join(run_dir, "*.h5")),
+                   key=os.path.getmtime)
+    if not ckpts:
+        return None, f"no checkpoint in {run_dir}"
+    st = os.path.join(work_dir, "melforge-export.safetensors")
+    rc, _, out = sh([melforge, "export", "--checkpoint", ckpts[-1], "--out", st],
+                    log=os.path.join(work_dir, "melforge-export.log"), timeout=timeout)
+    if rc != 0:
+        return None, f"melforge export failed (rc {rc}), see melforge-export.log"
+    meta = safetensors_metadata(st)
+    if meta.get("model") != "CnnStack":
+        return None, f"{st}: metadata model is {meta.get('model')!r}, expected CnnStack"
+    desc = json.loads(meta["model_args"])
+    path = os.path.join(work_dir, "model.json")
+    with open(path, "w") as f:
+        json.dump(desc, f, indent=1)
+    return path, desc
+
+
 def torch_row(r):
     row = {"run": "pytorch " + r["variant"], "status": r["status"]}
     if r["status"] != "ok":
@@ -275,6 +327,12 @@ def parse_args(argv):
                    help="auto: bf16 on CUDA, fp32 on the CPU")
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--arch", default="leakcnn",
+                   help="leakcnn (default), cnn (with --layers-toml) or a preset stack (resnet34se-light)")
+    p.add_argument("--layers-toml", help="--arch cnn: a TOML file with [model] arch = \"cnn\" and [[model.layers]]")
+    p.add_argument("--model-json", help="a stack's description for PyTorch (default: from melforge's export)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: every core for a stack on the CPU, else torch's default)")
     p.add_argument("--variants", default="eager,compile,resident")
     p.add_argument("--workers", type=int, default=None, help="PyTorch DataLoader workers (default: torch_train's)")
     p.add_argument("--python", default=sys.executable, help="interpreter with torch for the PyTorch runs")
@@ -284,6 +342,10 @@ def parse_args(argv):
     p.add_argument("--timeout", type=int, default=3600, help="seconds per run")
     p.add_argument("--dry-run", action="store_true", help="CI: tiny dataset and model, 1 epoch, batch 8, CPU")
     a = p.parse_args(argv)
+    if a.arch == "cnn" and not a.layers_toml:
+        p.error("--arch cnn needs --layers-toml FILE")
+    if a.layers_toml and a.arch != "cnn":
+        p.error("--layers-toml needs --arch cnn")
     if a.dry_run:
         a.device, a.epochs, a.batch_size, a.precision = "cpu", 1, 8, "fp32"
         a.synth = a.synth or SYNTH_DRY
@@ -357,7 +419,21 @@ def main(argv=None):
             raise SystemExit(f"compare_torch: {p} is missing")
     print(f"dataset: {data_dir} ({generator})", flush=True)
 
-    model = DRY_MODEL if args.dry_run else {"channels": "32,64,128", "dense": 256}
+    stack = args.arch != "leakcnn"
+    if stack:
+        model = {"arch": args.arch}
+        if args.layers_toml:
+            args.layers_toml = os.path.abspath(args.layers_toml)
+            with open(args.layers_toml) as f:
+                model.update(layers_toml=args.layers_toml, layers_toml_text=f.read())
+        model_args = ["--set", f"model.arch={args.arch}"] + (["--config", args.layers_toml] if args.layers_toml else [])
+    else:
+        model = DRY_MODEL if args.dry_run else {"channels": "32,64,128", "dense": 256}
+        model_args = ["--set", f"model.channels=[{model['channels']}]", "--set", f"model.dense={model['dense']}"]
+    # Stacks: torch on every core by default, as melforge's CPU backend (Debian's
+    # torch 1.13 defaults to 1 thread). LeakCNN keeps torch's default unless --threads.
+    threads = args.threads if args.threads is not None else (os.cpu_count() if device == "cpu" and stack else None)
+    model_json = os.path.abspath(args.model_json) if args.model_json else None
     rows, details, failed = [], {}, False
 
     # 2. melforge train.
@@ -375,8 +451,7 @@ def main(argv=None):
                "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--lr", repr(args.lr),
                "--precision", precision, "--device", device, "--seed", str(args.seed),
                "--set", f"optim.warmup_steps={args.warmup_steps}", "--set", "optim.schedule=cosine",
-               "--set", f"model.channels=[{model['channels']}]", "--set", f"model.dense={model['dense']}",
-               "--set", "train.drop_last=true", "--set", "log.progress=plain",
+               *model_args, "--set", "train.drop_last=true", "--set", "log.progress=plain",
                *shlex.split(args.melforge_args)]
         print("running: " + " ".join(shlex.quote(c) for c in cmd), flush=True)
         rc, wall, out = sh(cmd, log=os.path.join(work_dir, "melforge-train.log"), timeout=args.timeout)
@@ -386,8 +461,16 @@ def main(argv=None):
             rows.append({"run": "melforge", "status": "failed", "reason": f"rc {rc}, see melforge-train.log"})
         else:
             row, report = read_melforge_run(run_dir, wall)
+            row["process_cpu_s"] = LAST_CPU_S[0]
             rows.append(row)
             details["melforge"] = {"command": cmd, "report": report}
+            if stack and model_json is None:
+                model_json, desc = export_description(melforge, run_dir, work_dir, args.timeout)
+                if model_json is None:
+                    failed = True
+                    print(f"compare_torch: no stack description for PyTorch: {desc}", flush=True)
+                else:
+                    model["description"] = desc
             if row["missing"]:
                 print(f"compare_torch: melforge's report lacks {', '.join(row['missing'])} "
                       "(shown as n/a)", flush=True)
@@ -396,6 +479,8 @@ def main(argv=None):
     # mode: a torch start-up per variant is most of CI's time there).
     details["pytorch"] = {}
     variants = [s.strip() for s in args.variants.split(",") if s.strip()]
+    if stack and model_json is None and not torch_skip:
+        torch_skip = "no stack description (melforge did not run or export failed; --model-json gives one)"
     for job in ([variants] if args.dry_run else [[v] for v in variants]):
         if torch_skip:
             rows += [{"run": "pytorch " + v, "status": "unavailable", "reason": torch_skip} for v in job]
@@ -408,7 +493,10 @@ def main(argv=None):
                "--variant", ",".join(job), "--json", js, "--epochs", str(args.epochs),
                "--batch-size", str(args.batch_size), "--lr", repr(args.lr), "--precision", precision,
                "--device", device, "--seed", str(args.seed), "--warmup-steps", str(args.warmup_steps),
-               "--schedule", "cosine", "--channels", model["channels"], "--dense", str(model["dense"]), "--verbose"]
+               "--schedule", "cosine", "--verbose"]
+        cmd += ["--model-json", model_json] if stack else ["--channels", model["channels"], "--dense", str(model["dense"])]
+        if threads:
+            cmd += ["--threads", str(threads)]
         if args.workers is not None:
             cmd += ["--workers", str(args.workers)]
         if args.dry_run:
@@ -433,6 +521,7 @@ def main(argv=None):
                 failed = True
             row = torch_row(r)
             row["process_wall_s"] = wall
+            row["process_cpu_s"] = LAST_CPU_S[0] if len(job) == 1 else None  # one process per variant
             rows.append(row)
 
     # 4. The table, the ratios, the JSON.
@@ -460,7 +549,7 @@ def main(argv=None):
         "dataset": {"dir": data_dir, "generator": generator, "train": train_h5, "val": val_h5},
         "config": {"epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr, "precision": precision,
                    "seed": args.seed, "schedule": "cosine", "warmup_steps": args.warmup_steps,
-                   "model": model, "variants": args.variants},
+                   "model": model, "variants": args.variants, "torch_threads": threads},
         "columns": {k: h for k, h, _ in COLUMNS},
         "rows": rows,
         "speedups": speedups,

@@ -28,6 +28,14 @@ across long segments, ties broken by the mean probability), peak device memory.
                  [--epochs N --batch-size B --lr X --precision auto|fp32|bf16|fp16
                   --device auto|cuda|cpu --seed S ...] [--json OUT.json]
   torch_train.py --dry-run     # CI: tiny h5py-written dataset, CPU, 1 epoch
+
+With --model-json FILE (a CNN stack's description: the `model_args` metadata
+`melforge export` writes, or model.json) the model is bench/cnn_stack_torch.py's
+CnnStack instead of LeakCNN (issue 16): weight decay on conv and linear
+weights and the attention vector (melforge's rule), PyTorch's default init
+(the same distributions as melforge's, not the same draws), batch norm in
+training mode during the steps and in evaluation mode for the metrics.
+--threads N sets torch's intra-op threads (CPU).
 """
 import time
 
@@ -69,6 +77,7 @@ import torch.nn as nn  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from leakcnn_torch import LeakCNN, lr_at, resolve_heads  # noqa: E402
+from cnn_stack_torch import CnnStack  # noqa: E402
 
 _IMPORTS_DONE = time.perf_counter()
 _FIRST_VARIANT = True  # time to first step counts from launch for the process's first variant
@@ -417,6 +426,34 @@ def prep_input(x, split):
     return x.view(x.shape[0], 1, split.mels, split.frames).contiguous(memory_format=torch.channels_last)
 
 
+def stack_decay_names(model):
+    """melforge's weight-decay rule for a CNN stack (model/param_buffer.hpp):
+    conv and linear weights (heads included) and the attention vector; not
+    biases or batch norm."""
+    names = set()
+    for mn, m in model.named_modules():
+        if isinstance(m, (nn.Conv2d, nn.Linear)):
+            names.add(f"{mn}.weight" if mn else "weight")
+    names |= {n for n, _ in model.named_parameters() if n.endswith(".attention")}
+    return names
+
+
+def load_stack_description(path, train, heads):
+    """The CnnStack description of --model-json, checked against the data."""
+    with open(path) as f:
+        desc = json.load(f)
+    if isinstance(desc.get("model_args"), str):  # a safetensors metadata dump
+        desc = json.loads(desc["model_args"])
+    if (int(desc["in_mels"]), int(desc["in_frames"])) != (train.mels, train.frames):
+        raise SystemExit(f"{path}: the stack is for {desc['in_mels']}x{desc['in_frames']} inputs, "
+                         f"the data's segments are {train.mels}x{train.frames}")
+    if int(desc["classes"]) != train.classes:
+        raise SystemExit(f"{path}: {desc['classes']} classes, the data has {train.classes}")
+    if bool(desc.get("leak_head", False)) != (heads == "class+leak"):
+        raise SystemExit(f"{path}: leak_head {desc.get('leak_head')} but the heads resolve to {heads}")
+    return desc
+
+
 def run_variant(variant, args, train, val, orders):
     global _FIRST_VARIANT
     t_variant = time.perf_counter()
@@ -448,13 +485,20 @@ def run_variant(variant, args, train, val, orders):
             return contextlib.nullcontext()
         return torch.autocast(device_type=device.type, dtype=amp_dtype)
 
-    model = LeakCNN(train.mels, train.frames, args.channels, args.pools, args.kernel, args.dense, args.dropout,
-                    train.classes, leak_head=args.heads == "class+leak")
-    if args.init == "melforge":
-        melforge_init(model, args.seed)
+    if args.model_desc is not None:
+        model = CnnStack(args.model_desc)
+        decay_names = stack_decay_names(model)
+        res["init"] = "torch default (CnnStack)"
+    else:
+        model = LeakCNN(train.mels, train.frames, args.channels, args.pools, args.kernel, args.dense, args.dropout,
+                        train.classes, leak_head=args.heads == "class+leak")
+        decay_names = {n for n, _ in model.named_parameters() if not n.endswith("bias")}
+        if args.init == "melforge":
+            melforge_init(model, args.seed)
+        res["init"] = args.init
     model = model.to(device, memory_format=torch.channels_last)
-    decay = [p for n, p in model.named_parameters() if not n.endswith("bias")]
-    nodecay = [p for n, p in model.named_parameters() if n.endswith("bias")]
+    decay = [p for n, p in model.named_parameters() if n in decay_names]
+    nodecay = [p for n, p in model.named_parameters() if n not in decay_names]
     opt_kw = {"lr": args.lr, "betas": (args.beta1, args.beta2), "eps": args.eps}
     fused = device.type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
     if fused:
@@ -753,6 +797,9 @@ def parse_args(argv):
     p.add_argument("--kernel", type=int, default=3)
     p.add_argument("--dense", type=int, default=256)
     p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--model-json", help="a CNN stack's description (melforge export's model_args): train "
+                                        "cnn_stack_torch.CnnStack instead of LeakCNN")
+    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
     p.add_argument("--heads", default="auto", choices=("auto", "class", "class+leak"),
                    help="melforge's model.heads (auto: class+leak when the data has /leak or a class named normal)")
     p.add_argument("--limit-batches", type=int, default=0, help="steps per epoch at most (0: all)")
@@ -796,6 +843,9 @@ def main(argv=None):
     train = H5Split(args.train, args.segments, args.labels, args.leak, args.normal_class)
     val = H5Split(args.val, args.segments, args.labels, args.leak, args.normal_class, classes=train.classes)
     args.heads = resolve_heads(args.heads, train.leak_in_file, train.class_names, args.normal_class)
+    args.model_desc = load_stack_description(args.model_json, train, args.heads) if args.model_json else None
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     if (val.mels, val.frames) != (train.mels, train.frames):
         raise SystemExit(f"{args.val}: segments are {val.mels}x{val.frames}, train's are {train.mels}x{train.frames}")
     device = resolve_device(args.device)
@@ -806,13 +856,16 @@ def main(argv=None):
         "tool": "pytorch",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "torch_version": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "model": "CnnStack" if args.model_desc is not None else "LeakCNN",
         "python": platform.python_version(),
         "device_name": device_name(device),
         "dataset": {"train": os.path.abspath(args.train), "val": os.path.abspath(args.val),
                     "train_segments": train.n, "val_segments": val.n, "val_files": val.files,
                     "mels": train.mels, "frames": train.frames, "classes": train.classes,
                     "file_structure": [train.longs, train.shorts], "file_dtype": str(train.file_dtype)},
-        "config": {k: v for k, v in vars(args).items() if k not in ("json",)},
+        "config": {k: v for k, v in vars(args).items() if k not in ("json", "model_desc")},
+        "model_description": args.model_desc,
         "order_s": orders_s,
         "runs": [],
     }
