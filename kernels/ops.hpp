@@ -214,10 +214,12 @@ void margin_softmax_loss(const Tensor& emb, const Tensor& weight, const Tensor& 
 // cross-entropy with target i, mean over N. wb f32 [2] = (w, b) in the
 // tensors' memory (the learnable scale and bias; the caller keeps them f32);
 // demb [N*M, D] (T) and dwb f32 [2] overwritten. Accuracy counts argmax_j ==
-// i (no confusion matrix: counts may be [kLossCounts]).
+// i (no confusion matrix: counts may be [kLossCounts]; longer counts keep
+// their tail untouched). scratch: f32 with >= kernels::angleproto_scratch_elems(N, D)
+// elements on emb's device, or null: as margin_softmax_loss's.
 void angleproto_loss(const Tensor& emb, const Tensor& wb, const kernels::AngleProtoDims& d, const float* loss_scale,
                      Tensor& demb, Tensor& dwb, Tensor& sums, Tensor& counts, Tensor* step_loss,
-                     cudaStream_t stream = nullptr);
+                     cudaStream_t stream = nullptr, Tensor* scratch = nullptr);
 
 // Instance normalisation of each mel band over time, per segment
 // (PyTorch's InstanceNorm1d(n_mels) on [B, mels, frames], eps 1e-5, no
