@@ -76,11 +76,6 @@ std::vector<ParamInfo> cnn_param_specs(const ModelConfig& cfg) {
     }
     in = shapes[i];
   }
-  const std::int64_t d = in.features();
-  s.add("class_head.weight", ParamKind::linear_weight, {cfg.classes, d}, {cfg.classes, d}, d);
-  if (cfg.leak_head) s.add("leak_head.weight", ParamKind::linear_weight, {1, d}, {1, d}, d);
-  s.add("class_head.bias", ParamKind::bias, {cfg.classes}, {cfg.classes}, d);
-  if (cfg.leak_head) s.add("leak_head.bias", ParamKind::bias, {1}, {1}, d);
   return s.v;
 }
 

@@ -9,7 +9,7 @@
 //   attentive i  layers.i.linear.{weight [A, C], bias [A]}, layers.i.attention [A] (torch [A, 1])
 //   dense i      layers.i.fc.{weight [units, F], bias}: F in NHWC flatten order
 //                (the module flattens NHWC too, so no permutation)
-//   heads        class_head.*, leak_head.* (model/param_buffer.hpp)
+// (the embedding and the heads follow: model/param_buffer.hpp)
 // Batch norm's running statistics are kept with the parameters (ParamKind
 // running_mean / running_var): never trained (their gradient stays zero, so
 // AdamW leaves them), updated by the batch-norm kernels in the f32 master
@@ -23,7 +23,8 @@
 
 namespace mf::model {
 
-// Name, kind, shapes and fan-in of each parameter (offsets unset).
+// Name, kind, shapes and fan-in of each parameter of the layers (offsets
+// unset; the embedding and heads not included).
 std::vector<ParamInfo> cnn_param_specs(const ModelConfig& cfg);
 
 }  // namespace mf::model

@@ -369,7 +369,7 @@ CnnStack::CnnStack(const ModelConfig& cfg, std::int64_t batch, DType dtype, Devi
   cfg_.validate();
   MF_CHECK(batch >= 1, "CnnStack: batch must be >= 1, found {}", batch);
   nodes_ = make_nodes(cfg_, Alloc{batch, dtype, device, stream, true});
-  const std::int64_t d = cfg_.features();
+  const std::int64_t d = cfg_.trunk_features();
   features_ = nodes_.back()->y.reshape({batch, d});
   dfeatures_ = nodes_.back()->dy.reshape({batch, d});
   if (device.is_cuda()) {
@@ -410,7 +410,7 @@ Tensor CnnStack::forward_eval(const ParamBuffer& pb, const Tensor& x, cudaStream
   const DropoutContext none;
   for (std::size_t i = 0; i < nodes.size(); ++i)
     node_forward(*nodes[i], P, i == 0 ? x : nodes[i - 1]->y, false, none, nullptr, stream);
-  return nodes.back()->y.reshape({n, cfg_.features()});
+  return nodes.back()->y.reshape({n, cfg_.trunk_features()});
 }
 
 }  // namespace mf::model

@@ -9,6 +9,7 @@ namespace mf::model {
 
 std::string resolve_heads(const RunConfig& cfg, const io::DatasetInfo& train) {
   if (cfg.heads != "auto") return cfg.heads;
+  if (cfg.loss_type != "softmax") return std::string(kHeadsClass);  // a metric loss: speakers, no leak head
   const bool named_normal = std::any_of(train.class_names.begin(), train.class_names.end(), [](std::string s) {
     std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
     return s == "normal";

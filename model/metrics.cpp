@@ -239,9 +239,17 @@ ClassMetrics file_metrics(const FileVote& v, std::span<const std::int32_t> file_
 
 nlohmann::json to_json(const EvalResult& r, const std::vector<std::string>& class_names) {
   nlohmann::json j;
+  if (r.has_verification) {
+    const VerificationMetrics& v = r.verification;
+    j["verification"] = {{"eer", num(v.eer)},         {"eer_threshold", num(v.eer_threshold)},
+                         {"min_dcf_0.05", num(v.min_dcf_05)}, {"min_dcf_0.01", num(v.min_dcf_01)},
+                         {"files", v.files},          {"trials", v.trials},
+                         {"targets", v.targets},      {"nontargets", v.nontargets}};
+  }
+  j["segments_per_s"] = num(r.segments_per_s);
+  if (!r.has_class) return j;
   j["loss"] = num(r.loss);
   j["segment"] = to_json(r.segment, class_names);
-  j["segments_per_s"] = num(r.segments_per_s);
   if (r.has_files) {
     j["file"] = to_json(r.file, class_names);
     j["files_per_s"] = num(r.files_per_s);
@@ -252,6 +260,13 @@ nlohmann::json to_json(const EvalResult& r, const std::vector<std::string>& clas
 double metric_value(const EvalResult& r, const std::string& name) {
   std::string n = name;
   if (n.rfind("val.", 0) == 0) n = n.substr(4);
+  if (n == "eer" || n == "min_dcf") {
+    MF_CHECK(r.has_verification, "metric '{}' is of an embedding model (a metric loss); this evaluation has none",
+             name);
+    return n == "eer" ? r.verification.eer : r.verification.min_dcf_05;
+  }
+  MF_CHECK(r.has_class, "metric '{}' needs the class head, and this model is an embedding model: use val.eer or "
+           "val.min_dcf", name);
   if (n == "loss") return r.loss;
   const bool file = n.rfind("file.", 0) == 0;
   MF_CHECK(file || n.rfind("segment.", 0) == 0, "unknown metric '{}'", name);

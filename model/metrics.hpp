@@ -104,8 +104,22 @@ FileVote vote_files(const Tensor& class_in, const Tensor& leak_in, std::int64_t 
 ClassMetrics file_metrics(const FileVote& v, std::span<const std::int32_t> file_labels,
                           std::span<const std::int32_t> file_leak_labels, double threshold);
 
+// Speaker verification's figures (an embedding model: a metric loss without
+// a class head): trials drawn from the evaluated set, scored by cosine
+// (model/verification.hpp has the definitions).
+struct VerificationMetrics {
+  std::int64_t files = 0, trials = 0, targets = 0, nontargets = 0;
+  double eer = 0, eer_threshold = 0;
+  double min_dcf_05 = 0, min_dcf_01 = 0;  // normalised minDCF at P_target 0.05 and 0.01
+};
+
 // Everything one evaluation reports.
 struct EvalResult {
+  // false for an embedding model: no loss, segment or file class metrics,
+  // only `verification`.
+  bool has_class = true;
+  bool has_verification = false;
+  VerificationMetrics verification;
   double loss = 0;  // mean loss over segments (NaN when not computed)
   ClassMetrics segment;
   bool has_files = false;
@@ -118,13 +132,16 @@ struct EvalResult {
 };
 
 // {loss, segment, segments_per_s} plus, with files, {file, files_per_s};
+// an embedding model: {verification: {eer, eer_threshold, min_dcf_0.05,
+// min_dcf_0.01, files, trials, targets, nontargets}, segments_per_s};
 // each metrics object as to_json(ClassMetrics): no "leak" key anywhere
 // without the leak head.
 nlohmann::json to_json(const EvalResult& r, const std::vector<std::string>& class_names = {});
 
 // The value of a named metric ("val.file.macro_f1", see
-// model::metric_names()); falls back from file to segment metrics when the
-// data has no files. NaN when undefined. A leak metric of a result without
+// model::metric_names(); "val.eer" and "val.min_dcf" (P_target 0.05) of an
+// embedding model); falls back from file to segment metrics when the data has
+// no files. NaN when undefined. A leak metric of a result without
 // the leak head is an error (mf::Error naming the metric and model.heads).
 double metric_value(const EvalResult& r, const std::string& name);
 

@@ -24,14 +24,22 @@ std::int64_t ModelConfig::flat_features() const {
   return std::int64_t(channels.back()) * out_h(L - 1) * out_w(L - 1);
 }
 
-std::int64_t ModelConfig::features() const {
+std::int64_t ModelConfig::trunk_features() const {
   if (arch == Arch::leakcnn) return dense;
   return cnn_shapes(layers, in_mels, in_frames).back().features();
 }
 
 void ModelConfig::validate() const {
   MF_CHECK(in_mels >= 1 && in_frames >= 1, "model: input must be at least 1 x 1, found {} x {}", in_mels, in_frames);
-  MF_CHECK(classes >= 1 && classes <= 256, "model: classes must be in [1, 256], found {}", classes);
+  // Speaker sets have thousands of classes; the softmax heads' confusion
+  // matrix and file vote are sized for a few hundred.
+  const int max_classes = loss == LossType::softmax ? 256 : 65536;
+  MF_CHECK(classes >= 1 && classes <= max_classes, "model: classes must be in [1, {}], found {}", max_classes, classes);
+  MF_CHECK(embedding >= 0 && embedding <= 65536, "model.embedding: expected 0 (none) or a width in [1, 65536], found {}",
+           embedding);
+  MF_CHECK(loss == LossType::softmax || !leak_head,
+           "loss.type = {}: a metric loss trains speaker embeddings and has no leak head; set model.heads = class",
+           loss_type_name(loss));
   if (arch == Arch::cnn) {
     const std::int64_t d = cnn_shapes(layers, in_mels, in_frames).back().features();  // throws naming the layer
     MF_CHECK(d <= (std::int64_t(1) << 30), "model.layers: the heads would read {} features", d);
@@ -41,7 +49,6 @@ void ModelConfig::validate() const {
   MF_CHECK(pools.size() == channels.size(), "model: {} pool sizes for {} blocks (pools must have one per block)",
            pools.size(), channels.size());
   MF_CHECK(kernel >= 1 && kernel % 2 == 1, "model: kernel must be odd and >= 1, found {}", kernel);
-  MF_CHECK(in_mels >= 1 && in_frames >= 1, "model: input must be at least 1 x 1, found {} x {}", in_mels, in_frames);
   for (std::size_t i = 0; i < channels.size(); ++i) {
     MF_CHECK(channels[i] >= 1, "model: channels[{}] must be >= 1, found {}", i, channels[i]);
     MF_CHECK(pools[i] >= 1 && pools[i] <= 15, "model: pools[{}] must be in [1, 15], found {}", i, pools[i]);
@@ -50,21 +57,24 @@ void ModelConfig::validate() const {
              fmt::join(pools, "/"), i);
   }
   MF_CHECK(dense >= 1, "model: dense width must be >= 1, found {}", dense);
-  MF_CHECK(classes >= 1 && classes <= 256, "model: classes must be in [1, 256], found {}", classes);
   MF_CHECK(dropout >= 0.f && dropout < 1.f, "model: dropout must be in [0, 1), found {}", dropout);
 }
 
 std::string ModelConfig::str() const {
+  std::string extra;
+  if (input_norm) extra += ", input instance norm";
+  if (embedding > 0) extra += fmt::format(", embedding {}", embedding);
+  if (loss != LossType::softmax) extra += fmt::format(", loss {}", loss_type_name(loss));
   if (arch == Arch::cnn) {
     std::vector<std::string> ls;
     for (const CnnLayer& l : layers) ls.push_back(cnn_layer_str(l));
-    return fmt::format("{}(input 1x{}x{}, layers [{}], features {}, classes {}, heads {})",
-                       preset.empty() ? "cnn" : preset, in_mels, in_frames, fmt::join(ls, "; "), features(), classes,
-                       leak_head ? "class+leak" : "class");
+    return fmt::format("{}(input 1x{}x{}, layers [{}], features {}{}, classes {}, heads {})",
+                       preset.empty() ? "cnn" : preset, in_mels, in_frames, fmt::join(ls, "; "), trunk_features(),
+                       extra, classes, leak_head ? "class+leak" : "class");
   }
   return fmt::format(
-      "LeakCNN(input 1x{}x{}, channels {}, pools {}, kernel {}, dense {}, dropout {}, classes {}, heads {})", in_mels,
-      in_frames, fmt::join(channels, "/"), fmt::join(pools, "/"), kernel, dense, dropout, classes,
+      "LeakCNN(input 1x{}x{}, channels {}, pools {}, kernel {}, dense {}, dropout {}{}, classes {}, heads {})",
+      in_mels, in_frames, fmt::join(channels, "/"), fmt::join(pools, "/"), kernel, dense, dropout, extra, classes,
       leak_head ? "class+leak" : "class");
 }
 
@@ -73,6 +83,26 @@ std::string cnn_description_json(const ModelConfig& m) {
   for (const CnnLayer& l : m.layers) ls.push_back(cnn_layer_json(l));
   return fmt::format(R"({{"in_mels": {}, "in_frames": {}, "classes": {}, "leak_head": {}, "layers": [{}]}})", m.in_mels,
                      m.in_frames, m.classes, m.leak_head, fmt::join(ls, ", "));
+}
+
+LossType parse_loss_type(std::string_view s) {
+  if (s == "softmax") return LossType::softmax;
+  if (s == "am_softmax") return LossType::am_softmax;
+  if (s == "aam_softmax") return LossType::aam_softmax;
+  if (s == "angleproto") return LossType::angleproto;
+  if (s == "softmaxproto") return LossType::softmaxproto;
+  MF_THROW("unknown loss '{}': expected softmax, am_softmax, aam_softmax, angleproto or softmaxproto", s);
+}
+
+std::string_view loss_type_name(LossType t) {
+  switch (t) {
+    case LossType::softmax: return "softmax";
+    case LossType::am_softmax: return "am_softmax";
+    case LossType::aam_softmax: return "aam_softmax";
+    case LossType::angleproto: return "angleproto";
+    case LossType::softmaxproto: return "softmaxproto";
+  }
+  return "?";
 }
 
 Precision parse_precision(std::string_view s) {

@@ -26,6 +26,20 @@ namespace mf::model {
 
 enum class Arch : std::uint8_t { leakcnn, cnn };
 
+// The training loss (loss.type), which decides what follows the embedding:
+//   softmax       the class head (and the leak head with heads = class+leak)
+//   am_softmax,   a class-weight matrix loss.weight [C, E] scored by cosine
+//   aam_softmax   with a margin (kernels/margin_softmax.hpp); no class head
+//   angleproto    the angular prototypical loss's learnable scale and bias
+//                 loss.w, loss.b (kernels/angleproto.hpp); no class head
+//   softmaxproto  the class head (softmax) plus angleproto
+enum class LossType : std::uint8_t { softmax, am_softmax, aam_softmax, angleproto, softmaxproto };
+// "softmax", "am_softmax", ...; throws mf::Error listing the choices.
+LossType parse_loss_type(std::string_view s);
+std::string_view loss_type_name(LossType t);
+// Whether the loss is a prototypical one (batches of per_class segments of each class).
+inline bool loss_is_prototypical(LossType t) { return t == LossType::angleproto || t == LossType::softmaxproto; }
+
 struct ModelConfig {
   Arch arch = Arch::leakcnn;
   std::vector<CnnLayer> layers;  // arch = cnn
@@ -39,6 +53,13 @@ struct ModelConfig {
   float dropout = 0.f;
   int classes = 2;
   bool leak_head = true;  // false: the class head alone (no leak parameters, loss term or outputs)
+  // A linear embedding layer (no activation) of this width between the trunk
+  // and the heads ("embedding.weight/bias"); 0: none.
+  int embedding = 0;
+  // Per-segment instance normalisation of each mel band over time at the
+  // input (kernels/ops.hpp: instance_norm), in training and inference.
+  bool input_norm = false;
+  LossType loss = LossType::softmax;
 
   int blocks() const { return int(channels.size()); }
   int in_channels(int block) const { return block == 0 ? 1 : channels[std::size_t(block - 1)]; }
@@ -47,11 +68,16 @@ struct ModelConfig {
   int out_w(int block) const;
   // fc's input features: C_last * H_last * W_last.
   std::int64_t flat_features() const;
-  // The features the heads read: dense (leakcnn), or the last layer's output
-  // (cnn; flattened when spatial).
-  std::int64_t features() const;
-  // Logits of the heads together: C, plus 1 for the leak head.
-  int head_outputs() const { return classes + (leak_head ? 1 : 0); }
+  // The trunk's output: dense (leakcnn), or the last layer's output (cnn;
+  // flattened when spatial).
+  std::int64_t trunk_features() const;
+  // What the heads and the metric losses read: the embedding when there is
+  // one, else the trunk's output.
+  std::int64_t features() const { return embedding > 0 ? embedding : trunk_features(); }
+  // Whether the model has the class head (softmax and softmaxproto losses).
+  bool class_head() const { return loss == LossType::softmax || loss == LossType::softmaxproto; }
+  // Logits of the heads together: C, plus 1 for the leak head (0 without a class head).
+  int head_outputs() const { return class_head() ? classes + (leak_head ? 1 : 0) : 0; }
   // Throws mf::Error naming the key when something does not fit.
   void validate() const;
   std::string str() const;

@@ -28,7 +28,7 @@ std::vector<ParamInfo> leakcnn_param_specs(const ModelConfig& cfg) {
     ParamInfo p{std::move(name), kind, shape, std::move(tshape), 0, shape_numel(shape), fan_in, false};
     v.push_back(std::move(p));
   };
-  const int k = cfg.kernel, D = cfg.dense, C = cfg.classes;
+  const int k = cfg.kernel, D = cfg.dense;
   const std::int64_t F = cfg.flat_features();
   for (int i = 0; i < cfg.blocks(); ++i) {
     const int ci = cfg.in_channels(i), co = cfg.channels[std::size_t(i)];
@@ -38,11 +38,34 @@ std::vector<ParamInfo> leakcnn_param_specs(const ModelConfig& cfg) {
   }
   add("fc.weight", ParamKind::fc_weight, {D, F}, {D, F}, F);
   add("fc.bias", ParamKind::bias, {D}, {D}, F);
-  add("class_head.weight", ParamKind::linear_weight, {C, D}, {C, D}, D);
-  if (cfg.leak_head) add("leak_head.weight", ParamKind::linear_weight, {1, D}, {1, D}, D);
-  add("class_head.bias", ParamKind::bias, {C}, {C}, D);
-  if (cfg.leak_head) add("leak_head.bias", ParamKind::bias, {1}, {1}, D);
   return v;
+}
+
+// What follows the trunk (D features): the embedding layer, then the class
+// head (+ leak head) and the metric loss's parameters (model/model_config.hpp).
+void add_head_specs(const ModelConfig& cfg, std::vector<ParamInfo>& v) {
+  auto add = [&](std::string name, ParamKind kind, Shape shape, Shape tshape, std::int64_t fan_in,
+                 float init = 0.f) {
+    ParamInfo p{std::move(name), kind, shape, std::move(tshape), 0, shape_numel(shape), fan_in, false, init};
+    v.push_back(std::move(p));
+  };
+  const std::int64_t T = cfg.trunk_features(), E = cfg.features(), C = cfg.classes;
+  if (cfg.embedding > 0) {
+    add("embedding.weight", ParamKind::linear_weight, {E, T}, {E, T}, T);
+    add("embedding.bias", ParamKind::bias, {E}, {E}, T);
+  }
+  if (cfg.class_head()) {
+    add("class_head.weight", ParamKind::linear_weight, {C, E}, {C, E}, E);
+    if (cfg.leak_head) add("leak_head.weight", ParamKind::linear_weight, {1, E}, {1, E}, E);
+    add("class_head.bias", ParamKind::bias, {C}, {C}, E);
+    if (cfg.leak_head) add("leak_head.bias", ParamKind::bias, {1}, {1}, E);
+  }
+  if (cfg.loss == LossType::am_softmax || cfg.loss == LossType::aam_softmax)
+    add("loss.weight", ParamKind::linear_weight, {C, E}, {C, E}, E);
+  if (loss_is_prototypical(cfg.loss)) {  // voxceleb_trainer's angleproto init: w = 10, b = -5
+    add("loss.w", ParamKind::constant, {1}, {1}, 1, 10.f);
+    add("loss.b", ParamKind::constant, {1}, {1}, 1, -5.f);
+  }
 }
 }  // namespace
 
@@ -51,18 +74,19 @@ ParamBuffer::ParamBuffer(const ModelConfig& cfg, DType work_dtype, Device device
   cfg_.validate();
   MF_CHECK(dtype_is_float(work_dtype), "ParamBuffer: working dtype must be f32, bf16 or f16, found {}",
            dtype_name(work_dtype));
-  const std::vector<ParamInfo> specs =
-      cfg_.arch == Arch::cnn ? cnn_param_specs(cfg_) : leakcnn_param_specs(cfg_);
+  std::vector<ParamInfo> specs = cfg_.arch == Arch::cnn ? cnn_param_specs(cfg_) : leakcnn_param_specs(cfg_);
+  add_head_specs(cfg_, specs);
   // Three groups, each in the module's order: decayed weights, the other
   // trainable parameters, then the running statistics. Each offset is padded
   // to 8 elements except the leak head's, which directly follows the class
-  // head's so that the two heads are one dense layer.
+  // head's so that the two heads are one dense layer, and loss.b, which
+  // follows loss.w (the angular prototypical loss reads them as one [2]).
   std::int64_t off = 0;
   for (int group = 0; group < 3; ++group) {
     for (ParamInfo p : specs) {
       const int g = param_decays(p.kind) ? 0 : param_trainable(p.kind) ? 1 : 2;
       if (g != group) continue;
-      if (p.name.rfind("leak_head.", 0) != 0) off = pad8(off);
+      if (p.name.rfind("leak_head.", 0) != 0 && p.name != "loss.b") off = pad8(off);
       p.offset = off;
       p.decay = param_decays(p.kind);
       off += p.numel;
@@ -119,6 +143,10 @@ void ParamBuffer::init(std::uint64_t seed, cudaStream_t stream) {
       continue;
     }
     if (p.kind == ParamKind::norm_bias || p.kind == ParamKind::running_mean) continue;  // zeros
+    if (p.kind == ParamKind::constant) {
+      std::fill_n(host.begin() + p.offset, p.numel, p.init_value);
+      continue;
+    }
     const double bound = 1.0 / std::sqrt(double(p.fan_in));
     std::vector<float> torch_order(std::size_t(p.numel));
     const std::uint64_t base = splitmix64_hash(seed ^ splitmix64_hash(0x5eed0000ull + pi));

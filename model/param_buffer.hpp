@@ -17,6 +17,10 @@
 //                         (the two head biases adjacent: head_bias() is [C+1])
 // A model without the leak head (ModelConfig::leak_head false, model.heads =
 // class) has no leak_head.* parameters: head_weight() is [C, D], head_bias() [C].
+// After the trunk: embedding.weight [E, D] and embedding.bias (model.embedding
+// = E > 0), the heads (not with the cosine-margin or prototypical losses),
+// loss.weight [C, E] (AM/AAM-softmax's class weights), loss.w and loss.b
+// ([1] each, adjacent: the angular prototypical loss's scale and bias).
 // A CNN stack (model.arch = cnn) has the parameters model/cnn_params.hpp lists,
 // laid out by the same rule: the decayed weights (conv, linear) first, in the
 // module's order, then the other trainable parameters (biases, batch norm's
@@ -46,6 +50,7 @@ enum class ParamKind : std::uint8_t {
   norm_bias,      // batch norm's beta (init 0)
   running_mean,   // batch norm's statistics: not trained (init 0)
   running_var,    // (init 1)
+  constant,       // a scalar initialised to ParamInfo::init_value (the prototypical loss's w, b)
 };
 // Weight decay applies to conv and linear weights only.
 bool param_decays(ParamKind k);
@@ -61,6 +66,7 @@ struct ParamInfo {
   std::int64_t numel = 0;
   std::int64_t fan_in = 1; // PyTorch's fan-in (init bound 1/sqrt(fan_in))
   bool decay = false;       // param_decays(kind)
+  float init_value = 0.f;   // ParamKind::constant's initial value
 };
 
 class ParamBuffer {

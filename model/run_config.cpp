@@ -105,6 +105,13 @@ void data_fields(std::vector<Field>& v) {
   add(v, "data.normal_class", &C::normal_class, "an integer in [-1, 2147483647]",
       "class meaning 'no leak' when /leak is absent (-1: the class named normal, else 0)",
       int_range(&C::normal_class, -1, kMaxInt32));
+  add(v, "data.per_class", &C::per_class, "0 or an integer in [2, 1024]",
+      "speaker-balanced batches: each batch holds this many segments of each of batch/per_class classes, from "
+      "different files where possible (the prototypical losses need it; 0: plain shuffled batches)",
+      [](const C& c) {
+        return c.per_class == 0 || (c.per_class >= 2 && c.per_class <= 1024) ? std::string{}
+                                                                              : std::string("0 or an integer in [2, 1024]");
+      });
 }
 
 // The keys of the model's shape ([model]), in help order.
@@ -144,10 +151,28 @@ void model_fields(std::vector<Field>& v) {
                    ? std::string{}
                    : fmt::format("0 (from the data) or an integer in [2, {}]", kMaxInt32);
       });
+  add(v, "model.embedding", &C::embedding, "auto or an integer in [1, 65536]",
+      "a linear embedding layer of this width before the heads / metric loss; auto: none with the softmax loss, 256 "
+      "on leakcnn with a metric loss (a CNN stack's last layer is its embedding)", int_range(&C::embedding, 0, 65536));
+  v.back().auto_zero = true;
+  add(v, "model.input_norm", &C::input_norm, "one of none, instance",
+      "instance: normalise each mel band of each segment over time (mean 0, variance 1) at the input",
+      one_of(&C::input_norm, {"none", "instance"}));
   add(v, "model.heads", &C::heads, "one of auto, class, class+leak",
       "output heads: class (the classes only) or class+leak (plus the 0/1 leak head and its metrics); auto: "
       "class+leak when the training data has a leak dataset or a class named normal, class otherwise",
       one_of(&C::heads, {"auto", "class", "class+leak"}));
+}
+
+// The keys of the training loss ([loss]), in help order.
+void loss_fields(std::vector<Field>& v) {
+  add(v, "loss.type", &C::loss_type, "one of softmax, am_softmax, aam_softmax, angleproto, softmaxproto",
+      "softmax: the class head; am_softmax / aam_softmax: cosine-margin softmax over the classes (speakers); "
+      "angleproto: angular prototypical (needs data.per_class); softmaxproto: softmax plus angleproto",
+      one_of(&C::loss_type, {"softmax", "am_softmax", "aam_softmax", "angleproto", "softmaxproto"}));
+  add(v, "loss.margin", &C::loss_margin, "a number in [0, 1)", "AM/AAM-softmax's margin m",
+      float_range(&C::loss_margin, 0, 1, true));
+  add(v, "loss.scale", &C::loss_scale_s, "a number > 0", "AM/AAM-softmax's scale s", positive_float(&C::loss_scale_s));
 }
 
 // The keys of the training run ([train]), in help order.
@@ -237,8 +262,14 @@ void reader_eval_fields(std::vector<Field>& v) {
       [](const C& c) {
         return c.threshold > 0 && c.threshold < 1 ? std::string{} : std::string("a number in (0, 1)");
       });
-  add(v, "eval.metric", &C::metric, "a validation metric name (see --help)",
-      "metric for early stopping and the best checkpoint", [](const C& c) {
+  add(v, "eval.metric", &C::metric, "auto or a validation metric name (see --help)",
+      "metric for early stopping and the best checkpoint; auto: val.file.macro_f1, or val.eer with a metric loss",
+      [](const C& c) {
+        if (c.metric == "auto") return std::string{};
+        if (c.loss_type != "softmax")
+          return c.metric == "val.eer" || c.metric == "val.min_dcf"
+                     ? std::string{}
+                     : fmt::format("val.eer or val.min_dcf (loss.type = {} has no class head)", c.loss_type);
         const auto n = metric_names(c.heads != "class");
         if (std::find(n.begin(), n.end(), c.metric) != n.end()) return std::string{};
         return fmt::format("one of {}{}", fmt::join(n, ", "),
@@ -339,6 +370,7 @@ const std::vector<Field>& fields() {
     std::vector<Field> v;
     data_fields(v);
     model_fields(v);
+    loss_fields(v);
     train_fields(v);
     optim_fields(v);
     reader_eval_fields(v);
@@ -471,7 +503,9 @@ std::int64_t parse_profile(const std::string& s, bool want_end) {
 
 std::int64_t RunConfig::profile_begin() const { return parse_profile(profile_steps, false); }
 std::int64_t RunConfig::profile_end() const { return parse_profile(profile_steps, true); }
-bool RunConfig::metric_higher_is_better() const { return metric.find("loss") == std::string::npos; }
+bool RunConfig::metric_higher_is_better() const {
+  return metric.find("loss") == std::string::npos && metric != "val.eer" && metric != "val.min_dcf";
+}
 
 const std::vector<std::string>& metric_names() {
   static const std::vector<std::string> n = {
@@ -641,6 +675,15 @@ void validate(const RunConfig& cfg) {
         f.member);
     MF_THROW("{}: expected {}, found {}", f.key, accepted, found);
   }
+  MF_CHECK(cfg.loss_type == "softmax" || cfg.heads != "class+leak",
+           "loss.type = {}: a metric loss trains embeddings (speakers) and has no leak head; set model.heads = class "
+           "(or auto)", cfg.loss_type);
+  MF_CHECK(!(cfg.loss_type == "angleproto" || cfg.loss_type == "softmaxproto") || cfg.per_class >= 2,
+           "loss.type = {}: the prototypical loss needs speaker-balanced batches: set data.per_class (2 as "
+           "voxceleb_trainer uses)", cfg.loss_type);
+  MF_CHECK(cfg.loss_type == "softmax" || cfg.aug_mixup_alpha == 0,
+           "augment.mixup_alpha: mixup mixes class targets, which loss.type = {} does not train; set it to 0",
+           cfg.loss_type);
   MF_CHECK(cfg.arch != "cnn" || !cfg.layers.empty(),
            "model.layers: model.arch = cnn needs its layers ([[model.layers]] tables, docs/models.md), found none");
   MF_CHECK(cfg.arch == "cnn" || cfg.layers.empty(),

@@ -27,6 +27,7 @@ struct RunConfig {
   std::string labels_name = "labels";
   std::string leak_name = "leak";
   std::int64_t normal_class = -1;  // leak = (label != normal_class) when /leak is absent; -1: the class named "normal", else 0
+  std::int64_t per_class = 0;      // speaker-balanced batches: segments per class per batch (0: off)
 
   // [model]
   std::string arch = "leakcnn";  // leakcnn | cnn | a preset of model/cnn_layers.hpp
@@ -40,6 +41,13 @@ struct RunConfig {
   // auto | class | class+leak (model/heads.hpp). A run records the resolved
   // value (never auto) in its config.toml and checkpoints.
   std::string heads = "auto";
+  std::int64_t embedding = 0;         // 0: auto (none with softmax; 256 on leakcnn with a metric loss)
+  std::string input_norm = "none";    // none | instance
+
+  // [loss]
+  std::string loss_type = "softmax";  // softmax | am_softmax | aam_softmax | angleproto | softmaxproto
+  double loss_margin = 0.2;
+  double loss_scale_s = 30.0;
 
   // [train]
   std::int64_t epochs = 10;
@@ -79,7 +87,9 @@ struct RunConfig {
   // [eval]
   std::int64_t val_every = 1;  // epochs
   double threshold = 0.5;      // leak decision threshold
-  std::string metric = "val.file.macro_f1";  // early stopping / best checkpoint
+  // Early stopping / best checkpoint; auto: val.file.macro_f1, or val.eer for
+  // an embedding model (a metric loss), resolved by the trainer.
+  std::string metric = "auto";
   std::int64_t patience = 0;   // 0: no early stopping
   double min_delta = 0.0;
 

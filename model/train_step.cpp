@@ -48,6 +48,9 @@ TrainStep::TrainStep(const TrainConfig& cfg, Device device, cudaStream_t stream)
            "train: label smoothing must be in [0, 1], found {}", cfg_.label_smoothing);
   MF_CHECK(std::isfinite(cfg_.mixup_alpha) && cfg_.mixup_alpha >= 0.f,
            "train: mixup_alpha must be finite and >= 0 (0: off), found {}", cfg_.mixup_alpha);
+  MF_CHECK(cfg_.mixup_alpha == 0.f || cfg_.model.loss == LossType::softmax,
+           "augment.mixup_alpha: mixup mixes class targets, which loss.type = {} does not have; use it with the softmax "
+           "loss", loss_type_name(cfg_.model.loss));
   cfg_.optim.dynamic_loss_scale = cfg_.precision == Precision::fp16;
   set_current(device);
 
@@ -78,8 +81,28 @@ TrainStep::TrainStep(const TrainConfig& cfg, Device device, cudaStream_t stream)
       dhd_ = make({B, D}, dtype_, device, stream);
     }
   }
-  logits_ = make({B, mc.head_outputs()}, dtype_, device, stream);
-  dlogits_ = make({B, mc.head_outputs()}, dtype_, device, stream);
+  if (mc.embedding > 0) {
+    emb_ = make({B, mc.embedding}, dtype_, device, stream);
+    demb_ = make({B, mc.embedding}, dtype_, device, stream);
+  }
+  if (mc.class_head()) {
+    logits_ = make({B, mc.head_outputs()}, dtype_, device, stream);
+    dlogits_ = make({B, mc.head_outputs()}, dtype_, device, stream);
+  }
+  if (mc.loss == LossType::softmaxproto) {  // angleproto's share, added to the class head's
+    demb_proto_ = make({B, mc.features()}, dtype_, device, stream);
+    proto_sums_ = make({kernels::kLossSums}, DType::f32, device, stream);
+    proto_counts_ = make({kernels::kLossCounts}, DType::i32, device, stream);
+  }
+  if ((mc.loss == LossType::am_softmax || mc.loss == LossType::aam_softmax) && device.is_cuda())
+    margin_scratch_ = make({kernels::margin_softmax_scratch_elems(B, C, mc.features())}, DType::f32, device, stream);
+  if (loss_is_prototypical(mc.loss) && device.is_cuda() && cfg_.per_class >= 2)
+    proto_scratch_ = make({kernels::angleproto_scratch_elems(B / cfg_.per_class, mc.features())}, DType::f32, device,
+                          stream);
+  if (loss_is_prototypical(mc.loss))
+    MF_CHECK(cfg_.per_class >= 2 && B % cfg_.per_class == 0 && B / cfg_.per_class >= 2,
+             "loss.type = {}: each micro-batch must hold per_class (data.per_class >= 2) segments of each of at "
+             "least 2 classes; found micro-batch {} and per_class {}", loss_type_name(mc.loss), B, cfg_.per_class);
   if (!cfg_.class_weights.empty())
     class_weight_ = Tensor::from_floats(cfg_.class_weights, {C}).to(device, stream);
   const std::int64_t seg = mc.in_mels * mc.in_frames;
@@ -96,7 +119,9 @@ TrainStep::TrainStep(const TrainConfig& cfg, Device device, cudaStream_t stream)
     if (mc.leak_head) mix_leak_ = make({B}, DType::f32, device, stream);
   }
   sums_ = make({kernels::kLossSums}, DType::f32, device, stream);
-  counts_ = make({kernels::kLossCounts + std::int64_t(C) * C}, DType::i32, device, stream);
+  // The confusion matrix only for the softmax head (speaker sets have thousands of classes).
+  counts_ = make({kernels::kLossCounts + (mc.loss == LossType::softmax ? std::int64_t(C) * C : 0)}, DType::i32,
+                 device, stream);
   step_loss_ = make({1}, DType::f32, device, stream);
   opt_state_ = make({std::int64_t(sizeof(kernels::AdamWState))}, DType::u8, device, stream);
   opt_scratch_ = make({std::int64_t(kernels::adamw_scratch_bytes())}, DType::u8, device, stream);
@@ -172,7 +197,12 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
     if (mc.leak_head) leak = mix_leak_;
   }
 
-  // Forward.
+  if (mc.input_norm) {  // in place: x is the step's own buffer (the input slice or mixup's output)
+    Phase ph(timer_, "input_norm", stream);
+    ops::instance_norm(x, x, stream);
+  }
+
+  // Forward: the trunk, then the embedding layer when there is one.
   const DropoutContext drop{cfg_.seed, std::uint32_t(j), &st->iteration};
   const Tensor* features = nullptr;
   if (stack_) {
@@ -181,34 +211,23 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   } else {
     features = &leakcnn_forward(x, drop, stream);
   }
-  const Tensor& hin = *features;
-  Tensor hw = pb.head_weight(work), hb = pb.head_bias(work);
-  {
-    Phase ph(timer_, "fwd.heads", stream);
-    ops::dense_forward(hin, hw, hb, false, logits_, stream);
+  if (mc.embedding > 0) {
+    Phase ph(timer_, "fwd.embedding", stream);
+    ops::dense_forward(*features, pb.view(work, "embedding.weight"), pb.view(work, "embedding.bias"), false, emb_,
+                       stream);
   }
+  const Tensor& emb = mc.embedding > 0 ? emb_ : *features;
+  Tensor& dtrunk = stack_ ? stack_->dfeatures() : dh_;  // the trunk's output gradient
+  Tensor& demb = mc.embedding > 0 ? demb_ : dtrunk;
 
-  // Loss.
-  kernels::LeakLossDims ld;
-  ld.batch = B;
-  ld.classes = mc.classes;
-  ld.label_smoothing = cfg_.label_smoothing;
-  ld.class_loss_weight = cfg_.class_loss_weight;
-  ld.leak_loss_weight = cfg_.leak_loss_weight;
-  ld.grad_scale = 1.f / float(cfg_.accum_steps);
-  ld.leak_head = mc.leak_head;  // without it the leak targets are not read
-  {
-    Phase ph(timer_, "loss", stream);
-    ops::leak_loss(logits_, labels, leak, class_weight_.defined() && class_weight_.numel() ? &class_weight_ : nullptr,
-                 &st->loss_scale, ld, dlogits_, sums_, counts_, &step_loss_, stream, mix ? &mix_labels_b_ : nullptr,
-                 mix ? &mix_lam_ : nullptr);
-  }
+  // The loss and the heads' backward, down to demb.
+  loss_and_heads(emb, labels, leak, g, demb, mix, stream);
 
   // Backward.
-  Tensor ghw = pb.head_weight(g), ghb = pb.head_bias(g);
-  {
-    Phase ph(timer_, "bwd.heads", stream);
-    ops::dense_backward(hin, hw, logits_, dlogits_, false, stack_ ? &stack_->dfeatures() : &dh_, ghw, ghb, stream);
+  if (mc.embedding > 0) {
+    Phase ph(timer_, "bwd.embedding", stream);
+    Tensor gw = pb.view(g, "embedding.weight"), gb = pb.view(g, "embedding.bias");
+    ops::dense_backward(*features, pb.view(work, "embedding.weight"), emb_, demb_, false, &dtrunk, gw, gb, stream);
   }
   if (stack_) {
     Phase ph(timer_, "bwd.layers", stream);
@@ -219,6 +238,71 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   if (j > 0) {
     Phase ph(timer_, "accumulate", stream);
     ops::accumulate(grad_scratch_, pb.grad(), stream);
+  }
+}
+
+void TrainStep::loss_and_heads(const Tensor& emb, const Tensor& labels, const Tensor& leak, Tensor& g, Tensor& demb,
+                               bool mix, cudaStream_t stream) {
+  const ModelConfig& mc = cfg_.model;
+  ParamBuffer& pb = *params_;
+  Tensor& work = pb.work();
+  auto* st = static_cast<kernels::AdamWState*>(opt_state_.raw());
+  const std::int64_t B = cfg_.micro_batch;
+  const float grad_scale = 1.f / float(cfg_.accum_steps);
+  Phase ph(timer_, "loss", stream);
+  if (mc.loss == LossType::am_softmax || mc.loss == LossType::aam_softmax) {
+    kernels::MarginSoftmaxDims d;
+    d.batch = B;
+    d.dim = int(mc.features());
+    d.classes = mc.classes;
+    d.type = mc.loss == LossType::am_softmax ? kernels::MarginType::am : kernels::MarginType::aam;
+    d.scale = cfg_.loss_scale;
+    d.margin = cfg_.loss_margin;
+    d.grad_scale = grad_scale;
+    Tensor gw = pb.view(g, "loss.weight");
+    Tensor* scratch = margin_scratch_.defined() && margin_scratch_.numel() > 0 ? &margin_scratch_ : nullptr;
+    ops::margin_softmax_loss(emb, pb.view(work, "loss.weight"), labels, d, &st->loss_scale, demb, gw, sums_, counts_,
+                             &step_loss_, stream, scratch);
+    return;
+  }
+  // The prototypical losses' (w, b): f32, from the master copy (like batch
+  // norm's statistics, never in the working dtype).
+  const ParamInfo* pw = loss_is_prototypical(mc.loss) ? &pb.info("loss.w") : nullptr;
+  kernels::AngleProtoDims pd;
+  if (pw) {
+    pd.per_class = cfg_.per_class;
+    pd.classes = int(B / cfg_.per_class);
+    pd.dim = int(mc.features());
+    pd.grad_scale = grad_scale;
+  }
+  Tensor* pscratch = proto_scratch_.defined() && proto_scratch_.numel() > 0 ? &proto_scratch_ : nullptr;
+  if (mc.loss == LossType::angleproto) {
+    Tensor gwb = g.slice(pw->offset, pw->offset + 2);
+    ops::angleproto_loss(emb, pb.master().slice(pw->offset, pw->offset + 2), pd, &st->loss_scale, demb, gwb, sums_,
+                         counts_, &step_loss_, stream, pscratch);
+    return;
+  }
+  // The class head (softmax, softmaxproto): logits, the fused loss, the heads' backward.
+  Tensor hw = pb.head_weight(work), hb = pb.head_bias(work);
+  ops::dense_forward(emb, hw, hb, false, logits_, stream);
+  kernels::LeakLossDims ld;
+  ld.batch = B;
+  ld.classes = mc.classes;
+  ld.label_smoothing = cfg_.label_smoothing;
+  ld.class_loss_weight = cfg_.class_loss_weight;
+  ld.leak_loss_weight = cfg_.leak_loss_weight;
+  ld.grad_scale = grad_scale;
+  ld.leak_head = mc.leak_head;  // without it the leak targets are not read
+  ops::leak_loss(logits_, labels, leak, class_weight_.defined() && class_weight_.numel() ? &class_weight_ : nullptr,
+                 &st->loss_scale, ld, dlogits_, sums_, counts_, &step_loss_, stream, mix ? &mix_labels_b_ : nullptr,
+                 mix ? &mix_lam_ : nullptr);
+  Tensor ghw = pb.head_weight(g), ghb = pb.head_bias(g);
+  ops::dense_backward(emb, hw, logits_, dlogits_, false, &demb, ghw, ghb, stream);
+  if (mc.loss == LossType::softmaxproto) {  // plus angleproto on the same embeddings (its own metric sums)
+    Tensor gwb = g.slice(pw->offset, pw->offset + 2);
+    ops::angleproto_loss(emb, pb.master().slice(pw->offset, pw->offset + 2), pd, &st->loss_scale, demb_proto_, gwb,
+                         proto_sums_, proto_counts_, nullptr, stream, pscratch);
+    ops::add_inplace(demb_proto_, demb, stream);
   }
 }
 
@@ -330,10 +414,12 @@ EvalOutput TrainStep::forward_eval(const Tensor& xin, cudaStream_t stream) {
   ParamBuffer& pb = *params_;
   Tensor& work = pb.work();
   Tensor x = xin;
-  if (xin.dtype() != dtype_) {
+  if (xin.dtype() != dtype_ || mc.input_norm) {  // never normalise the caller's tensor in place
     x = Tensor::empty(xin.shape(), dtype_, device_, Layout::nhwc, stream);
-    ops::cast(xin, x, stream);
+    if (xin.dtype() != dtype_) ops::cast(xin, x, stream);
+    else x.copy_from(xin, stream);
   }
+  if (mc.input_norm) ops::instance_norm(x, x, stream);
   Tensor h;
   if (stack_) {
     h = stack_->forward_eval(pb, x, stream);
@@ -351,9 +437,16 @@ EvalOutput TrainStep::forward_eval(const Tensor& xin, cudaStream_t stream) {
     ops::dense_forward(a.reshape({B, mc.flat_features()}), pb.view(work, "fc.weight"), pb.view(work, "fc.bias"),
                        true, h, stream);
   }
-  Tensor logits = Tensor::empty({B, mc.head_outputs()}, dtype_, device_, Layout::plain, stream);
-  ops::dense_forward(h, pb.head_weight(work), pb.head_bias(work), false, logits, stream);
   EvalOutput out;
+  out.embedding = h;
+  if (mc.embedding > 0) {
+    out.embedding = Tensor::empty({B, mc.embedding}, dtype_, device_, Layout::plain, stream);
+    ops::dense_forward(h, pb.view(work, "embedding.weight"), pb.view(work, "embedding.bias"), false, out.embedding,
+                       stream);
+  }
+  if (!mc.class_head()) return out;  // a metric loss: embeddings only
+  Tensor logits = Tensor::empty({B, mc.head_outputs()}, dtype_, device_, Layout::plain, stream);
+  ops::dense_forward(out.embedding, pb.head_weight(work), pb.head_bias(work), false, logits, stream);
   out.probs = Tensor::empty({B, mc.classes}, DType::f32, device_, Layout::plain, stream);
   if (mc.leak_head) out.leak_prob = Tensor::empty({B}, DType::f32, device_, Layout::plain, stream);
   ops::head_probs(logits, out.probs, out.leak_prob, stream);
@@ -377,7 +470,14 @@ StepMetrics TrainStep::read_metrics(cudaStream_t stream, bool reset) {
   m.class_correct = ci[1];
   m.leak_correct = ci[2];
   const int C = cfg_.model.classes;
-  m.confusion.assign(ci + kernels::kLossCounts, ci + kernels::kLossCounts + C * C);
+  if (counts_.numel() > kernels::kLossCounts)
+    m.confusion.assign(ci + kernels::kLossCounts, ci + kernels::kLossCounts + C * C);
+  if (proto_sums_.defined() && proto_sums_.numel()) {  // softmaxproto: the total includes angleproto's loss
+    Tensor ph = device_.is_cuda() ? proto_sums_.to(Device::cpu(), stream) : proto_sums_;
+    m.proto_loss = ph.data<float>()[2] / n;
+    m.loss += m.proto_loss;
+    if (reset) proto_sums_.fill_bytes(0, stream);
+  }
   const kernels::AdamWState st = optimizer_state(stream);
   m.loss_scale = st.loss_scale;
   m.grad_norm = st.grad_norm;

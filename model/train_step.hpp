@@ -62,12 +62,19 @@ struct TrainConfig {
   // (kernels/mixup.hpp): Beta(alpha, alpha) weights, soft class and leak
   // targets in the loss; 0 = off.
   float mixup_alpha = 0;
+  // The metric losses (model.loss): AM/AAM-softmax's margin m and scale s
+  // (kernels/margin_softmax.hpp); the prototypical losses' segments per class
+  // in each micro-batch (M consecutive rows per class: data.per_class).
+  float loss_margin = 0.2f;
+  float loss_scale = 30.f;
+  int per_class = 0;
 };
 
 struct StepMetrics {
   bool has_leak = true;            // the model has the leak head; else leak_loss and leak_correct are 0, not metrics
   std::int64_t micro_batches = 0;  // since the last reset
   double class_loss = 0, leak_loss = 0, loss = 0;  // means over those micro-batches
+  double proto_loss = 0;  // softmaxproto: the angular prototypical part (included in loss)
   std::int64_t samples = 0, class_correct = 0, leak_correct = 0;
   std::vector<std::int64_t> confusion;  // [true C][predicted C]
   // Optimizer state now (not reset): last step's values.
@@ -77,7 +84,8 @@ struct StepMetrics {
 };
 
 struct EvalOutput {
-  Tensor probs;      // f32 [B, C]
+  Tensor embedding;  // [B, E] in the working dtype: the features the heads / metric loss read
+  Tensor probs;      // f32 [B, C]; undefined with a metric loss (no class head)
   Tensor leak_prob;  // f32 [B]; undefined when the model has no leak head
 };
 
@@ -131,6 +139,10 @@ class TrainStep {
   void micro_batch(int j, cudaStream_t stream);
   // LeakCNN's layers before the heads (conv blocks, fc, dropout): the heads'
   // input, and the backward from dh_ into the gradient buffer g.
+  // The loss of the embeddings `emb` [B, E] (loss.type) and the heads'
+  // backward: parameter gradients into g, emb's gradient into demb.
+  void loss_and_heads(const Tensor& emb, const Tensor& labels, const Tensor& leak, Tensor& g, Tensor& demb, bool mix,
+                      cudaStream_t stream);
   const Tensor& leakcnn_forward(const Tensor& x, const DropoutContext& drop, cudaStream_t stream);
   void leakcnn_backward(const Tensor& x, Tensor& g, const DropoutContext& drop, cudaStream_t stream);
 
@@ -143,6 +155,11 @@ class TrainStep {
   std::unique_ptr<CnnStack> stack_;        // model.arch = cnn (else null and the LeakCNN buffers below)
   std::vector<Tensor> act_, code_, dact_;  // per block: output, pool codes, output gradient
   Tensor h_, hd_, logits_, dlogits_, dh_, dhd_;
+  Tensor emb_, demb_;  // the embedding layer's output and gradient (model.embedding > 0)
+  // softmaxproto: angleproto's embedding gradient and its own metric sums
+  Tensor demb_proto_, proto_sums_, proto_counts_;
+  // The metric losses' CUDA scratch (made once: nothing is allocated in a captured step)
+  Tensor margin_scratch_, proto_scratch_;
   Tensor class_weight_;
   Tensor noise_;  // augmentation noise segments, f32 [n, mels, frames] (empty: none)
   // mixup's outputs for the micro-batch (allocated once; empty with mixup off):

@@ -125,6 +125,7 @@ void register_data(CLI::App& app) {
       "data", "Dataset tools: build makes datasets from audio files, synth writes a synthetic dataset, inspect validates a file");
   data->require_subcommand(1);
   register_data_build(*data);
+  register_data_trials(*data);
 
   auto* synth = data->add_subcommand(
       "synth", "Make a synthetic leak-detection dataset split by file; writes DIR/train.h5, val.h5 and test.h5");

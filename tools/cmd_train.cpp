@@ -159,8 +159,8 @@ void add_config_flag(CLI::App* cmd, const ConfigFlag& f, std::string& value) {
 
 void register_train(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "train", "Train LeakCNN on HDF5 mel-spectrogram datasets; writes config, checkpoints, metrics, report and "
-               "plots to the run directory (--out)");
+      "train", "Train a model (LeakCNN, a CNN stack, an embedding model) on HDF5 mel-spectrogram datasets; writes "
+               "config, checkpoints, metrics, report and plots to the run directory (--out)");
   static TrainArgs a;
   cmd->footer(keys_help());
   cmd->add_option("--config", a.config, "TOML configuration file (keys below)")->type_name("PATH");
@@ -365,6 +365,10 @@ void register_predict(CLI::App& app) {
     const Device dev = parse_device(a.device);
     Stream stream(dev, "predict");
     train::LoadedModel lm = train::load_model(a.checkpoint, a.device, a.precision, stream);
+    MF_CHECK(lm.model.class_head(),
+             "predict: {} is an embedding model (loss.type = {}): it has no classes to predict; use melforge embed "
+             "for its embeddings or melforge verify to score trials",
+             a.checkpoint, model::loss_type_name(lm.model.loss));
     std::vector<std::string> row_paths;
     std::unique_ptr<train::AudioFeatures> feats;
     if (!a.audio.empty()) feats = prepare_audio(a, lm, row_paths);

@@ -12,5 +12,9 @@ void register_data(CLI::App& app);
 void register_data_build(CLI::App& data);
 // train, eval, predict, export, plot (cmd_train.cpp)
 void register_trainer(CLI::App& app);
+// embed, verify (cmd_verify.cpp)
+void register_verification(CLI::App& app);
+// `data trials` (cmd_verify.cpp), under `data`
+void register_data_trials(CLI::App& data);
 
 }  // namespace mf::cli

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   mf::cli::register_smoke(app);
   mf::cli::register_data(app);
   mf::cli::register_trainer(app);
+  mf::cli::register_verification(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

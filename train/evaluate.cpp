@@ -6,11 +6,42 @@
 
 #include "engine/error.hpp"
 #include "engine/nvtx.hpp"
+#include "train/embeddings.hpp"
 
 namespace mf::train {
 
+namespace {
+EvalRun evaluate_embeddings(model::TrainStep& ts, io::BatchReader& reader, const EvalOptions& o,
+                            cudaStream_t stream) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const io::DatasetInfo& info = reader.info();
+  std::int64_t n = info.num_segments;
+  if (o.max_segments > 0 && o.max_segments < n)
+    n = std::max<std::int64_t>(2, o.max_segments / info.segments_per_file) * info.segments_per_file;
+  n = std::min(n, info.num_segments);
+  const VerificationRun v = verify_dataset(ts, reader, o.trials_per_file, o.trials_seed, stream, n);
+  EvalRun r;
+  r.result.has_class = false;
+  r.result.has_verification = true;
+  model::VerificationMetrics& m = r.result.verification;
+  m.files = v.files;
+  m.trials = std::int64_t(v.trials.size());
+  m.targets = v.rates.targets;
+  m.nontargets = v.rates.nontargets;
+  m.eer = v.rates.eer;
+  m.eer_threshold = v.rates.eer_threshold;
+  m.min_dcf_05 = v.rates.min_dcf[0].value;
+  m.min_dcf_01 = v.rates.min_dcf[1].value;
+  r.files = v.files;
+  const double secs = std::max(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1e-9);
+  r.result.segments_per_s = double(n) / secs;
+  return r;
+}
+}  // namespace
+
 EvalRun evaluate(model::TrainStep& ts, io::BatchReader& reader, const EvalOptions& o, cudaStream_t stream) {
   MF_NVTX_RANGE("eval");
+  if (!ts.config().model.class_head()) return evaluate_embeddings(ts, reader, o, stream);
   const auto t0 = std::chrono::steady_clock::now();
   const io::DatasetInfo& info = reader.info();
   const Device dev = ts.device();

@@ -26,10 +26,15 @@ struct EvalOptions {
   double threshold = 0.5;
   double class_loss_weight = 1.0, leak_loss_weight = 1.0;
   std::int64_t max_segments = 0;  // 0: all; else the first N (whole files when the data has files)
+  // An embedding model (no class head): trials drawn per file (target and
+  // non-target each) and their seed (train/embeddings.hpp).
+  std::int64_t trials_per_file = 10;
+  std::uint64_t trials_seed = 0;
 };
 
 // Runs the model over `reader` (its position is reset; it must not shuffle and
-// must pad the last batch) in dataset order.
+// must pad the last batch) in dataset order. An embedding model (a metric
+// loss) is evaluated by the error rates of trials drawn from the set.
 EvalRun evaluate(model::TrainStep& ts, io::BatchReader& reader, const EvalOptions& o, cudaStream_t stream);
 
 }  // namespace mf::train

@@ -42,6 +42,12 @@ model::ModelConfig model_config(const model::RunConfig& cfg, std::int64_t mels, 
   m.dropout = float(cfg.dropout);
   m.classes = classes;
   m.leak_head = model::has_leak_head(cfg);  // model.heads must be resolved (model::resolve_heads)
+  m.loss = model::parse_loss_type(cfg.loss_type);
+  m.input_norm = cfg.input_norm == "instance";
+  // model.embedding = auto: none with the softmax loss or on a stack (its last
+  // layer is the embedding), 256 on LeakCNN with a metric loss.
+  m.embedding = int(cfg.embedding);
+  if (m.embedding == 0 && m.loss != model::LossType::softmax && m.arch == model::Arch::leakcnn) m.embedding = 256;
   m.validate();
   return m;
 }
@@ -71,6 +77,9 @@ model::TrainConfig step_config(const model::RunConfig& cfg, const model::ModelCo
   tc.class_loss_weight = float(cfg.class_loss_weight);
   tc.leak_loss_weight = float(cfg.leak_loss_weight);
   tc.cuda_graph = cfg.cuda_graphs;
+  tc.loss_margin = float(cfg.loss_margin);
+  tc.loss_scale = float(cfg.loss_scale_s);
+  tc.per_class = int(cfg.per_class);
   tc.seed = std::uint64_t(cfg.seed);
   return tc;
 }
@@ -87,6 +96,7 @@ io::ReaderConfig reader_config(const model::RunConfig& cfg, Device dev, DType dt
   rc.dtype = dtype;
   rc.resident = io::parse_residency(cfg.gpu_cache);
   rc.max_device_share = cfg.gpu_cache_fraction;
+  if (train) rc.per_class = int(cfg.per_class);
   return rc;
 }
 

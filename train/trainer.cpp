@@ -61,6 +61,24 @@ std::string metric_text(const json& v) {
   return v.is_number() ? fmt::format("{:.4f}", v.get<double>()) : std::string("n/a");
 }
 
+// The validation line's figures: class metrics, or an embedding model's error rates.
+std::string eval_line(const model::EvalResult& e, std::int64_t files, std::int64_t epoch) {
+  if (!e.has_class) {
+    const model::VerificationMetrics& v = e.verification;
+    return fmt::format("eval epoch {}: EER {:.2f}% minDCF(0.05) {:.4f} minDCF(0.01) {:.4f} ({} trials over {} files)",
+                       epoch, 100 * v.eer, v.min_dcf_05, v.min_dcf_01, v.trials, v.files);
+  }
+  std::string msg = fmt::format("eval epoch {}: loss {:.4f}, segment acc {:.4f} macro-F1 {:.4f}", epoch, e.loss,
+                                e.segment.accuracy, e.segment.macro_f1);
+  if (e.has_leak()) msg += fmt::format(" leak AUC {:.4f}", e.segment.leak_auc);
+  if (e.has_files) {
+    msg += fmt::format("; file acc {:.4f} macro-F1 {:.4f}", e.file.accuracy, e.file.macro_f1);
+    if (e.has_leak()) msg += fmt::format(" false alarms {:.4f}", e.file.false_alarm_rate);
+    msg += fmt::format(" ({} files)", files);
+  }
+  return msg;
+}
+
 // Why eval.metric can be NaN on a validation set (for the warning).
 std::string undefined_metric_reason(const std::string& metric) {
   if (metric.find("leak_auc") != std::string::npos)
@@ -268,6 +286,9 @@ void Trainer::Run::resolve_heads(const io::DatasetInfo& train) {
   if (cfg_.heads == "auto" && resume_)
     cfg_.heads = model::load_saved_config(resume_->checkpoint.get_string("config"), resume_->path.string()).heads;
   cfg_.heads = model::resolve_heads(cfg_, train);
+  // A metric loss has no class head to score: it validates by the EER of
+  // trials drawn from the validation set.
+  if (cfg_.metric == "auto") cfg_.metric = cfg_.loss_type == "softmax" ? "val.file.macro_f1" : "val.eer";
   model::validate(cfg_);  // with the heads known: a leak eval.metric needs the leak head
 }
 
@@ -595,14 +616,7 @@ bool Trainer::Run::validate() {
              cfg_.metric, overfit_rd_ ? "overfit" : "validation", st_.epoch + 1, undefined_metric_reason(cfg_.metric));
   }
   const model::EvalResult& e = ev.result;
-  std::string msg = fmt::format("eval epoch {}: loss {:.4f}, segment acc {:.4f} macro-F1 {:.4f}", st_.epoch + 1, e.loss,
-                                e.segment.accuracy, e.segment.macro_f1);
-  if (e.has_leak()) msg += fmt::format(" leak AUC {:.4f}", e.segment.leak_auc);
-  if (e.has_files) {
-    msg += fmt::format("; file acc {:.4f} macro-F1 {:.4f}", e.file.accuracy, e.file.macro_f1);
-    if (e.has_leak()) msg += fmt::format(" false alarms {:.4f}", e.file.false_alarm_rate);
-    msg += fmt::format(" ({} files)", ev.files);
-  }
+  std::string msg = eval_line(e, ev.files, st_.epoch + 1);
   msg += fmt::format("; {} {:.4f}{}", cfg_.metric, v, verdict.improved ? " (best)" : "");
   prog_->message(msg);
   if (verdict.stop) {
@@ -715,6 +729,13 @@ void Trainer::Run::print_summary(const json& report, const std::vector<fs::path>
              interrupted_ ? " (interrupted: resume with --resume auto)" : early_stopped_ ? " (early stop)" : "");
   auto print_metrics = [](const char* what, const json& j) {
     if (j.is_null()) return;
+    if (j.contains("verification")) {  // an embedding model
+      const json& v = j["verification"];
+      fmt::print("{}: EER {}, minDCF(0.05) {}, minDCF(0.01) {} ({} trials over {} files)\n", what,
+                 metric_text(v["eer"]), metric_text(v["min_dcf_0.05"]), metric_text(v["min_dcf_0.01"]),
+                 v["trials"].get<std::int64_t>(), v["files"].get<std::int64_t>());
+      return;
+    }
     fmt::print("{}: segment accuracy {}, macro-F1 {}", what, metric_text(j["segment"]["accuracy"]),
                metric_text(j["segment"]["macro_f1"]));
     if (j.contains("file")) {

@@ -1,0 +1,99 @@
+#include "train/embeddings.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/error.hpp"
+#include "engine/nvtx.hpp"
+#include "kernels/ops.hpp"
+
+namespace mf::train {
+
+Embeddings segment_embeddings(model::TrainStep& ts, io::BatchReader& reader, std::int64_t segments,
+                              cudaStream_t stream) {
+  MF_NVTX_RANGE("embed");
+  const io::DatasetInfo& info = reader.info();
+  const std::int64_t n = segments > 0 ? std::min(segments, info.num_segments) : info.num_segments;
+  const Device dev = ts.device();
+  const std::int64_t E = ts.config().model.features();
+  Tensor all = Tensor::empty({n, E}, DType::f32, dev, Layout::plain, stream);
+  reader.restore({0, 0});
+  std::int64_t done = 0;
+  while (done < n) {
+    io::Batch b = reader.next(stream);
+    MF_CHECK(b.valid > 0, "embeddings: the reader returned an empty batch at segment {}", done);
+    const model::EvalOutput out = ts.forward_eval(b.x, stream);
+    const std::int64_t take = std::min(b.valid, n - done);
+    Tensor dst = all.slice(done, done + take);
+    ops::cast(out.embedding.slice(0, take), dst, stream);
+    done += take;
+  }
+  Embeddings e;
+  e.rows = n;
+  e.dim = E;
+  e.values = all.to_floats();  // synchronous
+  return e;
+}
+
+void normalize_rows(Embeddings& e) {
+  for (std::int64_t i = 0; i < e.rows; ++i) {
+    float* r = e.values.data() + i * e.dim;
+    double ss = 0;
+    for (std::int64_t k = 0; k < e.dim; ++k) ss += double(r[k]) * r[k];
+    if (ss == 0) continue;
+    const double inv = 1.0 / std::sqrt(ss);
+    for (std::int64_t k = 0; k < e.dim; ++k) r[k] = float(r[k] * inv);
+  }
+}
+
+Embeddings file_embeddings(const Embeddings& seg, std::int64_t per_file) {
+  MF_CHECK(per_file >= 1 && seg.rows % per_file == 0, "file_embeddings: {} segments are not whole files of {}",
+           seg.rows, per_file);
+  Embeddings f;
+  f.rows = seg.rows / per_file;
+  f.dim = seg.dim;
+  f.values.assign(std::size_t(f.rows * f.dim), 0.f);
+  std::vector<double> acc(std::size_t(f.dim));
+  for (std::int64_t i = 0; i < f.rows; ++i) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (std::int64_t s = 0; s < per_file; ++s) {
+      const auto r = seg.row(i * per_file + s);
+      for (std::int64_t k = 0; k < f.dim; ++k) acc[std::size_t(k)] += r[std::size_t(k)];
+    }
+    for (std::int64_t k = 0; k < f.dim; ++k) f.values[std::size_t(i * f.dim + k)] = float(acc[std::size_t(k)] / double(per_file));
+  }
+  normalize_rows(f);
+  return f;
+}
+
+std::vector<float> cosine_scores(const Embeddings& e, std::span<const model::Trial> trials) {
+  std::vector<float> s(trials.size());
+  for (std::size_t t = 0; t < trials.size(); ++t) {
+    const model::Trial& tr = trials[t];
+    MF_CHECK(tr.a >= 0 && tr.a < e.rows && tr.b >= 0 && tr.b < e.rows,
+             "cosine_scores: trial {} names files {} and {}, expected 0..{}", t, tr.a, tr.b, e.rows - 1);
+    const auto a = e.row(tr.a), b = e.row(tr.b);
+    double d = 0;
+    for (std::int64_t k = 0; k < e.dim; ++k) d += double(a[std::size_t(k)]) * b[std::size_t(k)];
+    s[t] = float(d);
+  }
+  return s;
+}
+
+VerificationRun verify_dataset(model::TrainStep& ts, io::BatchReader& reader, std::int64_t per_file,
+                               std::uint64_t seed, cudaStream_t stream, std::int64_t segments) {
+  const io::DatasetInfo& info = reader.info();
+  const Embeddings seg = segment_embeddings(ts, reader, segments, stream);
+  const Embeddings files = file_embeddings(seg, info.segments_per_file);
+  VerificationRun v;
+  v.files = files.rows;
+  const std::vector<std::int32_t> labels(info.file_labels.begin(), info.file_labels.begin() + files.rows);
+  v.trials = model::make_trials(labels, per_file, seed);
+  MF_CHECK(!v.trials.empty(), "{}: no trials can be drawn (a verification set needs at least two classes with two "
+           "files)", info.path);
+  v.scores = cosine_scores(files, v.trials);
+  v.rates = model::error_rates(v.scores, model::trial_labels(v.trials), {0.05, 0.01});
+  return v;
+}
+
+}  // namespace mf::train
