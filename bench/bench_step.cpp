@@ -22,6 +22,8 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -266,9 +268,17 @@ nlohmann::json model_json(const StepOptions& o, const model::ModelConfig& mc) {
   return j;
 }
 
+double process_cpu_ms() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return 1e3 * (double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec));
+}
+
 // The CPU backend: TrainStep on the host, host clocks. Median of `steps`
-// timed steps after 2 untimed ones; the phases (fwd.layers, bwd.layers, ...)
-// are means over 3 further steps.
+// timed steps after 2 untimed ones, and the process's CPU time per step over
+// them (user + system, all threads: the work, whatever else shares the
+// cores); the phases (fwd.layers, bwd.layers, ...) are means over 3 further
+// steps.
 void run_step_bench_cpu(const StepOptions& o, const model::ModelConfig& mc) {
   nlohmann::json res;
   res["device"] = "cpu";
@@ -277,7 +287,8 @@ void run_step_bench_cpu(const StepOptions& o, const model::ModelConfig& mc) {
   const double train_flops = train::model_flops(mc).train;
   fmt::print("melforge-bench step on the CPU ({} threads): {} {}x{}, {:.3f} GFLOP/sample (training step)\n",
              cpu_threads(), model_name(o), mc.in_mels, mc.in_frames, train_flops / 1e9);
-  fmt::print("{:<6} {:>6} {:>12} {:>12} {:>10}\n", "prec", "batch", "step ms", "samples/s", "GFLOP/s");
+  fmt::print("{:<6} {:>6} {:>12} {:>12} {:>10} {:>12}\n", "prec", "batch", "step ms", "samples/s", "GFLOP/s",
+             "CPU ms/step");
   for (const auto& pname : o.precisions)
     for (std::int64_t B : o.batches) {
       model::TrainConfig cfg;
@@ -291,11 +302,13 @@ void run_step_bench_cpu(const StepOptions& o, const model::ModelConfig& mc) {
       ts.input_leak().fill_bytes(0);
       for (int i = 0; i < 2; ++i) ts.step(nullptr);
       std::vector<double> ms;
+      const double cpu0 = process_cpu_ms();
       for (int i = 0; i < o.steps; ++i) {
         const auto t0 = std::chrono::steady_clock::now();
         ts.step(nullptr);
         ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       }
+      const double cpu_ms = (process_cpu_ms() - cpu0) / o.steps;
       std::sort(ms.begin(), ms.end());
       const double step_ms = ms[ms.size() / 2];
       EventTimer timer(Device::cpu());
@@ -307,7 +320,7 @@ void run_step_bench_cpu(const StepOptions& o, const model::ModelConfig& mc) {
       if (!std::isfinite(ts.read_metrics(nullptr).loss)) fmt::print("warning: non-finite loss\n");
       const double sps = double(B) / (step_ms * 1e-3);
       const double gflops = train_flops * sps / 1e9;
-      fmt::print("{:<6} {:>6} {:>12.2f} {:>12.1f} {:>10.2f}\n", pname, B, step_ms, sps, gflops);
+      fmt::print("{:<6} {:>6} {:>12.2f} {:>12.1f} {:>10.2f} {:>12.1f}\n", pname, B, step_ms, sps, gflops, cpu_ms);
       fmt::print("       phases (ms, host clock):{}\n", phase_text(phases));
       res["runs"].push_back({{"precision", pname},
                              {"batch", B},
@@ -315,6 +328,7 @@ void run_step_bench_cpu(const StepOptions& o, const model::ModelConfig& mc) {
                              {"step_ms_min", ms.front()},
                              {"step_ms_max", ms.back()},
                              {"samples_per_s", sps},
+                             {"cpu_ms_per_step", cpu_ms},
                              {"model_TFLOPs", gflops / 1e3},
                              {"phases_ms", phases}});
     }

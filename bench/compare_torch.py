@@ -265,6 +265,7 @@ def torch_row(r):
         row["reason"] = r.get("reason", "")
         return row
     row.update({k: r.get(k) for k in ("time_to_first_step_s", "compile_s", "load_s", "steady_samples_per_s",
+                                      "steady_cpu_ms_per_step",
                                       "epoch_time_s", "gpu_busy_share", "gpu_busy_method", "data_wait_share",
                                       "peak_device_memory_bytes")})
     row["val_accuracy"] = r["val"]["segment"]["accuracy"]

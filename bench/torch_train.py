@@ -352,6 +352,11 @@ def file_vote(probs, leak_p, files, longs, shorts, threshold):
 
 # ---- one training run ----
 
+def _process_cpu_s():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def resolve_device(name):
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -572,6 +577,7 @@ def run_variant(variant, args, train, val, orders):
             if it == warm:
                 sync(device)
                 t_steady = time.perf_counter()
+                cpu_steady = _process_cpu_s()
                 data_wait_steady = data_wait
                 if nvml:
                     nvml.start()
@@ -634,6 +640,7 @@ def run_variant(variant, args, train, val, orders):
                   f"{epoch_times[-1]:.2f} s", flush=True)
     sync(device)
     t_end = time.perf_counter()
+    cpu_end = _process_cpu_s()
     busy = nvml.stop() if nvml else None
     steady_steps = total_steps - warm
     steady_wall = t_end - t_steady
@@ -650,6 +657,8 @@ def run_variant(variant, args, train, val, orders):
         "steps": total_steps, "steps_per_epoch": steps_per_epoch, "timing_warmup_steps": warm,
         "samples": total_steps * B,
         "steady_samples_per_s": steady_steps * B / steady_wall if steady_wall > 0 else None,
+        # This process's CPU time (all its threads; not the DataLoader workers) per steady step.
+        "steady_cpu_ms_per_step": 1e3 * (cpu_end - cpu_steady) / steady_steps if steady_steps else None,
         "epoch_time_s": epoch_times[-1],
         "epoch_times_s": epoch_times,
         "gpu_busy_share": busy,
