@@ -33,7 +33,18 @@ Layers (self.layers, an nn.ModuleList, so state_dict names are layers.{i}.*):
   dropout    key p: nn.Dropout(p).
 Heads on the last layer's output (flattened in NHWC order if still spatial):
 class_head = Linear(D, classes), leak_head = Linear(D, 1) when leak_head
-(None otherwise, as in LeakCNN). Conv weights are OIHW here; melforge stores
+(None otherwise, as in LeakCNN).
+
+Speaker verification (issue #20), optional description keys (or constructor
+arguments, which take precedence): "input_norm" (false): InstanceNorm1d(mels)
+of each mel band over time before the layers (self.input_norm, no
+parameters); "embedding" (0): embedding = Linear(D, E), no activation, between
+the layers and what follows; "loss" (softmax) with "margin" (0.2) and "scale"
+(30): am_softmax / aam_softmax / angleproto replace the heads by the metric
+loss's module self.loss (bench/metric_losses_torch.py: loss.weight, or loss.w
+and loss.b), softmaxproto keeps class_head and adds angleproto's loss.w/b;
+the leak head is refused with a metric loss. embed(x) returns the features the
+heads and the loss read; forward returns (None, None) without a class head. Conv weights are OIHW here; melforge stores
 OHWI (model/torch_layout.hpp converts). Unknown keys or layer types raise
 ValueError so that a description melforge and this module read differently
 cannot pass silently.
@@ -47,6 +58,8 @@ import sys
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from metric_losses_torch import has_class_head, make_loss
 
 _KEYS = {
     "conv": {"k", "cout", "stride", "bias", "batch_norm", "activation", "pool"},
@@ -168,9 +181,13 @@ def _conv_out(n, k, stride):
 
 
 class CnnStack(nn.Module):
-    def __init__(self, desc):
+    def __init__(self, desc, embedding=None, input_norm=None, loss=None, margin=None, scale=None):
         super().__init__()
         self.in_mels, self.in_frames = int(desc["in_mels"]), int(desc["in_frames"])
+        pick = lambda v, key, default: v if v is not None else desc.get(key, default)  # noqa: E731
+        embedding, loss = int(pick(embedding, "embedding", 0)), str(pick(loss, "loss", "softmax"))
+        self.loss_type = loss
+        self.input_norm = nn.InstanceNorm1d(self.in_mels, eps=1e-5) if pick(input_norm, "input_norm", False) else None
         # (spatial, C, H, W) of the activation; flat activations have H = W = 1.
         spatial, c, h, w = True, 1, self.in_mels, self.in_frames
         self.layers = nn.ModuleList()
@@ -205,15 +222,28 @@ class CnnStack(nn.Module):
                 raise ValueError(f"layers[{i}] ({t}): the activation becomes empty ({h} x {w})")
             self.layers.append(m)
         self.features = c * h * w
-        self.class_head = nn.Linear(self.features, int(desc["classes"]))
-        self.leak_head = nn.Linear(self.features, 1) if desc.get("leak_head", False) else None
+        self.embedding = nn.Linear(self.features, embedding) if embedding > 0 else None
+        e, classes = embedding if embedding > 0 else self.features, int(desc["classes"])
+        leak_head = bool(desc.get("leak_head", False))
+        if leak_head and loss != "softmax":
+            raise ValueError(f"loss {loss}: the leak head goes with the softmax loss only")
+        self.class_head = nn.Linear(e, classes) if has_class_head(loss) else None
+        self.leak_head = nn.Linear(e, 1) if leak_head else None
+        self.loss = make_loss(loss, e, classes, float(pick(margin, "margin", 0.2)), float(pick(scale, "scale", 30.0)))
 
-    def forward(self, x):
+    def embed(self, x):
+        """The features the heads and the metric loss read: [N, E] (or [N, D])."""
+        if self.input_norm is not None:
+            x = self.input_norm(x.squeeze(1)).unsqueeze(1)
         for m in self.layers:
             x = m(x)
         x = _flatten_nhwc(x)
+        return self.embedding(x) if self.embedding is not None else x
+
+    def forward(self, x):
+        x = self.embed(x)
         leak = self.leak_head(x).squeeze(1) if self.leak_head is not None else None
-        return self.class_head(x), leak
+        return (self.class_head(x) if self.class_head is not None else None), leak
 
 
 def load_description(path):

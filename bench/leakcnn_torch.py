@@ -12,10 +12,20 @@ The two heads are separate nn.Linear here; melforge stores them adjacently and
 runs them as one [C+1, D] layer, which computes the same logits. With
 leak_head=False (melforge's model.heads = class) there is no leak_head module:
 forward returns (class logits, None), as melforge has no leak parameters.
+
+Speaker verification (issue #20), optional arguments as in
+bench/cnn_stack_torch.py: input_norm (InstanceNorm1d(mels) over time before
+the blocks), embedding = E > 0 (Linear(dense, E), no activation, after fc and
+dropout), loss (softmax | am_softmax | aam_softmax | angleproto |
+softmaxproto, margin, scale: bench/metric_losses_torch.py's module at
+self.loss; no class head with am/aam/angleproto, no leak head with any metric
+loss). embed(x) returns what the heads and the loss read.
 """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from metric_losses_torch import has_class_head, make_loss
 
 
 class Block(nn.Module):
@@ -31,8 +41,13 @@ class Block(nn.Module):
 
 class LeakCNN(nn.Module):
     def __init__(self, in_mels=64, in_frames=64, channels=(32, 64, 128), pools=(2, 2, 2), kernel=3,
-                 dense=256, dropout=0.0, classes=2, leak_head=True):
+                 dense=256, dropout=0.0, classes=2, leak_head=True, embedding=0, input_norm=False, loss="softmax",
+                 margin=0.2, scale=30.0):
         super().__init__()
+        if leak_head and loss != "softmax":
+            raise ValueError(f"loss {loss}: the leak head goes with the softmax loss only")
+        self.loss_type = loss
+        self.input_norm = nn.InstanceNorm1d(in_mels, eps=1e-5) if input_norm else None
         blocks, cin, h, w = [], 1, in_mels, in_frames
         for cout, p in zip(channels, pools):
             blocks.append(Block(cin, cout, kernel, p))
@@ -40,15 +55,25 @@ class LeakCNN(nn.Module):
         self.blocks = nn.ModuleList(blocks)
         self.fc = nn.Linear(cin * h * w, dense)
         self.dropout = nn.Dropout(dropout)
-        self.class_head = nn.Linear(dense, classes)
-        self.leak_head = nn.Linear(dense, 1) if leak_head else None
+        self.embedding = nn.Linear(dense, embedding) if embedding > 0 else None
+        e = embedding if embedding > 0 else dense
+        self.class_head = nn.Linear(e, classes) if has_class_head(loss) else None
+        self.leak_head = nn.Linear(e, 1) if leak_head else None
+        self.loss = make_loss(loss, e, classes, margin, scale)
 
-    def forward(self, x):
+    def embed(self, x):
+        """The features the heads and the metric loss read: [N, E] (or [N, dense])."""
+        if self.input_norm is not None:
+            x = self.input_norm(x.squeeze(1)).unsqueeze(1)
         for b in self.blocks:
             x = b(x)
         h = self.dropout(F.relu(self.fc(torch.flatten(x, 1))))
+        return self.embedding(h) if self.embedding is not None else h
+
+    def forward(self, x):
+        h = self.embed(x)
         leak = self.leak_head(h).squeeze(1) if self.leak_head is not None else None
-        return self.class_head(h), leak
+        return (self.class_head(h) if self.class_head is not None else None), leak
 
 
 def resolve_heads(heads, leak_in_file, class_names, normal_class=-1):

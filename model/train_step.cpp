@@ -119,9 +119,9 @@ TrainStep::TrainStep(const TrainConfig& cfg, Device device, cudaStream_t stream)
     if (mc.leak_head) mix_leak_ = make({B}, DType::f32, device, stream);
   }
   sums_ = make({kernels::kLossSums}, DType::f32, device, stream);
-  // The confusion matrix only for the softmax head (speaker sets have thousands of classes).
-  counts_ = make({kernels::kLossCounts + (mc.loss == LossType::softmax ? std::int64_t(C) * C : 0)}, DType::i32,
-                 device, stream);
+  // The confusion matrix only with the class head (leak_loss writes it); the
+  // cosine-margin losses, with thousands of speakers, go without.
+  counts_ = make({kernels::kLossCounts + (mc.class_head() ? std::int64_t(C) * C : 0)}, DType::i32, device, stream);
   step_loss_ = make({1}, DType::f32, device, stream);
   opt_state_ = make({std::int64_t(sizeof(kernels::AdamWState))}, DType::u8, device, stream);
   opt_scratch_ = make({std::int64_t(kernels::adamw_scratch_bytes())}, DType::u8, device, stream);
