@@ -60,7 +60,8 @@ testing::Batch speaker_batch(std::int64_t B, int micro_batches, int per_class, i
       std::vector<int> order(kClasses);
       std::iota(order.begin(), order.end(), 0);
       std::shuffle(order.begin(), order.end(), rng);
-      for (std::int64_t i = 0; i < B / per_class; ++i) labels.insert(labels.end(), std::size_t(per_class), order[std::size_t(i)]);
+      for (std::int64_t i = 0; i < B / per_class; ++i)
+        labels.insert(labels.end(), std::size_t(per_class), order[std::size_t(i)]);
     } else {
       for (std::int64_t i = 0; i < B; ++i) labels.push_back(cls(rng));
     }
@@ -129,7 +130,8 @@ struct Case {
 // embeddings; then the oracle's verdict.
 void check_against_torch(const Case& c, double tol) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("melforge_metric_oracle_" + c.name + "_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("melforge_metric_oracle_" + c.name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir / "init");
   fs::create_directories(dir / "forward");
@@ -191,6 +193,8 @@ void check_against_torch(const Case& c, double tol) {
     MESSAGE(c.name << " step " << s + 1 << ": melforge loss " << sm.loss << " (proto " << sm.proto_loss
                    << ") grad norm " << sm.grad_norm);
     CHECK(sm.micro_batches == c.accum);
+    // The confusion matrix comes with the class head (softmaxproto), not with the cosine-margin losses.
+    CHECK(sm.confusion.size() == (m.class_head() ? std::size_t(kClasses * kClasses) : 0u));
     CHECK(sm.step == s + 1);
     char line[64];
     std::snprintf(line, sizeof line, "%.9g %.9g\n", sm.loss, double(sm.grad_norm));
@@ -255,14 +259,15 @@ TEST_CASE("metric losses on LeakCNN: fp32 steps against PyTorch (float64)") {
   }
 }
 
-TEST_CASE("TrainStep refuses a prototypical loss without speaker-balanced batches and a metric loss with the leak head") {
+TEST_CASE("TrainStep refuses a prototypical loss without balanced batches and a metric loss with the leak head") {
   TrainConfig cfg;
   cfg.model = small_leakcnn();
   cfg.micro_batch = 8;
   for (LossType t : {LossType::angleproto, LossType::softmaxproto}) {
     cfg.model.loss = t;
     cfg.per_class = 0;
-    const std::string no_episodes = fmt::format("loss.type = {}: each micro-batch must hold per_class", loss_type_name(t));
+    const std::string no_episodes =
+        fmt::format("loss.type = {}: each micro-batch must hold per_class", loss_type_name(t));
     CHECK_THROWS_WITH_AS(TrainStep(cfg, Device::cpu()), doctest::Contains(no_episodes.c_str()), Error);
     cfg.per_class = 3;  // 8 rows are not whole classes of 3
     CHECK_THROWS_WITH_AS(TrainStep(cfg, Device::cpu()), doctest::Contains("found micro-batch 8 and per_class 3"),
