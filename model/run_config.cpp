@@ -681,6 +681,8 @@ void validate(const RunConfig& cfg) {
   MF_CHECK(!(cfg.loss_type == "angleproto" || cfg.loss_type == "softmaxproto") || cfg.per_class >= 2,
            "loss.type = {}: the prototypical loss needs speaker-balanced batches: set data.per_class (2 as "
            "voxceleb_trainer uses)", cfg.loss_type);
+  MF_CHECK(cfg.label_smoothing == 0 || cfg.loss_type == "softmax" || cfg.loss_type == "softmaxproto",
+           "optim.label_smoothing: loss.type = {} has no class head to smooth; set it to 0", cfg.loss_type);
   MF_CHECK(cfg.loss_type == "softmax" || cfg.aug_mixup_alpha == 0,
            "augment.mixup_alpha: mixup mixes class targets, which loss.type = {} does not train; set it to 0",
            cfg.loss_type);

@@ -48,6 +48,9 @@ TrainStep::TrainStep(const TrainConfig& cfg, Device device, cudaStream_t stream)
            "train: label smoothing must be in [0, 1], found {}", cfg_.label_smoothing);
   MF_CHECK(std::isfinite(cfg_.mixup_alpha) && cfg_.mixup_alpha >= 0.f,
            "train: mixup_alpha must be finite and >= 0 (0: off), found {}", cfg_.mixup_alpha);
+  MF_CHECK(cfg_.model.class_head() || (cfg_.label_smoothing == 0.f && cfg_.class_weights.empty()),
+           "train: label smoothing and class weights apply to the class head, which loss.type = {} does not have",
+           loss_type_name(cfg_.model.loss));
   MF_CHECK(cfg_.mixup_alpha == 0.f || cfg_.model.loss == LossType::softmax,
            "augment.mixup_alpha: mixup mixes class targets, which loss.type = {} does not have; use it with the softmax "
            "loss", loss_type_name(cfg_.model.loss));
