@@ -29,7 +29,7 @@ BUILD_TYPE=${BUILD_TYPE:-Release}
 rm -rf "$BUILD_DIR"
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" -DMELFORGE_WERROR=ON
 cmake --build "$BUILD_DIR" --parallel "$(nproc)"
-(cd "$BUILD_DIR" && ctest --output-on-failure --timeout 1200 "$@")
+(cd "$BUILD_DIR" && ctest --output-on-failure --timeout 1200 --parallel "$(nproc)" "$@")
 
 CUDA_EMU=${CUDA_EMU:-auto}
 if [[ $CUDA_EMU == auto ]]; then
@@ -59,7 +59,7 @@ if [[ $SANITIZE == on ]]; then
   (cd "$BUILD_DIR-asan" &&
     ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:halt_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --output-on-failure --timeout 1800 -LE gpu)
+    ctest --output-on-failure --timeout 1800 -LE gpu --parallel "$(nproc)")
 fi
 
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
