@@ -1,4 +1,5 @@
-// `melforge data synth`: writes a synthetic leak-detection dataset (io/synth.hpp).
+// `melforge data synth`: writes a synthetic leak-detection dataset (io/synth.hpp),
+// or with --speakers N a synthetic speaker dataset split by speaker (io/synth_speakers.hpp).
 // `melforge data inspect FILE`: validates a dataset file and prints its schema,
 // storage, label histogram and value statistics; a malformed file is an error
 // (exit 1) with a message naming the file, the dataset, what was expected and
@@ -11,8 +12,10 @@
 #include <limits>
 
 #include "engine/dtype.hpp"
+#include "engine/error.hpp"
 #include "io/dataset.hpp"
 #include "io/synth.hpp"
+#include "io/synth_speakers.hpp"
 #include "tools/cli_help.hpp"
 #include "tools/commands.hpp"
 
@@ -32,6 +35,20 @@ void run_synth(const std::string& out, const io::SynthConfig& cfg) {
     fmt::print("  {:<5} {:<40} {:>6} files {:>8} segments  files per class [{}]\n", sp.name, sp.path, sp.files,
                sp.segments, fmt::join(sp.files_per_class, ", "));
   fmt::print("wrote 3 files in {:.1f} s\n", s);
+}
+
+void run_synth_speakers(const std::string& out, const io::SpeakerSynthConfig& cfg) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto splits = io::write_synthetic_speakers(out, cfg);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  fmt::print("melforge data synth: {} speakers, {} files per speaker, segments [{} x {}] {}, L={} S={}, seed {}\n",
+             cfg.speakers, cfg.files_per_speaker, cfg.mels, cfg.frames, dtype_name(cfg.dtype), cfg.long_segments,
+             cfg.short_segments, cfg.seed);
+  for (const auto& sp : splits)
+    fmt::print("  {:<5} {:<40} {:>6} files {:>8} segments  {} speakers ({}..{})\n", sp.name, sp.path, sp.files,
+               sp.segments, sp.speakers.size(), io::speaker_name(sp.speakers.front(), cfg.speakers),
+               io::speaker_name(sp.speakers.back(), cfg.speakers));
+  fmt::print("wrote 3 files in {:.1f} s (split by speaker: no speaker is in two files)\n", s);
 }
 
 std::string human_bytes(double b) {
@@ -128,13 +145,25 @@ void register_data(CLI::App& app) {
   register_data_trials(*data);
 
   auto* synth = data->add_subcommand(
-      "synth", "Make a synthetic leak-detection dataset split by file; writes DIR/train.h5, val.h5 and test.h5");
+      "synth",
+      "Make a synthetic leak-detection dataset split by file (or with --speakers a speaker dataset split by "
+      "speaker); writes DIR/train.h5, val.h5 and test.h5");
   static std::string out;
   static io::SynthConfig cfg;
   static std::string dtype = "f16", storage = "contiguous";
   synth->add_option("--out", out, "Output directory")->required()->type_name("DIR");
-  synth->add_option("--files", cfg.files, "Files over the three splits (70/15/15 by file)")->capture_default_str();
-  synth->add_option("--classes", cfg.classes, "Classes (class 0 is normal)")->capture_default_str();
+  static io::SpeakerSynthConfig spk;
+  spk.speakers = 0;  // 0: the leak dataset
+  auto* files = synth->add_option("--files", cfg.files, "Files over the three splits (70/15/15 by file)")
+                    ->capture_default_str();
+  auto* classes = synth->add_option("--classes", cfg.classes, "Classes (class 0 is normal)")->capture_default_str();
+  synth->add_option("--speakers", spk.speakers,
+                    "Speaker mode: N synthetic speakers (classes spk0000...), split 70/15/15 by speaker, so val and "
+                    "test speakers are never in training (0: the leak dataset)")
+      ->capture_default_str();
+  auto* per_speaker =
+      synth->add_option("--files-per-speaker", spk.files_per_speaker, "Speaker mode: recordings per speaker")
+          ->capture_default_str();
   synth->add_option("--mels", cfg.mels, "Mel bins")->capture_default_str();
   synth->add_option("--frames", cfg.frames, "Frames per segment")->capture_default_str();
   synth->add_option("--long", cfg.long_segments, "Long segments per file (L)")->capture_default_str();
@@ -146,10 +175,21 @@ void register_data(CLI::App& app) {
   synth->add_option("--storage", storage, "HDF5 storage of the segments (gzip = chunked + shuffle + deflate)")
       ->capture_default_str()
       ->type_name(one_of_type({"contiguous", "chunked", "gzip"}));
-  synth->callback([] {
+  synth->callback([files, classes, per_speaker] {
     cfg.dtype = parse_dtype(dtype);
     cfg.storage = io::parse_write_storage(storage);
-    run_synth(out, cfg);
+    MF_CHECK(spk.speakers > 0 || per_speaker->count() == 0, "data synth: --files-per-speaker needs --speakers N");
+    if (spk.speakers == 0) return run_synth(out, cfg);
+    MF_CHECK(files->count() == 0 && classes->count() == 0,
+             "data synth: --files and --classes are for the leak dataset; with --speakers use --files-per-speaker");
+    spk.mels = cfg.mels;
+    spk.frames = cfg.frames;
+    spk.long_segments = cfg.long_segments;
+    spk.short_segments = cfg.short_segments;
+    spk.seed = cfg.seed;
+    spk.dtype = cfg.dtype;
+    spk.storage = cfg.storage;
+    run_synth_speakers(out, spk);
   });
 
   auto* inspect = data->add_subcommand(
