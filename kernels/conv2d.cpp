@@ -23,13 +23,47 @@
 #include "kernels/conv2d.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "engine/error.hpp"
 #include "engine/parallel.hpp"
 
 namespace mf::kernels {
+
+// ---- the CUDA variant selector (kernels/conv2d.hpp) ----------------------------
+
+namespace {
+Conv2dAlgo conv2d_algo_from_env() {
+  const char* e = std::getenv("MELFORGE_CONV2D_ALGO");
+  if (!e || !*e) return Conv2dAlgo::automatic;
+  const std::string_view v(e);
+  if (v == "auto" || v == "0") return Conv2dAlgo::automatic;
+  if (v == "direct" || v == "1") return Conv2dAlgo::direct;
+  if (v == "mma" || v == "2") return Conv2dAlgo::mma;
+  MF_THROW("MELFORGE_CONV2D_ALGO='{}': expected auto, direct or mma", v);
+}
+std::atomic<int>& conv2d_algo_slot() {
+  static std::atomic<int> a{int(conv2d_algo_from_env())};
+  return a;
+}
+}  // namespace
+
+void set_conv2d_algo(Conv2dAlgo algo) { conv2d_algo_slot().store(int(algo)); }
+Conv2dAlgo conv2d_algo() { return Conv2dAlgo(conv2d_algo_slot().load()); }
+const char* conv2d_algo_name(Conv2dAlgo algo) {
+  switch (algo) {
+    case Conv2dAlgo::automatic: return "auto";
+    case Conv2dAlgo::direct: return "direct";
+    case Conv2dAlgo::mma: return "mma";
+  }
+  return "?";
+}
+
+// ---- the CPU twin ----------------------------------------------------------------
 
 namespace {
 

@@ -1,5 +1,7 @@
 // conv2d CUDA kernels, variant 1: the simplest correct kernels (layouts and
-// rules in kernels/conv2d.hpp).
+// rules in kernels/conv2d.hpp), and the launchers that pick a variant
+// (Conv2dAlgo; variant 2, mma, is in kernels/conv2d_mma.cu and shares this
+// file's ReLU mask, dw chunk rule, workspace and chunk-order reduction).
 //
 //   forward: one thread per y element (n, oh, ow, co), co fastest so the y
 //            stores coalesce; the thread sums r, s, ci in that order straight
@@ -23,6 +25,8 @@
 #include "kernels/conv2d.hpp"
 
 #include <cuda_runtime.h>
+
+#include "kernels/conv2d_mma.cuh"
 
 #include "engine/error.hpp"
 #include "engine/memory.hpp"
@@ -199,8 +203,11 @@ class Workspace {
   cudaStream_t stream_ = nullptr;
 };
 
+bool mma_selected() { return conv2d_algo() == Conv2dAlgo::mma; }
+
 template <class T>
 void forward_t(const Conv2dDims& d, const void* x, const void* w, const void* b, void* y, cudaStream_t stream) {
+  if (mma_selected() && conv2d_mma_forward(d, dtype_of_v<T>, x, w, b, y, stream)) return;
   using D = cuda::device_t<T>;
   const std::int64_t total = d.n * d.oh() * d.ow() * d.cout;
   forward_kernel<D><<<cuda::grid_for(total, kBlock), kBlock, 0, stream>>>(
@@ -218,7 +225,8 @@ void backward_t(const Conv2dDims& d, const void* x, const void* w, const void* y
         pixels * d.cout, static_cast<const D*>(y), static_cast<D*>(dy));
     MF_CUDA_CHECK_LAUNCH();
   }
-  if (dx) {
+  const bool mma = mma_selected();
+  if (dx && !(mma && conv2d_mma_dx(d, dtype_of_v<T>, w, dy, dx, stream))) {
     const std::int64_t total = d.n * d.h * d.w * d.cin;
     dx_kernel<D><<<cuda::grid_for(total, kBlock), kBlock, 0, stream>>>(d, static_cast<const D*>(w),
                                                                         static_cast<const D*>(dy), static_cast<D*>(dx));
@@ -226,10 +234,12 @@ void backward_t(const Conv2dDims& d, const void* x, const void* w, const void* y
   }
   const int chunks = dw_chunks(d), kkc = d.k * d.k * d.cin;
   Workspace part(std::size_t(chunks) * std::size_t(d.cout) * std::size_t(kkc + 1), stream);
-  // grid.y = k*k taps + 1 (db); k <= 15 and chunks <= kMaxChunks keep y and z far below 65535.
-  dw_partials_kernel<D><<<dim3(unsigned(d.cout), unsigned(d.k * d.k + 1), unsigned(chunks)), kBlock, 0, stream>>>(
-      d, static_cast<const D*>(x), static_cast<const D*>(dy), chunks, part.data());
-  MF_CUDA_CHECK_LAUNCH();
+  if (!(mma && conv2d_mma_dw_partials(d, dtype_of_v<T>, x, dy, chunks, part.data(), stream))) {
+    // grid.y = k*k taps + 1 (db); k <= 15 and chunks <= kMaxChunks keep y and z far below 65535.
+    dw_partials_kernel<D><<<dim3(unsigned(d.cout), unsigned(d.k * d.k + 1), unsigned(chunks)), kBlock, 0, stream>>>(
+        d, static_cast<const D*>(x), static_cast<const D*>(dy), chunks, part.data());
+    MF_CUDA_CHECK_LAUNCH();
+  }
   const std::int64_t total = std::int64_t(d.cout) * (kkc + 1);
   reduce_chunks_kernel<<<cuda::grid_for(total, kBlock), kBlock, 0, stream>>>(part.data(), chunks, d.cout, kkc, dw,
                                                                             db);
@@ -237,6 +247,10 @@ void backward_t(const Conv2dDims& d, const void* x, const void* w, const void* y
 }
 
 }  // namespace
+
+Conv2dAlgo conv2d_resolve_algo(const Conv2dDims& d, DType dtype, Conv2dAlgo requested) {
+  return requested == Conv2dAlgo::mma && conv2d_mma_can_run(d, dtype) ? Conv2dAlgo::mma : Conv2dAlgo::direct;
+}
 
 void conv2d_forward_cuda(const Conv2dDims& d, DType dtype, const void* x, const void* w, const void* b, void* y,
                          cudaStream_t stream) {

@@ -55,6 +55,35 @@ void conv2d_forward_cpu(const Conv2dDims& d, DType dtype, const void* x, const v
 void conv2d_backward_cpu(const Conv2dDims& d, DType dtype, const void* x, const void* w, const void* y, void* dy,
                          void* dx, float* dw, float* db, cudaStream_t stream);
 
+// Which CUDA implementation conv2d_*_cuda runs (the CPU twin has one).
+// Process-wide; the environment variable MELFORGE_CONV2D_ALGO (auto, direct,
+// mma; or 0, 1, 2) sets the initial value.
+//   direct  variant 1 (kernels/conv2d.cu): one thread per output element, dw/db
+//           by fixed-order chunk partials; any shape and dtype (the fallback).
+//   mma     variant 2 (kernels/conv2d_mma.cu): bf16/f16 implicit GEMMs on
+//           tensor cores (mma.sync m16n8k16, f32 accumulation) for y, dx and
+//           dw/db. Needs Cin and Cout multiples of 16, sm_80+, and 16-byte
+//           aligned x, w, dy (the operands it gathers); y and dx 4-byte.
+//           Any odd k, stride 1 or 2. Each part (forward, dx, dw/db) that
+//           cannot run falls back to direct alone, silently (f32, the Cin = 1
+//           stem and odd channel counts always run direct).
+// automatic runs direct: a variant becomes the default only after a GPU
+// measurement says it wins (docs/decisions.md), and none has run on a GPU yet.
+// Both variants are deterministic (same bits run after run) but sum in
+// different orders, so their outputs agree to rounding, not bit for bit.
+enum class Conv2dAlgo : int { automatic = 0, direct = 1, mma = 2 };
+void set_conv2d_algo(Conv2dAlgo algo);
+Conv2dAlgo conv2d_algo();
+const char* conv2d_algo_name(Conv2dAlgo algo);
+// The variant conv2d_*_cuda runs for this shape and dtype on the current GPU
+// when `requested` is selected (never automatic; alignment assumed, as for
+// device_alloc'd tensors). Needs a GPU.
+Conv2dAlgo conv2d_resolve_algo(const Conv2dDims& d, DType dtype, Conv2dAlgo requested);
+// How many mma-variant kernels this process has queued (forward, dx and dw
+// count one each): diagnostics, and the tests' proof that a part did not fall
+// back.
+std::uint64_t conv2d_mma_launches();
+
 void conv2d_forward_cuda(const Conv2dDims& d, DType dtype, const void* x, const void* w, const void* b, void* y,
                          cudaStream_t stream);
 void conv2d_backward_cuda(const Conv2dDims& d, DType dtype, const void* x, const void* w, const void* y, void* dy,
