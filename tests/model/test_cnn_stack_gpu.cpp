@@ -94,11 +94,18 @@ std::vector<float> slice(const std::vector<float>& v, const model::ParamInfo& p)
   return {v.begin() + p.offset, v.begin() + p.offset + p.numel};
 }
 
-// Every parameter and running statistic of `a` within rel L2 `tol` of `b`
-// (per tensor, so a small tensor cannot hide behind a large one); returns the
-// worst distance.
+// Every parameter and running statistic of `a` near `b`, per tensor (a small
+// tensor cannot hide behind a large one): rel L2 `tol` for the weights (conv,
+// linear) and the running statistics, `tol_norm` for the biases and batch
+// norm's gamma and beta. Why two bounds: a batch norm's output has zero mean
+// per channel over the batch, so the gradients of the biases after it (beta,
+// the SE gate's fc2 bias) are sums that nearly cancel; AdamW divides each
+// gradient by its own magnitude, so their rounding differences reach the
+// weights about 100 times amplified (stack a's layers.1.se.fc2.bias: 2.9e-5 on
+// the emulator, while every weight tensor stays under 3e-7). Returns the worst
+// distance.
 double check_params(const model::ModelConfig& m, const std::vector<float>& a, const std::vector<float>& b, double tol,
-                    const std::string& what) {
+                    double tol_norm, const std::string& what) {
   const model::ParamBuffer layout(m, DType::f32, Device::cpu());
   REQUIRE(a.size() == b.size());
   double worst = 0;
@@ -109,7 +116,8 @@ double check_params(const model::ModelConfig& m, const std::vector<float>& a, co
       worst = d;
       worst_name = p.name;
     }
-    CHECK_MESSAGE(d <= tol, what << ": " << p.name << " rel L2 " << d << " > " << tol);
+    const double t = p.decay || !model::param_trainable(p.kind) ? tol : tol_norm;
+    CHECK_MESSAGE(d <= t, what << ": " << p.name << " rel L2 " << d << " > " << t);
   }
   MESSAGE(what << ": worst tensor " << worst_name << " rel L2 " << worst << " (whole buffer "
                << testing::rel_l2(a, b) << ")");
@@ -139,11 +147,12 @@ model::ModelConfig with_dropout(model::ModelConfig m, float p) {
 
 // fp32 on the GPU against the CPU backend: the same math in other summation
 // orders (conv2d's and batch norm's chunked reductions, cuBLASLt's dense). The
-// PyTorch oracle puts the CPU backend within 6e-6 of float64 after 5 steps;
-// after 3 steps the GPU sits as close to it, so 2e-5 per tensor (5e-5 for the
-// probabilities, which also go through the softmax) leaves rounding room and
-// still catches any wrong gradient, statistic or indexing (those move a
-// tensor by 1e-2 or more).
+// PyTorch oracle puts the CPU backend within 6e-6 of float64 after 5 steps.
+// Bounds (rel L2 per tensor): 1e-5 for the weights and running statistics
+// (measured on the emulator: <= 1e-6), 1e-4 for the biases and batch norm
+// parameters (check_params says why; measured <= 2.9e-5), 5e-5 for the
+// forward_eval probabilities (measured <= 3e-8). A wrong gradient, statistic
+// or index moves a tensor by 1e-2 or more.
 TEST_CASE("fp32 stacks: GPU vs CPU backend over 3 AdamW steps (weights, running statistics, forward_eval)") {
   Stream s(kGpu, "cnn-stack-test");
   for (const NamedStack& st : all_stacks()) {
@@ -156,7 +165,7 @@ TEST_CASE("fp32 stacks: GPU vs CPU backend over 3 AdamW steps (weights, running 
     CHECK(g.metrics.step == 3);
     CHECK(std::fabs(g.metrics.loss - c.metrics.loss) <= 1e-5 * std::fabs(c.metrics.loss));
     CHECK(std::fabs(g.metrics.grad_norm - c.metrics.grad_norm) <= 1e-4f * c.metrics.grad_norm);
-    check_params(st.m, g.master, c.master, 2e-5, "stack " + st.name + " fp32 GPU vs CPU");
+    check_params(st.m, g.master, c.master, 1e-5, 1e-4, "stack " + st.name + " fp32 GPU vs CPU");
     // The weights moved (a run that does nothing would match too).
     const model::TrainStep init(cfg, Device::cpu());
     CHECK(testing::rel_l2(c.master, init.params().master().to_floats()) > 1e-3);
@@ -169,37 +178,43 @@ TEST_CASE("fp32 stacks: GPU vs CPU backend over 3 AdamW steps (weights, running 
 }
 
 // bf16 and fp16: activations rounded to 8 (bf16) or 11 (fp16) bits at every
-// layer, parameter gradients and statistics in f32, master weights f32. The
-// master after 3 steps differs from fp32 only through the updates (AdamW moves
-// each weight by about lr = 3e-3 a step, against weights of ~0.1..1), so the
-// whole buffer stays within 1e-2 (bf16) and 3e-3 (fp16) of fp32, and each
-// probability within 3e-2 (bf16) and 1e-2 (fp16); GPU and CPU backend in the
-// same precision agree to the same bounds. Measured on the emulator: see the
-// MESSAGE lines.
+// layer; parameter gradients, statistics and master weights f32. The master
+// then differs from fp32 only through the 3 updates, so the bound is stated
+// against how far fp32 moved the master from its initial value (M = rel L2 of
+// fp32 after 3 steps vs init, 0.08..0.16 here): within 10% of M (bf16) and 5%
+// of M (fp16) of fp32 (measured on the emulator: <= 4.2% and 2.1%), within 3%
+// and 1% of M of the CPU backend in the same precision (measured <= 0.8% and
+// 0.07%); the forward_eval probabilities within rel L2 3e-3 (bf16) and 1e-3
+// (fp16) of both (measured <= 5.4e-4 and 1.1e-4). No fp16 step may be skipped
+// by the loss scaler (it would leave fewer updates than fp32).
 TEST_CASE("bf16 and fp16 stacks: 3 steps stay finite and near fp32, GPU near the CPU backend") {
   Stream s(kGpu, "cnn-stack-precision-test");
   for (const NamedStack& st : all_stacks()) {
     CAPTURE(st.name);
     model::TrainConfig cfg = step_config(st.m, 8);
     const RunResult ref = run(cfg, kGpu, 3, 7, s);
+    const model::TrainStep init(cfg, Device::cpu());
+    const double moved = testing::rel_l2(ref.master, init.params().master().to_floats());
+    REQUIRE(moved > 1e-2);
     for (model::Precision p : {model::Precision::bf16, model::Precision::fp16}) {
       CAPTURE(model::precision_name(p));
       cfg.precision = p;
       const RunResult g = run(cfg, kGpu, 3, 7, s);
       const RunResult c = run(cfg, Device::cpu(), 3, 7, nullptr);
-      CHECK(g.metrics.skipped_steps == 0);  // fp16's loss scale: else fewer updates than fp32
+      CHECK(g.metrics.skipped_steps == 0);
       CHECK(all_finite(g.master));
       CHECK(all_finite(g.probs));
-      const double tol_w = p == model::Precision::bf16 ? 1e-2 : 3e-3;
-      const double tol_p = p == model::Precision::bf16 ? 3e-2 : 1e-2;
-      const double dw = testing::rel_l2(g.master, ref.master), dc = testing::rel_l2(g.master, c.master);
+      const bool bf = p == model::Precision::bf16;
+      const double dw = testing::rel_l2(g.master, ref.master) / moved;
+      const double dc = testing::rel_l2(g.master, c.master) / moved;
       const double dp = testing::rel_l2(g.probs, ref.probs), dpc = testing::rel_l2(g.probs, c.probs);
-      MESSAGE("stack " << st.name << " " << model::precision_name(p) << ": master vs fp32 " << dw << ", vs CPU "
-                       << dc << "; probabilities vs fp32 " << dp << ", vs CPU " << dpc);
-      CHECK(dw <= tol_w);
-      CHECK(dc <= tol_w);
-      CHECK(dp <= tol_p);
-      CHECK(dpc <= tol_p);
+      MESSAGE("stack " << st.name << " " << model::precision_name(p) << " (fp32 moved the master by " << moved
+                       << "): master vs fp32 " << dw << " of that, vs CPU " << dc << "; probabilities vs fp32 " << dp
+                       << ", vs CPU " << dpc);
+      CHECK(dw <= (bf ? 0.10 : 0.05));
+      CHECK(dc <= (bf ? 0.03 : 0.01));
+      CHECK(dp <= (bf ? 3e-3 : 1e-3));
+      CHECK(dpc <= (bf ? 3e-3 : 1e-3));
       CHECK(dw > 0);  // the precision took effect
     }
   }
@@ -209,7 +224,7 @@ TEST_CASE("bf16 and fp16 stacks: 3 steps stay finite and near fp32, GPU near the
 // same order, dropout masks drawn from the device-held iteration counter), and
 // two runs give the same bits. Dropout in a spatial and a flat position,
 // 2 accumulated micro-batches of 4. Against the CPU backend too: the dropout
-// masks are the same hash on both, so fp32 stays within 2e-5.
+// masks are the same hash on both, so fp32 stays within the bounds above.
 TEST_CASE("CUDA graphs: replay is bit-identical to eager steps and to another run, with dropout and accumulation") {
   Stream s(kGpu, "cnn-stack-graph-test");
   for (const NamedStack& st : all_stacks()) {
@@ -237,7 +252,7 @@ TEST_CASE("CUDA graphs: replay is bit-identical to eager steps and to another ru
       CHECK(same_bits(a.probs, e.probs));
       if (p == model::Precision::fp32) {
         const RunResult c = run(cfg, Device::cpu(), 4, 3, nullptr);
-        check_params(cfg.model, a.master, c.master, 2e-5, "stack " + st.name + " with dropout, GPU vs CPU");
+        check_params(cfg.model, a.master, c.master, 1e-5, 1e-4, "stack " + st.name + " with dropout, GPU vs CPU");
         // Dropout acted: without it the weights differ.
         model::TrainConfig off = cfg;
         off.model = with_dropout(st.m, 0.f);
@@ -259,7 +274,7 @@ TEST_CASE("odd micro-batch 5 and a forward_eval batch of 1: GPU vs CPU backend")
     model::TrainConfig cfg = step_config(st.m, 5);
     const RunResult g = run(cfg, kGpu, 2, 1, s);
     const RunResult c = run(cfg, Device::cpu(), 2, 1, nullptr);
-    check_params(st.m, g.master, c.master, 2e-5, "stack " + st.name + " micro-batch 5 GPU vs CPU");
+    check_params(st.m, g.master, c.master, 1e-5, 1e-4, "stack " + st.name + " micro-batch 5 GPU vs CPU");
     REQUIRE(g.probs.size() == std::size_t(st.m.classes));
     CHECK(testing::rel_l2(g.probs, c.probs) <= 5e-5);
     if (st.m.leak_head) CHECK(testing::rel_l2(g.leak_prob, c.leak_prob) <= 5e-5);
