@@ -16,6 +16,7 @@
 // Deterministic: no atomics; every float sum has a fixed order.
 #include "engine/error.hpp"
 #include "kernels/angleproto.hpp"
+#include "kernels/block_reduce.cuh"
 #include "kernels/cuda_types.cuh"
 #include "kernels/loss.hpp"
 
@@ -28,6 +29,12 @@ constexpr int kFwdThreads = 256;
 constexpr int kFwdWarps = kFwdThreads / 32;
 constexpr int kGradThreads = 128;
 constexpr int kRowStats = 5;  // loss, pred, t, dw, db
+
+using cuda::Add;
+using cuda::block_argmax;
+using cuda::block_reduce;
+using cuda::MaxNan;
+using cuda::warp_sum;
 
 // The scratch's parts (angleproto.hpp's layout).
 struct Scratch {
@@ -51,29 +58,6 @@ Scratch split_scratch(float* s, std::int64_t N, std::int64_t D) {
   r.row = r.g + N * N;
   return r;
 }
-
-// Tree reduction over a block of N threads in a fixed order; every thread gets
-// the result. `op` combines two partials.
-template <int N, class Op>
-__device__ float block_reduce(float v, float* sh, Op op) {
-  sh[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = N / 2; s > 0; s >>= 1) {
-    if (int(threadIdx.x) < s) sh[threadIdx.x] = op(sh[threadIdx.x], sh[threadIdx.x + s]);
-    __syncthreads();
-  }
-  const float r = sh[0];
-  __syncthreads();
-  return r;
-}
-
-struct Add {
-  __device__ float operator()(float a, float b) const { return a + b; }
-};
-// The maximum, NaN when either is NaN (so a NaN logit makes the loss NaN).
-struct MaxNan {
-  __device__ float operator()(float a, float b) const { return isnan(a) || a >= b ? a : b; }
-};
 
 __device__ float clamp_norm(float ss) {
   const float raw = sqrtf(ss);
@@ -112,27 +96,6 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(AngleProtoDims d, co
   }
 }
 
-// The first maximum over the block of (value, index) pairs (index order breaks ties).
-__device__ int block_argmax(float v, int i, float* shv, int* shi) {
-  shv[threadIdx.x] = v;
-  shi[threadIdx.x] = i;
-  __syncthreads();
-  for (int s = kFwdThreads / 2; s > 0; s >>= 1) {
-    if (int(threadIdx.x) < s) {
-      const float ov = shv[threadIdx.x + s], cv = shv[threadIdx.x];
-      const int oi = shi[threadIdx.x + s], ci = shi[threadIdx.x];
-      if (oi >= 0 && (ci < 0 || ov > cv || (ov == cv && oi < ci))) {
-        shv[threadIdx.x] = ov;
-        shi[threadIdx.x] = oi;
-      }
-    }
-    __syncthreads();
-  }
-  const int r = shi[0];
-  __syncthreads();
-  return r;
-}
-
 // Query row i: cos_ij, the loss, g_ij and the row's partial sums.
 __global__ void __launch_bounds__(kFwdThreads) forward_kernel(AngleProtoDims d, const float* __restrict__ wb,
                                                               const float* __restrict__ loss_scale, Scratch sc) {
@@ -148,7 +111,7 @@ __global__ void __launch_bounds__(kFwdThreads) forward_kernel(AngleProtoDims d, 
     const float* p = sc.pn + std::int64_t(j) * D;
     float dot = 0.f;
     for (int k = lane; k < D; k += 32) dot += q[k] * p[k];
-    for (int o = 16; o > 0; o >>= 1) dot += __shfl_down_sync(0xffffffffu, dot, o);
+    dot = warp_sum(dot);  // lane 0: the shfl_down tree's bits (block_reduce.cuh)
     if (lane == 0) cos[j] = dot;
   }
   __syncthreads();
@@ -163,7 +126,7 @@ __global__ void __launch_bounds__(kFwdThreads) forward_kernel(AngleProtoDims d, 
     }
     mx = MaxNan{}(mx, z);
   }
-  const int pred = block_argmax(bv, bi, shv, shi);
+  const int pred = block_argmax<kFwdThreads>(bv, bi, shv, shi);
   mx = block_reduce<kFwdThreads>(mx, shv, MaxNan{});
   float se = 0.f;
   for (int j = threadIdx.x; j < N; j += kFwdThreads) se += expf(w_eff * cos[j] + b - mx);

@@ -23,6 +23,7 @@
 
 #include "engine/error.hpp"
 #include "kernels/attentive_pool.hpp"
+#include "kernels/block_reduce.cuh"
 #include "kernels/cuda_types.cuh"
 
 namespace mf::kernels {
@@ -34,29 +35,11 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 32;  // the dw tile: kTile x kTile outputs, kTile rows per stage
 constexpr std::size_t kMaxDynamicSmem = 48 * 1024;
 
+using cuda::Add;
+using cuda::block_reduce;
 using cuda::load_f32;
 using cuda::store_f32;
-
-// The same value in every lane: the xor butterfly adds the same two operands
-// in every lane at every stage.
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// The block's sum of `v` (pairwise tree over the threads), returned to every
-// thread. Starts with a barrier, so red may still be read by the last call.
-__device__ float block_sum(float* red, float v) {
-  const int t = int(threadIdx.x);
-  __syncthreads();
-  red[t] = v;
-  __syncthreads();
-  for (int s = kThreads / 2; s > 0; s >>= 1) {
-    if (t < s) red[t] += red[t + s];
-    __syncthreads();
-  }
-  return red[0];
-}
+using cuda::warp_sum;
 
 template <class T>
 __global__ void __launch_bounds__(kThreads)
@@ -96,7 +79,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     float part = 0.f;
     for (int a = tid; a < A; a += kThreads) part += load_f32(v[a]) * hs[a];
-    const float e = block_sum(red, part);
+    const float e = block_reduce<kThreads>(part, red, Add{});
     const float m_new = e > m ? e : m;
     const float scale = expf(m - m_new), p = expf(e - m_new);
     s = s * scale + p;
@@ -172,7 +155,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   float part = 0.f;
   for (int t = tid; t < W; t += kThreads) part += alpha[t] * de[t];
-  const float dot = block_sum(red, part);
+  const float dot = block_reduce<kThreads>(part, red, Add{});
   for (int t = tid; t < W; t += kThreads) de[t] = alpha[t] * (de[t] - dot);
   __syncthreads();
   for (std::int64_t i = tid; i < std::int64_t(W) * A; i += kThreads) {
@@ -248,7 +231,7 @@ __global__ void __launch_bounds__(kThreads)
   const int j = int(blockIdx.x);
   float part = 0.f;
   for (std::int64_t n = threadIdx.x; n < n_samples; n += kThreads) part += dbv[n * 2 * A + j];
-  const float s = block_sum(red, part);
+  const float s = block_reduce<kThreads>(part, red, Add{});
   if (threadIdx.x == 0) (j < A ? db[j] : dv[j - A]) = s;
 }
 

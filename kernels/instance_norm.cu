@@ -7,6 +7,7 @@
 // last pass each lane reads and writes only its own frames. No restrict
 // pointers: x and y may alias.
 #include "engine/error.hpp"
+#include "kernels/block_reduce.cuh"
 #include "kernels/cuda_types.cuh"
 #include "kernels/instance_norm.hpp"
 
@@ -17,10 +18,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kRowsPerBlock = kThreads / 32;
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+using cuda::warp_sum;
 
 template <class T>
 __global__ void __launch_bounds__(kThreads) instance_norm_kernel(InstanceNormDims d, const T* x, T* y) {

@@ -13,6 +13,7 @@
 // the weight once per sample (B reads of C x D, mostly from L2): a GEMM-shaped
 // cost that variant 1 does not tile.
 #include "engine/error.hpp"
+#include "kernels/block_reduce.cuh"
 #include "kernels/cuda_types.cuh"
 #include "kernels/loss.hpp"
 #include "kernels/margin_softmax.hpp"
@@ -26,6 +27,11 @@ constexpr int kFwdThreads = 256;
 constexpr int kFwdWarps = kFwdThreads / 32;
 constexpr int kGradThreads = 128;
 constexpr float kNormEps = 1e-12f;
+
+using cuda::Add;
+using cuda::block_argmax;
+using cuda::block_reduce;
+using cuda::warp_sum;
 
 // The scratch's parts (margin_softmax.hpp's layout).
 struct Scratch {
@@ -46,28 +52,6 @@ Scratch split_scratch(float* s, std::int64_t B, std::int64_t C) {
   return r;
 }
 
-// Tree reduction over a block of N threads in a fixed order; every thread gets
-// the result. `op` combines two partials.
-template <int N, class Op>
-__device__ float block_reduce(float v, float* sh, Op op) {
-  sh[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = N / 2; s > 0; s >>= 1) {
-    if (int(threadIdx.x) < s) sh[threadIdx.x] = op(sh[threadIdx.x], sh[threadIdx.x + s]);
-    __syncthreads();
-  }
-  const float r = sh[0];
-  __syncthreads();
-  return r;
-}
-
-struct Add {
-  __device__ float operator()(float a, float b) const { return a + b; }
-};
-struct Max {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-
 // max(|row|, 1e-12) of emb's rows (blocks 0..B-1) and weight's (B..B+C-1); NaN propagates.
 template <class T>
 __global__ void __launch_bounds__(kNormThreads) norms_kernel(std::int64_t B, int D, const T* __restrict__ emb,
@@ -87,29 +71,6 @@ __global__ void __launch_bounds__(kNormThreads) norms_kernel(std::int64_t B, int
     if (r < B) nx[r] = n;
     else nw[r - B] = n;
   }
-}
-
-// The first maximum over the block of (value, index) pairs (index order breaks ties).
-__device__ int block_argmax(float v, int i, float* shv, int* shi) {
-  shv[threadIdx.x] = v;
-  shi[threadIdx.x] = i;
-  __syncthreads();
-  for (int s = kFwdThreads / 2; s > 0; s >>= 1) {
-    if (int(threadIdx.x) < s) {
-      const float ov = shv[threadIdx.x + s];
-      const int oi = shi[threadIdx.x + s];
-      const float cv = shv[threadIdx.x];
-      const int ci = shi[threadIdx.x];
-      if (oi >= 0 && (ci < 0 || ov > cv || (ov == cv && oi < ci))) {
-        shv[threadIdx.x] = ov;
-        shi[threadIdx.x] = oi;
-      }
-    }
-    __syncthreads();
-  }
-  const int r = shi[0];
-  __syncthreads();
-  return r;
 }
 
 template <class T>
@@ -136,7 +97,7 @@ __global__ void __launch_bounds__(kFwdThreads) forward_kernel(MarginSoftmaxDims 
     const float nw = sc.nw[c];
     float dot = 0.f;
     for (int j = lane; j < D; j += 32) dot += (cuda::load_f32(x[j]) / nx) * (cuda::load_f32(wc[j]) / nw);
-    for (int o = 16; o > 0; o >>= 1) dot += __shfl_down_sync(0xffffffffu, dot, o);
+    dot = warp_sum(dot);  // lane 0: the shfl_down tree's bits (block_reduce.cuh)
     if (lane == 0) cos[c] = dot;
   }
   __syncthreads();
@@ -144,7 +105,7 @@ __global__ void __launch_bounds__(kFwdThreads) forward_kernel(MarginSoftmaxDims 
   int bi = -1;
   for (int c = threadIdx.x; c < C; c += kFwdThreads)
     if (bi < 0 || cos[c] > bv) { bv = cos[c]; bi = c; }
-  const int pred = block_argmax(bv, bi, shv, shi);
+  const int pred = block_argmax<kFwdThreads>(bv, bi, shv, shi);
 
   const int y = labels[b];
   if (y < 0 || y >= C) {  // ignored (uniform over the block)
@@ -160,7 +121,7 @@ __global__ void __launch_bounds__(kFwdThreads) forward_kernel(MarginSoftmaxDims 
   const MarginTarget mt = margin_target(d.type, d.margin, k, cos[y]);
   float mx = -INFINITY;
   for (int c = threadIdx.x; c < C; c += kFwdThreads) mx = fmaxf(mx, c == y ? s * mt.f : s * cos[c]);
-  mx = block_reduce<kFwdThreads>(mx, shv, Max{});
+  mx = block_reduce<kFwdThreads>(mx, shv, cuda::FMax{});  // NaN reaches se and the loss
   float se = 0.f;
   for (int c = threadIdx.x; c < C; c += kFwdThreads) se += expf((c == y ? s * mt.f : s * cos[c]) - mx);
   se = block_reduce<kFwdThreads>(se, shv, Add{});
