@@ -14,6 +14,7 @@
 #include "engine/float_convert.hpp"
 #include "engine/parallel.hpp"
 #include "kernels/batch_norm.hpp"
+#include "kernels/relu.hpp"
 
 namespace mf::kernels {
 
@@ -123,7 +124,7 @@ void normalise(const BatchNormDims& d, DType t, const void* x, const void* resid
         if (rb)
           for (int j = 0; j < C; ++j) o[j] += rb[r * C + j];
         if (d.relu)
-          for (int j = 0; j < C; ++j) o[j] = o[j] > 0.f ? o[j] : (o[j] != o[j] ? o[j] : 0.f);
+          for (int j = 0; j < C; ++j) o[j] = relu_keep_nan(o[j]);
       }
       store_from_f32(t, out.data(), y, r0 * C, nb * C);
     }

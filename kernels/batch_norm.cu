@@ -11,6 +11,7 @@
 #include "engine/error.hpp"
 #include "kernels/batch_norm.hpp"
 #include "kernels/cuda_types.cuh"
+#include "kernels/relu.hpp"
 
 namespace mf::kernels {
 
@@ -38,8 +39,6 @@ __device__ __forceinline__ void chan_merge(float& am, float& aq, float na, float
   am += delta * (nb / n);
   aq += bq + delta * delta * (na * nb / n);
 }
-
-__device__ __forceinline__ float relu_keep_nan(float v) { return v > 0.f ? v : (v != v ? v : 0.f); }
 
 // Per (chunk, channel): mean and sum of squared deviations of the chunk's rows.
 template <class T>

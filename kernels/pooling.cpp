@@ -11,6 +11,7 @@
 
 #include "engine/error.hpp"
 #include "engine/parallel.hpp"
+#include "kernels/relu.hpp"
 
 namespace mf::kernels {
 

@@ -14,6 +14,7 @@
 #include "engine/error.hpp"
 #include "kernels/cuda_types.cuh"
 #include "kernels/pooling.hpp"
+#include "kernels/relu.hpp"
 
 namespace mf::kernels {
 

@@ -85,9 +85,6 @@ MF_HOST_DEVICE inline float channel_gate_dg(float sum, float g) {
   return sum * (stable_sigmoid(g) * stable_sigmoid(-g));
 }
 
-// ReLU that keeps NaN (PyTorch's relu).
-MF_HOST_DEVICE inline float relu_keep_nan(float v) { return (v > 0.f || v != v) ? v : 0.f; }
-
 void max_pool_forward_cpu(const PoolingDims& d, int pool, DType dtype, const void* x, void* y,
                           std::uint8_t* code, cudaStream_t stream);
 void max_pool_backward_cpu(const PoolingDims& d, int pool, DType dtype, const void* dy,
