@@ -7,6 +7,7 @@
 #include "engine/error.hpp"
 #include "kernels/angleproto.hpp"
 #include "kernels/loss.hpp"
+#include "kernels/op_scratch.hpp"
 #include "kernels/ops.hpp"
 
 namespace mf::ops {
@@ -28,27 +29,13 @@ void check_dims(const kernels::AngleProtoDims& d, const Tensor& emb, const char*
   MF_CHECK(std::isfinite(d.grad_scale), "{}: grad_scale must be finite, found {}", op, d.grad_scale);
 }
 
-// The f32 scratch of the CUDA path: the caller's (checked), or one allocated
-// on the stream for this call when none is given and no capture is running.
+// The f32 scratch of the CUDA path (kernels/op_scratch.hpp).
 float* cuda_scratch(const kernels::AngleProtoDims& d, const Tensor& emb, Tensor* scratch, Tensor& owned,
                     cudaStream_t stream, const char* op) {
-  const std::int64_t need = kernels::angleproto_scratch_elems(d.classes, d.dim);
-  if (scratch && scratch->defined()) {
-    check_dtype(*scratch, DType::f32, op, "scratch");
-    MF_CHECK(scratch->numel() >= need,
-             "{}: scratch must hold at least angleproto_scratch_elems(N = {}, D = {}) = {} f32 values, found {}", op,
-             d.classes, d.dim, need, scratch->str());
-    check_same_device({&emb, scratch}, op);
-    return static_cast<float*>(scratch->raw());
-  }
-  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  MF_CUDA_CHECK(cudaStreamIsCapturing(stream, &st));
-  MF_CHECK(st == cudaStreamCaptureStatusNone,
-           "{}: no scratch given while the stream is being captured into a CUDA graph; pass an f32 scratch of "
-           "angleproto_scratch_elems(N = {}, D = {}) = {} elements allocated before the capture",
-           op, d.classes, d.dim, need);
-  owned = Tensor::empty({need}, DType::f32, emb.device(), Layout::plain, stream);
-  return static_cast<float*>(owned.raw());
+  const auto sizing = [&] { return fmt::format("angleproto_scratch_elems(N = {}, D = {})",
+                                            d.classes, d.dim); };
+  return scratch_or_per_call(scratch, kernels::angleproto_scratch_elems(d.classes, d.dim), sizing, emb, owned,
+                             stream, op);
 }
 
 }  // namespace

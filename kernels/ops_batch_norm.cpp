@@ -7,6 +7,7 @@
 
 #include "engine/error.hpp"
 #include "kernels/batch_norm.hpp"
+#include "kernels/op_scratch.hpp"
 #include "kernels/ops.hpp"
 
 namespace mf::ops {
@@ -67,27 +68,13 @@ void check_training_rows(const kernels::BatchNormDims& d, const Tensor& x, const
            op, d.m, x.str());
 }
 
-// The f32 scratch of the CUDA path: the caller's (checked), or one allocated
-// on the stream for this call when none is given and no capture is running.
+// The f32 scratch of the CUDA path (kernels/op_scratch.hpp).
 float* cuda_scratch(const kernels::BatchNormDims& d, const Tensor& x, Tensor* scratch, Tensor& owned,
                     cudaStream_t stream, const char* op) {
-  const std::int64_t need = kernels::batch_norm_scratch_elems(d.m, d.c);
-  if (given(scratch)) {
-    check_dtype(*scratch, DType::f32, op, "scratch");
-    MF_CHECK(scratch->numel() >= need,
-             "{}: scratch must hold at least batch_norm_scratch_elems(M = {}, C = {}) = {} f32 values, found {}",
-             op, d.m, d.c, need, scratch->str());
-    check_same_device({&x, scratch}, op);
-    return static_cast<float*>(scratch->raw());
-  }
-  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  MF_CUDA_CHECK(cudaStreamIsCapturing(stream, &st));
-  MF_CHECK(st == cudaStreamCaptureStatusNone,
-           "{}: no scratch given while the stream is being captured into a CUDA graph; pass an f32 scratch of "
-           "batch_norm_scratch_elems(M = {}, C = {}) = {} elements allocated before the capture",
-           op, d.m, d.c, need);
-  owned = Tensor::empty({need}, DType::f32, x.device(), Layout::plain, stream);
-  return static_cast<float*>(owned.raw());
+  const auto sizing = [&] { return fmt::format("batch_norm_scratch_elems(M = {}, C = {})",
+                                            d.m, d.c); };
+  return scratch_or_per_call(scratch, kernels::batch_norm_scratch_elems(d.m, d.c), sizing, x, owned,
+                             stream, op);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "engine/error.hpp"
 #include "kernels/loss.hpp"
 #include "kernels/margin_softmax.hpp"
+#include "kernels/op_scratch.hpp"
 #include "kernels/ops.hpp"
 
 namespace mf::ops {
@@ -36,28 +37,13 @@ void check_dims(const kernels::MarginSoftmaxDims& d, const Tensor& emb, const Te
     MF_CHECK(std::isfinite(d.margin), "{}: the am margin must be finite, found {}", op, d.margin);
 }
 
-// The f32 scratch of the CUDA path: the caller's (checked), or one allocated
-// on the stream for this call when none is given and no capture is running.
+// The f32 scratch of the CUDA path (kernels/op_scratch.hpp).
 float* cuda_scratch(const kernels::MarginSoftmaxDims& d, const Tensor& emb, Tensor* scratch, Tensor& owned,
                     cudaStream_t stream, const char* op) {
+  const auto sizing = [&] { return fmt::format("margin_softmax_scratch_elems(B = {}, C = {}, D = {})",
+                                            d.batch, d.classes, d.dim); };
   const std::int64_t need = kernels::margin_softmax_scratch_elems(d.batch, d.classes, d.dim);
-  if (scratch && scratch->defined()) {
-    check_dtype(*scratch, DType::f32, op, "scratch");
-    MF_CHECK(scratch->numel() >= need,
-             "{}: scratch must hold at least margin_softmax_scratch_elems(B = {}, C = {}, D = {}) = {} f32 values, "
-             "found {}",
-             op, d.batch, d.classes, d.dim, need, scratch->str());
-    check_same_device({&emb, scratch}, op);
-    return static_cast<float*>(scratch->raw());
-  }
-  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  MF_CUDA_CHECK(cudaStreamIsCapturing(stream, &st));
-  MF_CHECK(st == cudaStreamCaptureStatusNone,
-           "{}: no scratch given while the stream is being captured into a CUDA graph; pass an f32 scratch of "
-           "margin_softmax_scratch_elems(B = {}, C = {}, D = {}) = {} elements allocated before the capture",
-           op, d.batch, d.classes, d.dim, need);
-  owned = Tensor::empty({need}, DType::f32, emb.device(), Layout::plain, stream);
-  return static_cast<float*>(owned.raw());
+  return scratch_or_per_call(scratch, need, sizing, emb, owned, stream, op);
 }
 
 }  // namespace
