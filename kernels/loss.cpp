@@ -94,7 +94,7 @@ void loss_impl(const LeakLossDims& d, const T* logits, const std::int32_t* label
     const int y = r.ycount;
     if (y >= 0 && y < C) {
       ++valid_n;
-      ++counts[kLossCounts + y * C + r.pred];
+      if (d.confusion) ++counts[kLossCounts + std::int64_t(y) * C + r.pred];
     }
   }
   // Without class weights PyTorch divides the smoothing term by B and the NLL

@@ -1,12 +1,29 @@
-// leak_loss on the GPU: one block of 512 threads (the loss is tiny next to the
-// GEMMs: B rows of C+1 logits, C without the leak head). Pass 1: each thread
-// takes rows t, t+512, ..., accumulating its weighted CE numerator, weight,
-// BCE and correct counts; the confusion matrix is counted in shared memory with
-// integer atomics (exact, order-free); the float partials are added in a fixed
-// tree. Pass 2
-// (same block, after the denominator is known): the logits' gradients.
-// Deterministic: no float atomics. Reads the logits twice, writes dlogits once.
+// leak_loss on the GPU, two modes (kernels/loss.hpp).
+//
+// With the confusion matrix (counts [kLossCounts + C*C], C <= 100): one block
+// of 512 threads (the loss is tiny next to the GEMMs: B rows of C+1 logits, C
+// without the leak head). Pass 1: each thread takes rows t, t+512, ...,
+// accumulating its weighted CE numerator, weight, BCE and correct counts; the
+// confusion matrix is counted in shared memory with integer atomics (exact,
+// order-free); the float partials are added in a fixed tree. Pass 2 (same
+// block, after the denominator is known): the logits' gradients. Reads the
+// logits twice, writes dlogits once.
+//
+// Without it (counts [kLossCounts], any C: speaker sets of thousands): a warp
+// per row, its lanes striding the columns (coalesced) and combining by xor
+// butterflies, so a row's max, log-sum-exp and sums have the same bits in every
+// lane and in both kernels. loss_stats_kernel: one block of 32 warps, warp w
+// takes rows w, w+32, ... in order, and the warps' partials are added in warp
+// order by one thread (the sums and counts are a single write each).
+// loss_grad_kernel: a grid of 8-warp blocks, a warp per row, writes dlogits;
+// each block computes the weighted-mean denominator itself (it depends on the
+// labels only) with the same fixed tree as the stats kernel, so no scratch
+// memory is needed and the op allocates nothing. Shared memory is fixed
+// (a few KB), whatever C.
+//
+// Deterministic: no float atomics, every reduction in a fixed order.
 #include "engine/error.hpp"
+#include "kernels/block_reduce.cuh"
 #include "kernels/cuda_types.cuh"
 #include "kernels/loss.hpp"
 
@@ -170,12 +187,224 @@ __global__ void head_probs_kernel(std::int64_t batch, int C, const T* __restrict
   }
 }
 
+// ---- without the confusion matrix: a warp per row, any number of classes ----
+
+constexpr int kWarp = 32;
+constexpr int kStatsWarps = 32;                   // loss_stats_kernel: one block of 1024 threads
+constexpr int kGradWarps = 8;                     // loss_grad_kernel: blocks of 256 threads
+constexpr int kDenLanes = kGradWarps * kWarp;     // the denominator's tree width, in both kernels
+constexpr unsigned kMaxGradBlocks = 1024;         // grid-stride over the rows beyond
+
+// The argmax scan of the CPU twin (`if (v > mx)` from column 0) as a total
+// order: rank 2 for a NaN in column 0 (it stays the max there), 1 for a number,
+// 0 for a NaN elsewhere (never taken), -1 for "no column" (an idle lane); then
+// the larger value, then the smaller column (first max wins).
+__device__ __forceinline__ int arg_rank(float v, int c) { return isnan(v) ? (c == 0 ? 2 : 0) : 1; }
+__device__ __forceinline__ bool arg_beats(int r, float v, int c, int r0, float v0, int c0) {
+  if (r != r0) return r > r0;
+  if (r == 1 && v != v0) return v > v0;
+  return c < c0;
+}
+
+struct RowLse {
+  float lse;  // max + log(sum exp(z - max)) over the class columns
+  int arg;    // the first maximum (the CPU's argmax)
+};
+
+// Every lane of the calling warp gets the same bits (xor butterflies). The
+// max is the CPU's: z[arg], NaN when z[0] is NaN; a NaN anywhere makes the sum,
+// hence the lse, NaN.
+template <class T>
+__device__ RowLse warp_row_lse(const T* __restrict__ z, int C, int lane) {
+  int mr = -1, mc = C;
+  float mv = 0.f;
+  for (int c = lane; c < C; c += kWarp) {
+    const float v = cuda::load_f32(z[c]);
+    const int r = arg_rank(v, c);
+    if (arg_beats(r, v, c, mr, mv, mc)) { mr = r; mv = v; mc = c; }
+  }
+  for (int o = kWarp / 2; o > 0; o >>= 1) {
+    const int orank = __shfl_xor_sync(0xffffffffu, mr, o), oc = __shfl_xor_sync(0xffffffffu, mc, o);
+    const float ov = __shfl_xor_sync(0xffffffffu, mv, o);
+    if (arg_beats(orank, ov, oc, mr, mv, mc)) { mr = orank; mv = ov; mc = oc; }
+  }
+  float se = 0.f;
+  for (int c = lane; c < C; c += kWarp) se += expf(cuda::load_f32(z[c]) - mv);
+  se = cuda::warp_sum(se);
+  return {mv + logf(se), mc};
+}
+
+// Row i's share of the weighted mean's denominator (loss.cpp's Row::wy):
+// w_y, or lam w_ya + (1 - lam) w_yb with soft targets; 0 for a label outside
+// [0, C). The explicit _rn operations keep it free of contraction, so both
+// kernels compute the same bits.
+__device__ __forceinline__ float row_weight(std::int64_t i, int C, const std::int32_t* labels,
+                                            const std::int32_t* labels_b, const float* lam, const float* cw) {
+  const int y = labels[i];
+  const float wy = y >= 0 && y < C ? (cw ? cw[y] : 1.f) : 0.f;
+  if (!lam) return wy;
+  const int yb = labels_b[i];
+  const float wb = yb >= 0 && yb < C ? (cw ? cw[yb] : 1.f) : 0.f;
+  const float l = lam[i];
+  return __fadd_rn(__fmul_rn(l, wy), __fmul_rn(__fadd_rn(1.f, -l), wb));
+}
+
+// sum_i row_weight(i) by the first kDenLanes threads (lane t: rows t, t +
+// kDenLanes, ... in order) and a fixed tree over them; every thread of the
+// block (blockDim.x >= kDenLanes) calls it and gets the same bits in either
+// kernel. sh holds kDenLanes floats.
+__device__ float batch_den(std::int64_t batch, int C, const std::int32_t* labels, const std::int32_t* labels_b,
+                           const float* lam, const float* cw, float* sh) {
+  const int t = int(threadIdx.x);
+  if (t < kDenLanes) {
+    float v = 0.f;
+    for (std::int64_t i = t; i < batch; i += kDenLanes) v = __fadd_rn(v, row_weight(i, C, labels, labels_b, lam, cw));
+    sh[t] = v;
+  }
+  __syncthreads();
+  for (int s = kDenLanes / 2; s > 0; s >>= 1) {
+    if (t < s) sh[t] = __fadd_rn(sh[t], sh[t + s]);
+    __syncthreads();
+  }
+  const float r = sh[0];
+  __syncthreads();
+  return r;
+}
+
+// The CE numerator of label y for a row (loss.cpp's n(y)): 0 outside [0, C).
+__device__ __forceinline__ float row_ce(float zy_minus_lse, int y, int C, float eps, const float* cw, float smooth) {
+  if (y < 0 || y >= C) return 0.f;
+  const float wy = cw ? cw[y] : 1.f;
+  return (1.f - eps) * wy * -zy_minus_lse + eps / float(C) * smooth;
+}
+
+// The metrics: sums and counts[0..2] (+=), step_loss (=). One block of
+// kStatsWarps warps.
+template <class T>
+__global__ void __launch_bounds__(kStatsWarps * kWarp) loss_stats_kernel(
+    LeakLossDims d, const T* __restrict__ logits, const std::int32_t* __restrict__ labels,
+    const std::int32_t* __restrict__ labels_b, const float* __restrict__ lam, const float* __restrict__ leak,
+    const float* __restrict__ cw, float* sums, std::int32_t* counts, float* step_loss) {
+  __shared__ float red[kDenLanes];
+  __shared__ float w_ce[kStatsWarps], w_bce[kStatsWarps];
+  __shared__ int w_correct[kStatsWarps], w_lcorrect[kStatsWarps];
+  const int C = d.classes, L = C + (d.leak_head ? 1 : 0);
+  const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
+  const float eps = d.label_smoothing;
+  float ce = 0.f, bce = 0.f;  // lane-uniform: every lane adds the same row values
+  int correct = 0, lcorrect = 0;
+  for (std::int64_t i = warp; i < d.batch; i += kStatsWarps) {
+    const T* z = logits + i * L;
+    const RowLse r = warp_row_lse(z, C, lane);
+    float smooth = 0.f;
+    for (int c = lane; c < C; c += kWarp) smooth += (cw ? cw[c] : 1.f) * -(cuda::load_f32(z[c]) - r.lse);
+    smooth = cuda::warp_sum(smooth);
+    const int y = labels[i];
+    float num = row_ce(y >= 0 && y < C ? cuda::load_f32(z[y]) - r.lse : 0.f, y, C, eps, cw, smooth);
+    int ycount = y;  // the label the metrics count (the dominant one with soft targets)
+    if (lam) {
+      const int yb = labels_b[i];
+      const float nb = row_ce(yb >= 0 && yb < C ? cuda::load_f32(z[yb]) - r.lse : 0.f, yb, C, eps, cw, smooth);
+      const float l = lam[i];
+      num = l * num + (1.f - l) * nb;
+      ycount = l >= 0.5f ? y : yb;
+    }
+    ce += num;
+    correct += ycount >= 0 && ycount < C && r.arg == ycount ? 1 : 0;
+    if (d.leak_head) {
+      const float zl = cuda::load_f32(z[C]), t = leak[i];
+      bce += fmaxf(zl, 0.f) - zl * t + log1pf(expf(-fabsf(zl)));
+      lcorrect += (zl > 0.f) == (t > 0.5f) ? 1 : 0;
+    }
+  }
+  if (lane == 0) {
+    w_ce[warp] = ce;
+    w_bce[warp] = bce;
+    w_correct[warp] = correct;
+    w_lcorrect[warp] = lcorrect;
+  }
+  const float den = batch_den(d.batch, C, labels, labels_b, lam, cw, red);  // its barriers publish the partials
+  if (threadIdx.x != 0) return;
+  ce = bce = 0.f;
+  correct = lcorrect = 0;
+  for (int w = 0; w < kStatsWarps; ++w) {  // warp order: fixed
+    ce += w_ce[w];
+    bce += w_bce[w];
+    correct += w_correct[w];
+    lcorrect += w_lcorrect[w];
+  }
+  const float class_loss = den > 0.f ? ce / den : 0.f;
+  const float leak_loss = d.leak_head && d.batch > 0 ? bce / float(d.batch) : 0.f;  // 0: no leak term
+  const float total = d.class_loss_weight * class_loss + d.leak_loss_weight * leak_loss;
+  sums[0] += class_loss;
+  sums[1] += leak_loss;
+  sums[2] += total;
+  sums[3] += 1.f;
+  counts[0] += std::int32_t(d.batch);
+  counts[1] += correct;
+  counts[2] += lcorrect;
+  if (step_loss) *step_loss = total;
+}
+
+// dlogits (overwritten): a warp per row, rows blockIdx.x * kGradWarps + warp,
+// then grid-strided.
+template <class T>
+__global__ void __launch_bounds__(kGradWarps * kWarp) loss_grad_kernel(
+    LeakLossDims d, const T* __restrict__ logits, const std::int32_t* __restrict__ labels,
+    const std::int32_t* __restrict__ labels_b, const float* __restrict__ lam, const float* __restrict__ leak,
+    const float* __restrict__ cw, const float* __restrict__ loss_scale, T* __restrict__ dlogits) {
+  __shared__ float red[kDenLanes];
+  const int C = d.classes, L = C + (d.leak_head ? 1 : 0);
+  const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
+  const float eps = d.label_smoothing;
+  const float den = batch_den(d.batch, C, labels, labels_b, lam, cw, red);
+  float wsum_all = float(C);  // sum_c w_c: exact for unit weights (C < 2^24), as the CPU's sequential sum
+  if (cw) {
+    float v = 0.f;
+    for (int c = int(threadIdx.x); c < C; c += kDenLanes) v += cw[c];
+    wsum_all = cuda::block_reduce<kDenLanes>(v, red, cuda::Add{});
+  }
+  const float scale = (loss_scale ? *loss_scale : 1.f) * d.grad_scale;
+  const float gc = den > 0.f ? d.class_loss_weight * scale / den : 0.f;
+  const float gl = d.batch > 0 ? d.leak_loss_weight * scale / float(d.batch) : 0.f;
+  for (std::int64_t i = std::int64_t(blockIdx.x) * kGradWarps + warp; i < d.batch;
+       i += std::int64_t(gridDim.x) * kGradWarps) {
+    const T* z = logits + i * L;
+    T* g = dlogits + i * L;
+    const float lse = warp_row_lse(z, C, lane).lse;
+    const int y = labels[i], yb = lam ? labels_b[i] : -1;
+    const float l = lam ? lam[i] : 1.f;
+    for (int c = lane; c < C; c += kWarp) {
+      const float lp = cuda::load_f32(z[c]) - lse;
+      float v = class_grad(lp, y, c, C, eps, cw, wsum_all);
+      if (lam) v = l * v + (1.f - l) * class_grad(lp, yb, c, C, eps, cw, wsum_all);
+      g[c] = cuda::store_f32<T>(v * gc);
+    }
+    if (d.leak_head && lane == 0) {
+      const float zl = cuda::load_f32(z[C]);
+      g[C] = cuda::store_f32<T>((1.f / (1.f + expf(-zl)) - leak[i]) * gl);
+    }
+  }
+}
+
 template <class T>
 void launch_loss(const LeakLossDims& d, const void* logits, const std::int32_t* labels,
                  const std::int32_t* labels_b, const float* lam, const float* leak,
                  const float* cw, const float* loss_scale, void* dlogits, float* sums, std::int32_t* counts,
                  float* step_loss, cudaStream_t stream) {
   using D = cuda::device_t<T>;
+  if (!d.confusion) {  // any C: the warp-per-row kernels
+    loss_stats_kernel<D><<<1, kStatsWarps * kWarp, 0, stream>>>(d, static_cast<const D*>(logits), labels, labels_b,
+                                                                 lam, leak, cw, sums, counts, step_loss);
+    MF_CUDA_CHECK_LAUNCH();
+    if (d.batch == 0) return;
+    const unsigned blocks = cuda::grid_for(d.batch, kGradWarps, kMaxGradBlocks);
+    loss_grad_kernel<D><<<blocks, kGradWarps * kWarp, 0, stream>>>(d, static_cast<const D*>(logits), labels,
+                                                                    labels_b, lam, leak, cw, loss_scale,
+                                                                    static_cast<D*>(dlogits));
+    MF_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const std::size_t shmem = std::size_t(d.classes) * d.classes * sizeof(int);
   leak_loss_kernel<D><<<1, kThreads, shmem, stream>>>(d, static_cast<const D*>(logits), labels, labels_b, lam,
                                                       leak, cw,

@@ -17,9 +17,16 @@
 //   device-held AMP loss scale, 1 when not scaling).
 // Metrics, accumulated (+=) on the device, no host synchronization:
 //   sums  f32 [kLossSums]: class loss, leak loss, total loss, micro-batches
-//   counts i32 [kLossCounts + C*C]: samples, class correct, leak correct, then
-//          the confusion matrix [true C][predicted C] (argmax, first max wins;
-//          leak predicted positive when its logit > 0, true when leak > 0.5)
+//   counts i32 [kLossCounts + C*C] (dims.confusion true): samples, class
+//          correct, leak correct, then the confusion matrix [true C][predicted C]
+//          (argmax, first max wins: a NaN logit in column 0 wins, one elsewhere
+//          never does; leak predicted positive when its logit > 0, true when
+//          leak > 0.5);
+//          or i32 [kLossCounts] (dims.confusion false; speaker sets with
+//          thousands of classes): the same three counts and no matrix, which is
+//          neither counted nor touched. The loss, dlogits, sums and the three
+//          counts are then the same as with the matrix (the CPU twin: the same
+//          bits; the GPU: the same within f32 rounding, see below).
 // labels i32 [B]: a label outside [0, C) is ignored by the class loss (as
 // PyTorch's ignore_index: no loss, zero class gradient, left out of the weighted
 // mean's denominator and of the class counts); leak f32 [B] targets in [0, 1].
@@ -40,8 +47,12 @@
 // divided by the combined denominator. The leak BCE takes the (mixed) float
 // targets as always. Metrics count the dominant label (y_a when lam_i >= 0.5,
 // else y_b) as the true one: class correct and the confusion matrix's row.
-// Deterministic: one block (GPU) / one thread order (CPU), fixed-order f32 sums,
-// no float atomics; the f32 sums add the micro-batch's means in step order.
+// Deterministic: fixed-order f32 sums, no float atomics; the f32 sums add the
+// micro-batch's means in step order. GPU, with the confusion matrix: one block
+// that keeps the C x C matrix in shared memory, so C <= 100 (ops::leak_loss
+// refuses more). Without it: any C; a warp per row (fixed-order butterfly
+// sums) in one 1024-thread block for the metrics and in a grid of blocks for
+// dlogits, nothing in shared memory that grows with C (kernels/loss.cu).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -63,6 +74,9 @@ struct LeakLossDims {
   float leak_loss_weight = 1.f;
   float grad_scale = 1.f;
   bool leak_head = true;  // logits carry the leak column C
+  // counts carry the C x C confusion matrix ([kLossCounts + C*C]); false:
+  // counts [kLossCounts]. ops::leak_loss sets it from counts' size.
+  bool confusion = true;
 };
 
 // class_weight f32 [C] or null; loss_scale f32 [1] (device pointer on GPU) or

@@ -122,9 +122,6 @@ void leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& leak, c
   MF_CHECK(opts.batch == B, "{}: batch {} configured, logits {} hold {}", op, opts.batch, logits.str(), B);
   MF_CHECK(opts.label_smoothing >= 0.f && opts.label_smoothing <= 1.f,
            "{}: label smoothing must be in [0, 1], found {}", op, opts.label_smoothing);
-  MF_CHECK(!logits.is_cuda() || C <= 100,
-           "{}: the CUDA kernel keeps the C x C confusion matrix in shared memory and takes at most 100 classes, "
-           "found {}", op, C);
   check_shape(labels, {B}, op, "labels");
   check_dtype(labels, DType::i32, op, "labels");
   if (opts.leak_head) {  // else not read: may be undefined
@@ -136,8 +133,17 @@ void leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& leak, c
   check_dtype(dlogits, logits.dtype(), op, "dlogits");
   check_shape(sums, {kernels::kLossSums}, op, "sums");
   check_dtype(sums, DType::f32, op, "sums");
-  check_shape(counts, {kernels::kLossCounts + std::int64_t(C) * C}, op, "counts");
+  // counts: with the confusion matrix or without (kernels/loss.hpp).
+  const std::int64_t full = kernels::kLossCounts + std::int64_t(C) * C;
+  MF_CHECK(counts.ndim() == 1 && (counts.size(0) == kernels::kLossCounts || counts.size(0) == full),
+           "{}: counts must be [{}] (no confusion matrix) or [{} + C*C = {}], found {}", op, kernels::kLossCounts,
+           kernels::kLossCounts, full, counts.str());
   check_dtype(counts, DType::i32, op, "counts");
+  kernels::LeakLossDims d = opts;
+  d.confusion = counts.size(0) == full;
+  MF_CHECK(!logits.is_cuda() || !d.confusion || C <= 100,
+           "{}: the CUDA kernel keeps the C x C confusion matrix in shared memory and takes at most 100 classes with "
+           "it, found {} (counts [{}], without the matrix, takes any number)", op, C, kernels::kLossCounts);
   check_same_device({&logits, &labels, &dlogits, &sums, &counts}, op);
   if (class_weight) {
     check_shape(*class_weight, {C}, op, "class_weight");
@@ -160,7 +166,7 @@ void leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& leak, c
     check_same_device({&logits, labels_b, lam}, op);
   }
   auto fn = logits.is_cuda() ? kernels::leak_loss_cuda : kernels::leak_loss_cpu;
-  fn(opts, logits.dtype(), logits.raw(), labels.data<std::int32_t>(),
+  fn(d, logits.dtype(), logits.raw(), labels.data<std::int32_t>(),
      labels_b ? labels_b->data<std::int32_t>() : nullptr, lam ? lam->data<float>() : nullptr, opts.leak_head ? leak.data<float>() : nullptr,
      class_weight ? class_weight->data<float>() : nullptr, loss_scale, dlogits.raw(), sums.data<float>(),
      counts.data<std::int32_t>(), step_loss ? step_loss->data<float>() : nullptr, stream);

@@ -2,14 +2,18 @@
 // twin: leak_loss against a float64 evaluation of PyTorch's formulas (class
 // weights, label smoothing), its gradient against finite differences of that
 // evaluation, and its metric counts against a direct count; head_probs
-// against a float64 softmax and sigmoid. The CUDA kernels against this twin:
-// test_loss_gpu.cpp.
+// against a float64 softmax and sigmoid. Without the confusion matrix
+// (counts [kLossCounts]): the same bits as with it, up to C = 3000, and the
+// counts' size errors. The CUDA kernels against this twin: test_loss_gpu.cpp.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <vector>
 
+#include "engine/parallel.hpp"
 #include "kernels/ops.hpp"
 #include "tests/support/testing.hpp"
 
@@ -293,4 +297,161 @@ TEST_CASE("fused loss, soft targets: lam = 1 gives the hard labels' bits, lam = 
   CHECK(testing::error_of([&] {
           ops::leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, counts, nullptr, nullptr, &lb, nullptr);
         }).find("labels_b and lam must be given together") != std::string::npos);
+}
+
+// ---- without the confusion matrix (counts [kLossCounts]; issue 20: thousands of speakers) ----
+
+namespace {
+
+// One case's inputs: random logits, labels with an ignored one every 9th row,
+// soft targets (mixup) and class weights when asked.
+struct NcCase {
+  std::int64_t B = 1;
+  int C = 1;
+  bool leak = true, mix = false, weighted = false;
+  float eps = 0.f;
+  DType t = DType::f32;
+};
+
+struct NcOut {
+  std::vector<float> dl, sums, counts, step;
+};
+
+NcOut run_nc(const NcCase& c, bool confusion, int threads = 0) {
+  const std::int64_t B = c.B, C = c.C, L = C + (c.leak ? 1 : 0);
+  kernels::LeakLossDims d;
+  d.batch = B;
+  d.classes = c.C;
+  d.leak_head = c.leak;
+  d.label_smoothing = c.eps;
+  d.class_loss_weight = 0.9f;
+  d.leak_loss_weight = 1.2f;
+  d.grad_scale = 0.5f;
+  std::vector<float> ya, yb, t;
+  for (std::int64_t i = 0; i < B; ++i) {
+    ya.push_back(i % 9 == 4 ? -1.f : float((i * 7 + 3) % C));
+    yb.push_back(i % 11 == 6 ? float(C) : float((i * 5 + 1) % C));
+    t.push_back(float(i % 3) / 2.f);
+  }
+  const Tensor logits = Tensor::from_floats(testing::random_floats(std::size_t(B * L), 51, -4, 4), {B, L}, c.t);
+  const Tensor lab = Tensor::from_floats(ya, {B}, DType::i32), lb = Tensor::from_floats(yb, {B}, DType::i32);
+  const Tensor lam = Tensor::from_floats(testing::random_floats(std::size_t(B), 52, 0, 1), {B});
+  const Tensor leak = c.leak ? Tensor::from_floats(t, {B}) : Tensor();
+  const Tensor cw = Tensor::from_floats(testing::random_floats(std::size_t(C), 53, 0.25f, 2.f), {C});
+  Tensor dl = Tensor::empty({B, L}, c.t);
+  dl.fill_bytes(0xff);  // NaN: every element must be written
+  Tensor sums = Tensor::from_floats(std::vector<float>{0.5f, 0.25f, 1.f, 2.f}, {kernels::kLossSums});  // += onto these
+  Tensor counts = Tensor::zeros({kernels::kLossCounts + (confusion ? C * C : 0)}, DType::i32);
+  Tensor sl = Tensor::zeros({1}, DType::f32);
+  const int saved = cpu_threads();
+  if (threads) set_cpu_threads(threads);
+  const float scale = 8.f;
+  ops::leak_loss(logits, lab, leak, c.weighted ? &cw : nullptr, &scale, d, dl, sums, counts, &sl, nullptr,
+                 c.mix ? &lb : nullptr, c.mix ? &lam : nullptr);
+  set_cpu_threads(saved);
+  return {dl.to_floats(), sums.to_floats(), counts.to_floats(), sl.to_floats()};
+}
+
+// Bit equality of float vectors (NaN == NaN when the bits agree).
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("fused loss without the confusion matrix: the full mode's loss, gradients, sums and counts, bit for bit") {
+  // C up to 3000 (a speaker set): the full mode's counts then hold 9M entries, fine on the CPU.
+  for (const auto& [B, C] : {std::pair<std::int64_t, int>{1, 1}, {13, 4}, {130, 37}, {6, 3000}})
+    for (DType t : {DType::f32, DType::bf16, DType::f16})
+      for (int flags = 0; flags < 16; ++flags) {
+        NcCase c;
+        c.B = B;
+        c.C = C;
+        c.t = t;
+        c.leak = flags & 1;
+        c.mix = flags & 2;
+        c.weighted = flags & 4;
+        c.eps = flags & 8 ? 0.1f : 0.f;
+        if (t != DType::f32 && flags != 0 && flags != 15) continue;  // the other precisions: all off, all on
+        CAPTURE(B);
+        CAPTURE(C);
+        const std::string dt(dtype_name(t));
+        CAPTURE(dt);
+        CAPTURE(flags);
+        const NcOut full = run_nc(c, true), nc = run_nc(c, false);
+        CHECK(same_bits(nc.dl, full.dl));
+        CHECK(same_bits(nc.sums, full.sums));
+        CHECK(same_bits(nc.step, full.step));
+        REQUIRE(nc.counts.size() == std::size_t(kernels::kLossCounts));
+        CHECK(std::vector<float>(full.counts.begin(), full.counts.begin() + kernels::kLossCounts) == nc.counts);
+        // Not vacuous: the full mode did count the matrix (one entry per row with a valid dominant label),
+        // the results are finite and the leak counts move with the head.
+        double conf = 0;
+        for (std::size_t i = kernels::kLossCounts; i < full.counts.size(); ++i) conf += full.counts[i];
+        CHECK(conf > 0);
+        CHECK(conf <= double(B));
+        CHECK(std::isfinite(nc.sums[2]));
+        CHECK(nc.counts[0] == float(B));
+        if (!c.leak) CHECK(nc.counts[2] == 0.f);
+      }
+}
+
+TEST_CASE("fused loss without the confusion matrix: thread-count independent; the twin touches only counts[0..2]") {
+  NcCase c;
+  c.B = 300;  // several 64-row chunks
+  c.C = 211;
+  c.mix = c.weighted = true;
+  c.eps = 0.05f;
+  const NcOut one = run_nc(c, false, 1), two = run_nc(c, false, 2);
+  CHECK(same_bits(one.dl, two.dl));
+  CHECK(same_bits(one.sums, two.sums));
+  CHECK(one.counts == two.counts);
+  // The kernel entry point with a guard band after the three counts: left as it was.
+  const std::int64_t B = 9;
+  const int C = 6;
+  kernels::LeakLossDims d;
+  d.batch = B;
+  d.classes = C;
+  d.confusion = false;
+  auto z = testing::random_floats(std::size_t(B * (C + 1)), 61, -2, 2);
+  std::vector<std::int32_t> labels;
+  std::vector<float> leak, dl(std::size_t(B * (C + 1)));
+  for (std::int64_t i = 0; i < B; ++i) {
+    labels.push_back(std::int32_t(i % C));
+    leak.push_back(float(i % 2));
+    if (i % 2 == 0) z[std::size_t(i * (C + 1) + i % C)] += 5.f;  // the label wins on even rows
+  }
+  std::vector<float> sums(kernels::kLossSums, 0.f);
+  std::vector<std::int32_t> counts(kernels::kLossCounts + 64, -7);
+  counts[0] = counts[1] = counts[2] = 0;
+  kernels::leak_loss_cpu(d, DType::f32, z.data(), labels.data(), nullptr, nullptr, leak.data(), nullptr, nullptr,
+                         dl.data(), sums.data(), counts.data(), nullptr, nullptr);
+  CHECK(counts[0] == B);
+  CHECK(counts[1] >= 5);  // the even rows at least
+  for (std::size_t i = kernels::kLossCounts; i < counts.size(); ++i) CHECK(counts[i] == -7);
+}
+
+TEST_CASE("fused loss: counts must be [kLossCounts] or [kLossCounts + C*C]") {
+  const std::int64_t B = 4, C = 3;
+  kernels::LeakLossDims d;
+  d.batch = B;
+  d.classes = int(C);
+  const Tensor logits = Tensor::zeros({B, C + 1}, DType::f32), lab = Tensor::zeros({B}, DType::i32),
+               leak = Tensor::zeros({B}, DType::f32);
+  Tensor dl = Tensor::empty({B, C + 1}, DType::f32), sums = Tensor::zeros({kernels::kLossSums}, DType::f32);
+  for (const Shape& bad : {Shape{4}, Shape{kernels::kLossCounts + C * C - 1}, Shape{kernels::kLossCounts + C * C + 1},
+                           Shape{1, kernels::kLossCounts}, Shape{0}}) {
+    Tensor counts = Tensor::zeros(bad, DType::i32);
+    const std::string e = testing::error_of([&] { ops::leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, counts, nullptr); });
+    CAPTURE(e);
+    CHECK(e.find("leak_loss: counts must be [3] (no confusion matrix) or [3 + C*C = 12], found") != std::string::npos);
+  }
+  Tensor counts = Tensor::zeros({kernels::kLossCounts}, DType::f32);  // the right size, the wrong dtype
+  CHECK(testing::error_of([&] { ops::leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, counts, nullptr); })
+            .find("leak_loss") != std::string::npos);
+  for (std::int64_t n : {std::int64_t(kernels::kLossCounts), kernels::kLossCounts + C * C}) {  // both accepted
+    Tensor ok = Tensor::zeros({n}, DType::i32);
+    CHECK(testing::error_of([&] { ops::leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, ok, nullptr); }) ==
+          "<no error>");
+  }
 }
