@@ -320,7 +320,7 @@ void conv2d_forward_cpu(const Conv2dDims& d, DType dtype, const void* x, const v
 }
 
 void conv2d_backward_cpu(const Conv2dDims& d, DType dtype, const void* x, const void* w, const void* y, void* dy,
-                         void* dx, float* dw, float* db, cudaStream_t) {
+                         void* dx, float* dw, float* db, float* /*scratch*/, cudaStream_t) {
   switch (dtype) {
     case DType::f32:
       return backward(d, static_cast<const float*>(x), static_cast<const float*>(w), static_cast<const float*>(y),

@@ -26,6 +26,8 @@
 
 #include <cuda_runtime.h>
 
+#include <optional>
+
 #include "kernels/conv2d_mma.cuh"
 
 #include "engine/error.hpp"
@@ -217,7 +219,7 @@ void forward_t(const Conv2dDims& d, const void* x, const void* w, const void* b,
 
 template <class T>
 void backward_t(const Conv2dDims& d, const void* x, const void* w, const void* y, void* dy, void* dx, float* dw,
-                float* db, cudaStream_t stream) {
+                float* db, float* scratch, cudaStream_t stream) {
   using D = cuda::device_t<T>;
   const std::int64_t pixels = d.n * d.oh() * d.ow();
   if (d.relu) {
@@ -233,20 +235,25 @@ void backward_t(const Conv2dDims& d, const void* x, const void* w, const void* y
     MF_CUDA_CHECK_LAUNCH();
   }
   const int chunks = dw_chunks(d), kkc = d.k * d.k * d.cin;
-  Workspace part(std::size_t(chunks) * std::size_t(d.cout) * std::size_t(kkc + 1), stream);
-  if (!(mma && conv2d_mma_dw_partials(d, dtype_of_v<T>, x, dy, chunks, part.data(), stream))) {
+  std::optional<Workspace> owned;  // the per-call partials when the caller gave no scratch
+  if (!scratch) scratch = owned.emplace(std::size_t(conv2d_scratch_elems(d)), stream).data();
+  if (!(mma && conv2d_mma_dw_partials(d, dtype_of_v<T>, x, dy, chunks, scratch, stream))) {
     // grid.y = k*k taps + 1 (db); k <= 15 and chunks <= kMaxChunks keep y and z far below 65535.
     dw_partials_kernel<D><<<dim3(unsigned(d.cout), unsigned(d.k * d.k + 1), unsigned(chunks)), kBlock, 0, stream>>>(
-        d, static_cast<const D*>(x), static_cast<const D*>(dy), chunks, part.data());
+        d, static_cast<const D*>(x), static_cast<const D*>(dy), chunks, scratch);
     MF_CUDA_CHECK_LAUNCH();
   }
   const std::int64_t total = std::int64_t(d.cout) * (kkc + 1);
-  reduce_chunks_kernel<<<cuda::grid_for(total, kBlock), kBlock, 0, stream>>>(part.data(), chunks, d.cout, kkc, dw,
+  reduce_chunks_kernel<<<cuda::grid_for(total, kBlock), kBlock, 0, stream>>>(scratch, chunks, d.cout, kkc, dw,
                                                                             db);
   MF_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
+
+std::int64_t conv2d_scratch_elems(const Conv2dDims& d) {
+  return std::int64_t(dw_chunks(d)) * d.cout * (std::int64_t(d.k) * d.k * d.cin + 1);
+}
 
 Conv2dAlgo conv2d_resolve_algo(const Conv2dDims& d, DType dtype, Conv2dAlgo requested) {
   return requested == Conv2dAlgo::mma && conv2d_mma_can_run(d, dtype) ? Conv2dAlgo::mma : Conv2dAlgo::direct;
@@ -264,11 +271,11 @@ void conv2d_forward_cuda(const Conv2dDims& d, DType dtype, const void* x, const 
 }
 
 void conv2d_backward_cuda(const Conv2dDims& d, DType dtype, const void* x, const void* w, const void* y, void* dy,
-                          void* dx, float* dw, float* db, cudaStream_t stream) {
+                          void* dx, float* dw, float* db, float* scratch, cudaStream_t stream) {
   switch (dtype) {
-    case DType::f32: return backward_t<float>(d, x, w, y, dy, dx, dw, db, stream);
-    case DType::f16: return backward_t<f16>(d, x, w, y, dy, dx, dw, db, stream);
-    case DType::bf16: return backward_t<bf16>(d, x, w, y, dy, dx, dw, db, stream);
+    case DType::f32: return backward_t<float>(d, x, w, y, dy, dx, dw, db, scratch, stream);
+    case DType::f16: return backward_t<f16>(d, x, w, y, dy, dx, dw, db, scratch, stream);
+    case DType::bf16: return backward_t<bf16>(d, x, w, y, dy, dx, dw, db, scratch, stream);
     default: return;
   }
 }

@@ -52,8 +52,9 @@ struct Conv2dDims {
 
 void conv2d_forward_cpu(const Conv2dDims& d, DType dtype, const void* x, const void* w, const void* b, void* y,
                         cudaStream_t stream);
+// scratch: ignored by the CPU twin (may be null); see conv2d_backward_cuda.
 void conv2d_backward_cpu(const Conv2dDims& d, DType dtype, const void* x, const void* w, const void* y, void* dy,
-                         void* dx, float* dw, float* db, cudaStream_t stream);
+                         void* dx, float* dw, float* db, float* scratch, cudaStream_t stream);
 
 // Which CUDA implementation conv2d_*_cuda runs (the CPU twin has one).
 // Process-wide; the environment variable MELFORGE_CONV2D_ALGO (auto, direct,
@@ -86,7 +87,15 @@ std::uint64_t conv2d_mma_launches();
 
 void conv2d_forward_cuda(const Conv2dDims& d, DType dtype, const void* x, const void* w, const void* b, void* y,
                          cudaStream_t stream);
+// f32 elements of the scratch conv2d_backward_cuda's dw/db partials use (the
+// same for every variant: fixed pixel chunks x Cout x (k*k*Cin + 1); at most
+// 16 Mi elements unless one chunk alone is larger). A host function; needs no GPU.
+std::int64_t conv2d_scratch_elems(const Conv2dDims& d);
+// scratch: device f32 of >= conv2d_scratch_elems(d) elements, or null: then
+// one is allocated for the call from the stream-ordered pool (inside a CUDA
+// graph capture that becomes an allocation node of the graph; pass a scratch
+// made before the capture to keep allocations out of it).
 void conv2d_backward_cuda(const Conv2dDims& d, DType dtype, const void* x, const void* w, const void* y, void* dy,
-                          void* dx, float* dw, float* db, cudaStream_t stream);
+                          void* dx, float* dw, float* db, float* scratch, cudaStream_t stream);
 
 }  // namespace mf::kernels

@@ -115,9 +115,11 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* b, int strid
 // dx [N, H, W, Cin] or null (the first layer); dw f32 [Cout, k, k, Cin] and
 // db f32 [Cout] (or null: no bias) overwritten. With relu, dy is first
 // overwritten by dy * (y > 0), y being the forward's output (undefined
-// without relu).
+// without relu). scratch: f32 with >= kernels::conv2d_scratch_elems(dims)
+// elements on x's device, or null: the CPU ignores it; on a GPU a null scratch
+// is allocated per call (inside a graph capture, as a node of the graph).
 void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& dy, int stride, bool relu,
-                     Tensor* dx, Tensor& dw, Tensor* db, cudaStream_t stream = nullptr);
+                     Tensor* dx, Tensor& dw, Tensor* db, cudaStream_t stream = nullptr, Tensor* scratch = nullptr);
 
 // Batch normalisation over N, H, W per channel (the last dim C of x, any rank
 // >= 2), with an optional residual add and ReLU after the affine:

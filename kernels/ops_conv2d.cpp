@@ -63,7 +63,7 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* b, int strid
 }
 
 void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& dy, int stride, bool relu,
-                     Tensor* dx, Tensor& dw, Tensor* db, cudaStream_t stream) {
+                     Tensor* dx, Tensor& dw, Tensor* db, cudaStream_t stream, Tensor* scratch) {
   constexpr const char* op = "conv2d_backward";
   const kernels::Conv2dDims d = conv2d_dims(x, w, stride, relu, op);
   const Shape ys{d.n, d.oh(), d.ow(), d.cout};
@@ -88,9 +88,20 @@ void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& 
     check_dtype(*db, DType::f32, op, "db");
     check_same_device({&x, db}, op);
   }
+  float* part = nullptr;  // the CUDA path's dw/db partials, or null: allocated per call
+  if (given(scratch) && x.is_cuda()) {
+    const std::int64_t need = kernels::conv2d_scratch_elems(d);
+    check_dtype(*scratch, DType::f32, op, "scratch");
+    MF_CHECK(scratch->numel() >= need,
+             "{}: scratch must hold at least conv2d_scratch_elems(N = {}, {}x{}x{} -> {}, k {}, stride {}) = {} f32 "
+             "values, found {}",
+             op, d.n, d.h, d.w, d.cin, d.cout, d.k, d.stride, need, scratch->str());
+    check_same_device({&x, scratch}, op);
+    part = scratch->data<float>();
+  }
   auto fn = x.is_cuda() ? kernels::conv2d_backward_cuda : kernels::conv2d_backward_cpu;
   fn(d, x.dtype(), x.raw(), w.raw(), relu ? y.raw() : nullptr, dy.raw(), with_dx ? dx->raw() : nullptr,
-     dw.data<float>(), with_db ? db->data<float>() : nullptr, stream);
+     dw.data<float>(), with_db ? db->data<float>() : nullptr, part, stream);
 }
 
 }  // namespace mf::ops

@@ -316,3 +316,32 @@ TEST_CASE("conv2d mma selected where it cannot run: falls back to direct, byte f
         CHECK(bytes_of(*a) == bytes_of(*c));
     }
 }
+
+TEST_CASE("conv2d CUDA with a caller scratch: the same bytes as the per-call one, every variant; too small refused") {
+  Stream s(kGpu);
+  const cudaStream_t cs = s;
+  Conv2dDims d = dims(2, 7, 9, 16, 32, 3, 2);
+  d.relu = true;
+  const Inputs in = make_inputs(d, DType::bf16, 6000, false);
+  const std::int64_t need = kernels::conv2d_scratch_elems(d);
+  CHECK(need == std::int64_t(d.cout) * (9 * d.cin + 1));  // 2 x 4 x 5 = 40 pixels: one chunk
+  for (Conv2dAlgo a : {Conv2dAlgo::direct, Conv2dAlgo::mma}) {
+    INFO(kernels::conv2d_algo_name(a));
+    AlgoScope scope(a);
+    const Outputs ref = run_on(kGpu, &s, d, in.x, in.w, &in.b, in.dy0);
+    Tensor x = in.x.to(kGpu, cs), w = in.w.to(kGpu, cs), y = ref.y.to(kGpu, cs), dy = in.dy0.to(kGpu, cs);
+    Tensor dx = Tensor::empty(x.shape(), DType::bf16, kGpu, Layout::nhwc, cs);
+    Tensor dw = Tensor::empty(w.shape(), DType::f32, kGpu, Layout::plain, cs);
+    Tensor db = Tensor::empty({d.cout}, DType::f32, kGpu, Layout::plain, cs);
+    Tensor scratch = Tensor::empty({need}, DType::f32, kGpu, Layout::plain, cs);
+    for (Tensor* p : {&dx, &dw, &db, &scratch}) p->fill_bytes(0xff, cs);
+    ops::conv2d_backward(x, w, y, dy, d.stride, true, &dx, dw, &db, cs, &scratch);
+    s.synchronize();
+    CHECK(bytes_of(dx.to(Device::cpu())) == bytes_of(ref.dx));
+    CHECK(bytes_of(dw.to(Device::cpu())) == bytes_of(ref.dw));
+    CHECK(bytes_of(db.to(Device::cpu())) == bytes_of(ref.db));
+    Tensor small = Tensor::empty({need - 1}, DType::f32, kGpu, Layout::plain, cs);
+    CHECK_THROWS_WITH(ops::conv2d_backward(x, w, y, dy, d.stride, true, &dx, dw, &db, cs, &small),
+                      doctest::Contains("conv2d_scratch_elems"));
+  }
+}
