@@ -21,6 +21,7 @@
 #include "kernels/loss.hpp"
 #include "kernels/ops.hpp"
 #include "tests/kernels/tolerance.hpp"
+#include "tests/support/oracle_files.hpp"
 #include "tests/support/testing.hpp"
 
 using namespace mf;
@@ -370,24 +371,6 @@ TEST_CASE("angleproto: errors name what was expected and found") {
 }
 
 // ---- PyTorch oracle ----
-namespace {
-
-template <class V>
-void write_bin(const std::filesystem::path& path, const V& v) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(v[0])));
-}
-
-DVec read_f64(const std::filesystem::path& path, std::size_t n) {
-  DVec v(n);
-  std::ifstream f(path, std::ios::binary);
-  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * sizeof(double)));
-  REQUIRE_MESSAGE(std::size_t(f.gcount()) == n * sizeof(double), "oracle output ", path.string(), " is short");
-  return v;
-}
-
-}  // namespace
-
 TEST_CASE("angleproto: PyTorch oracle (voxceleb_trainer's formulas, autograd, float64)") {
   struct Case {
     Problem p;
@@ -408,7 +391,7 @@ TEST_CASE("angleproto: PyTorch oracle (voxceleb_trainer's formulas, autograd, fl
         Case c{p, t, ls, gs, root / std::to_string(id++), {}};
         std::filesystem::create_directories(c.dir);
         c.out = run_twin(p, t, ls, gs);
-        write_bin(c.dir / "emb.bin", Tensor::from_floats(p.emb, {p.rows(), p.D}, t).to_floats());
+        testing::write_bin(c.dir / "emb.bin", Tensor::from_floats(p.emb, {p.rows(), p.D}, t).to_floats());
         cases.push_back(std::move(c));
       }
   {
@@ -421,14 +404,14 @@ TEST_CASE("angleproto: PyTorch oracle (voxceleb_trainer's formulas, autograd, fl
   REQUIRE(testing::run_oracle("angleproto.py", (root / "cases.txt").string()) == 0);
   for (const Case& c : cases) {
     CAPTURE(c.dir.string());
-    const DVec res = read_f64(c.dir / "loss.bin", 4);
+    const DVec res = testing::read_f64(c.dir / "loss.bin", 4);
     CHECK(std::fabs(c.out.step.to_floats()[0] - res[0]) <= 1e-5 * std::max(1.0, res[0]));
     if (c.p.w >= 1e-6f) CHECK(c.out.counts.to_floats()[1] == float(res[1]));  // ties below the clamp
     const Vec dwb = c.out.dwb.to_floats();
     CHECK(std::fabs(dwb[0] - res[2]) <= 1e-5 * std::max(1.0, std::fabs(res[2])));
     if (c.p.w < 1e-6f) CHECK(res[2] == 0.0);  // torch.clamp's gradient too
     CHECK(std::fabs(dwb[1] - res[3]) <= 1e-5 * double(c.ls * c.gs));
-    CHECK(rel(c.out.demb, read_f64(c.dir / "demb.bin", std::size_t(c.p.rows() * c.p.D))) <=
+    CHECK(rel(c.out.demb, testing::read_f64(c.dir / "demb.bin", std::size_t(c.p.rows() * c.p.D))) <=
           testing::rel_l2_tolerance(c.t));
   }
   std::filesystem::remove_all(root);

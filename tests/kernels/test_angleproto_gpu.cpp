@@ -15,6 +15,7 @@
 #include "engine/stream.hpp"
 #include "kernels/loss.hpp"
 #include "kernels/ops.hpp"
+#include "tests/kernels/tensor_bits.hpp"
 #include "tests/kernels/tolerance.hpp"
 #include "tests/support/testing.hpp"
 
@@ -63,14 +64,9 @@ Outputs run(const Problem& p, DType t, Device dev, Stream* s, float loss_scale, 
   return o;
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  const Tensor ha = a.to(Device::cpu()), hb = b.to(Device::cpu());
-  return ha.nbytes() == hb.nbytes() && std::memcmp(ha.raw(), hb.raw(), ha.nbytes()) == 0;
-}
-
 bool same_outputs(const Outputs& a, const Outputs& b) {
-  return same_bits(a.demb, b.demb) && same_bits(a.dwb, b.dwb) && same_bits(a.sums, b.sums) &&
-         same_bits(a.counts, b.counts) && same_bits(a.step, b.step);
+  return testing::same_bytes(a.demb, b.demb) && testing::same_bytes(a.dwb, b.dwb) && testing::same_bytes(a.sums, b.sums) &&
+         testing::same_bytes(a.counts, b.counts) && testing::same_bytes(a.step, b.step);
 }
 
 void compare(const Problem& p, DType t, float loss_scale) {

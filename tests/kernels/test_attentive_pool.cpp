@@ -19,7 +19,9 @@
 #include "engine/parallel.hpp"
 #include "kernels/attentive_pool.hpp"
 #include "kernels/ops.hpp"
+#include "tests/kernels/tensor_bits.hpp"
 #include "tests/kernels/tolerance.hpp"
+#include "tests/support/oracle_files.hpp"
 #include "tests/support/testing.hpp"
 
 using namespace mf;
@@ -146,10 +148,6 @@ TwinOut run_twin(const AttentivePoolDims& d, DType t, const Inputs& in, bool bac
   return o;
 }
 
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
-
 const AttentivePoolDims kShapes[] = {
     {2, 3, 5, 6, 4, false},  // small, generic
     {1, 2, 7, 5, 3, false},  // batch 1, odd sizes
@@ -249,9 +247,9 @@ TEST_CASE("attentive_pool with the variance clamp active (x constant over time):
     for (std::int64_t n = 0; n < d.n; ++n)
       for (int c = 0; c < d.c; ++c) in0.dy[std::size_t(n * 2 * d.c + d.c + c)] = 0;
     const TwinOut o0 = run_twin(d, t, in0);
-    CHECK(same_bytes(o.dx, o0.dx));
-    CHECK(same_bytes(o.dw, o0.dw));
-    CHECK(same_bytes(o.dv, o0.dv));
+    CHECK(testing::same_bytes(o.dx, o0.dx));
+    CHECK(testing::same_bytes(o.dw, o0.dw));
+    CHECK(testing::same_bytes(o.dv, o0.dv));
   }
 }
 
@@ -307,14 +305,14 @@ TEST_CASE("attentive_pool CPU twin: the same bits on 1 and 2 threads; inference 
     set_cpu_threads(0);
     for (auto [a, b] : {std::pair{&one.y, &two.y}, {&one.saved, &two.saved}, {&one.dx, &two.dx},
                         {&one.dw, &two.dw}, {&one.db, &two.db}, {&one.dv, &two.dv}})
-      CHECK(same_bytes(*a, *b));
+      CHECK(testing::same_bytes(*a, *b));
     const Tensor x = Tensor::from_floats(floats(in.x), {d.n, d.h, d.w, d.c}, t, Layout::nhwc);
     const Tensor w = Tensor::from_floats(floats(in.w), {d.a, d.c}, t);
     const Tensor b = Tensor::from_floats(floats(in.b), {d.a}, t), v = Tensor::from_floats(floats(in.v), {d.a}, t);
     Tensor y = Tensor::empty({d.n, 2 * d.c}, t);
     y.fill_bytes(0xff);
     ops::attentive_pool_forward(x, w, b, v, true, y, nullptr);
-    CHECK(same_bytes(y, one.y));
+    CHECK(testing::same_bytes(y, one.y));
   }
 }
 
@@ -334,7 +332,7 @@ TEST_CASE("attentive_pool propagates NaN and accepts v as PyTorch's [A, 1]") {
   Tensor y1 = Tensor::empty({2, 8}, DType::f32), y2 = Tensor::empty({2, 8}, DType::f32);
   ops::attentive_pool_forward(x, w, b, v, true, y1, nullptr);
   ops::attentive_pool_forward(x, w, b, v1, true, y2, nullptr);
-  CHECK(same_bytes(y1, y2));
+  CHECK(testing::same_bytes(y1, y2));
 }
 
 TEST_CASE("attentive_pool rejects bad shapes, dtypes and a short saved buffer, naming what was expected") {
@@ -380,21 +378,6 @@ TEST_CASE("attentive_pool rejects bad shapes, dtypes and a short saved buffer, n
 
 namespace {
 
-void write_f32(const std::filesystem::path& p, const Vec& v) {
-  const auto f32 = floats(v);
-  std::ofstream f(p, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(f32.data()), std::streamsize(f32.size() * sizeof(float)));
-  REQUIRE(bool(f));
-}
-
-Vec read_f64(const std::filesystem::path& p, std::size_t n) {
-  Vec v(n);
-  std::ifstream f(p, std::ios::binary);
-  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * sizeof(double)));
-  REQUIRE_MESSAGE(std::size_t(f.gcount()) == n * sizeof(double), "oracle output ", p.string(), " is short");
-  return v;
-}
-
 struct OracleCase {
   AttentivePoolDims d;
   DType dtype;
@@ -420,11 +403,11 @@ TEST_CASE("attentive_pool CPU twin agrees with PyTorch (float64 autograd) forwar
         std::filesystem::create_directories(c.dir);
         const Inputs in = make_inputs(d, t, seed += 10);
         c.out = run_twin(d, t, in);
-        write_f32(c.dir / "x.bin", in.x);
-        write_f32(c.dir / "w.bin", in.w);
-        write_f32(c.dir / "b.bin", in.b);
-        write_f32(c.dir / "v.bin", in.v);
-        write_f32(c.dir / "dy.bin", in.dy);
+        testing::write_bin(c.dir / "x.bin", floats(in.x));
+        testing::write_bin(c.dir / "w.bin", floats(in.w));
+        testing::write_bin(c.dir / "b.bin", floats(in.b));
+        testing::write_bin(c.dir / "v.bin", floats(in.v));
+        testing::write_bin(c.dir / "dy.bin", floats(in.dy));
         list << c.dir.string() << ' ' << d.n << ' ' << d.h << ' ' << d.w << ' ' << d.c << ' ' << d.a << ' '
              << int(stats) << '\n';
         cases.push_back(std::move(c));
@@ -435,11 +418,11 @@ TEST_CASE("attentive_pool CPU twin agrees with PyTorch (float64 autograd) forwar
     const auto& d = c.d;
     INFO("dtype ", dtype_name(c.dtype), " N ", d.n, " H ", d.h, " W ", d.w, " C ", d.c, " A ", d.a, " stats ", d.stats);
     const double tol = testing::rel_l2_tolerance(c.dtype);
-    CHECK(testing::rel_l2(c.out.y.to_floats(), read_f64(c.dir / "y.bin", std::size_t(c.out.y.numel()))) <= tol);
-    CHECK(testing::rel_l2(c.out.dx.to_floats(), read_f64(c.dir / "dx.bin", std::size_t(c.out.dx.numel()))) <= tol);
-    CHECK(testing::rel_l2(c.out.dw.to_floats(), read_f64(c.dir / "dw.bin", std::size_t(c.out.dw.numel()))) <= kParamTol);
-    CHECK(testing::rel_l2(c.out.db.to_floats(), read_f64(c.dir / "db.bin", std::size_t(c.out.db.numel()))) <= kParamTol);
-    CHECK(testing::rel_l2(c.out.dv.to_floats(), read_f64(c.dir / "dv.bin", std::size_t(c.out.dv.numel()))) <= kParamTol);
+    CHECK(testing::rel_l2(c.out.y.to_floats(), testing::read_f64(c.dir / "y.bin", std::size_t(c.out.y.numel()))) <= tol);
+    CHECK(testing::rel_l2(c.out.dx.to_floats(), testing::read_f64(c.dir / "dx.bin", std::size_t(c.out.dx.numel()))) <= tol);
+    CHECK(testing::rel_l2(c.out.dw.to_floats(), testing::read_f64(c.dir / "dw.bin", std::size_t(c.out.dw.numel()))) <= kParamTol);
+    CHECK(testing::rel_l2(c.out.db.to_floats(), testing::read_f64(c.dir / "db.bin", std::size_t(c.out.db.numel()))) <= kParamTol);
+    CHECK(testing::rel_l2(c.out.dv.to_floats(), testing::read_f64(c.dir / "dv.bin", std::size_t(c.out.dv.numel()))) <= kParamTol);
   }
   std::filesystem::remove_all(root);
 }

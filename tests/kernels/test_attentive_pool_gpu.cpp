@@ -14,6 +14,7 @@
 #include "engine/stream.hpp"
 #include "kernels/attentive_pool.hpp"
 #include "kernels/ops.hpp"
+#include "tests/kernels/tensor_bits.hpp"
 #include "tests/kernels/tolerance.hpp"
 #include "tests/support/testing.hpp"
 
@@ -67,10 +68,6 @@ Outputs run(const AttentivePoolDims& d, DType t, const Operands& in, Device dev,
   return o;
 }
 
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
-
 }  // namespace
 
 TEST_CASE("attentive_pool CUDA vs CPU twin: every precision, stats on/off, odd shapes, batch 1, W = 1, many row groups") {
@@ -99,12 +96,12 @@ TEST_CASE("attentive_pool CUDA vs CPU twin: every precision, stats on/off, odd s
         CHECK(testing::rel_l2(g1.dw.to_floats(), ref.dw.to_floats()) <= 1e-5);
         CHECK(testing::rel_l2(g1.db.to_floats(), ref.db.to_floats()) <= 1e-5);
         CHECK(testing::rel_l2(g1.dv.to_floats(), ref.dv.to_floats()) <= 1e-5);
-        CHECK(same_bytes(g1.y, g1.y_infer));
-        CHECK(same_bytes(g1.y, g2.y));
-        CHECK(same_bytes(g1.dx, g2.dx));
-        CHECK(same_bytes(g1.dw, g2.dw));
-        CHECK(same_bytes(g1.db, g2.db));
-        CHECK(same_bytes(g1.dv, g2.dv));
+        CHECK(testing::same_bytes(g1.y, g1.y_infer));
+        CHECK(testing::same_bytes(g1.y, g2.y));
+        CHECK(testing::same_bytes(g1.dx, g2.dx));
+        CHECK(testing::same_bytes(g1.dw, g2.dw));
+        CHECK(testing::same_bytes(g1.db, g2.db));
+        CHECK(testing::same_bytes(g1.dv, g2.dv));
       }
 }
 

@@ -20,7 +20,9 @@
 #include "engine/parallel.hpp"
 #include "engine/tensor.hpp"
 #include "kernels/ops.hpp"
+#include "tests/kernels/tensor_bits.hpp"
 #include "tests/kernels/tolerance.hpp"
+#include "tests/support/oracle_files.hpp"
 #include "tests/support/testing.hpp"
 
 using namespace mf;
@@ -28,14 +30,6 @@ using namespace mf;
 namespace {
 
 std::int64_t rows_of(const Shape& s) { return shape_numel(s) / s.back(); }
-
-std::vector<float> normal_floats(std::size_t n, std::uint64_t seed, float mean, float sd) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(mean, sd);
-  std::vector<float> v(n);
-  for (float& f : v) f = d(rng);
-  return v;
-}
 
 // The contract in float64: statistics, running update, forward, backward.
 struct Ref {
@@ -108,7 +102,7 @@ struct Run {
 Run make_run(const Shape& shape, DType t, std::uint64_t seed, bool with_res, float xmean = 0.f, float xsd = 1.f) {
   const std::int64_t C = shape.back(), n = shape_numel(shape);
   Run r;
-  r.x = Tensor::from_floats(normal_floats(std::size_t(n), seed, xmean, xsd), shape, t,
+  r.x = Tensor::from_floats(testing::random_normal_floats(std::size_t(n), seed, xmean, xsd), shape, t,
                             shape.size() == 4 ? Layout::nhwc : Layout::plain);
   r.gamma = Tensor::from_floats(testing::random_floats(std::size_t(C), seed + 1, 0.5f, 1.5f), {C}, t);
   r.beta = Tensor::from_floats(testing::random_floats(std::size_t(C), seed + 2, -0.5f, 0.5f), {C}, t);
@@ -160,10 +154,6 @@ double mean_error(const Tensor& mean, const Ref& ref) {
     e += t * t;
   }
   return std::sqrt(e / double(m.size()));
-}
-
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
 const Shape kShapes[] = {{2, 5, 7, 16}, {1, 3, 5, 7}, {2, 1, 1, 3}, {37, 5}, {3, 9, 11, 33}, {4, 50, 100, 5}};
@@ -363,23 +353,23 @@ TEST_CASE("batch_norm CPU twin: the same bits for 1 and 2 threads (several row g
       set_cpu_threads(2);
       run_train(b, relu);
       set_cpu_threads(0);
-      CHECK(same_bytes(a.y, b.y));
-      CHECK(same_bytes(a.sm, b.sm));
-      CHECK(same_bytes(a.si, b.si));
-      CHECK(same_bytes(a.rm, b.rm));
-      CHECK(same_bytes(a.rv, b.rv));
-      CHECK(same_bytes(a.dy, b.dy));
-      CHECK(same_bytes(a.dx, b.dx));
-      CHECK(same_bytes(a.dg, b.dg));
-      CHECK(same_bytes(a.db, b.db));
+      CHECK(testing::same_bytes(a.y, b.y));
+      CHECK(testing::same_bytes(a.sm, b.sm));
+      CHECK(testing::same_bytes(a.si, b.si));
+      CHECK(testing::same_bytes(a.rm, b.rm));
+      CHECK(testing::same_bytes(a.rv, b.rv));
+      CHECK(testing::same_bytes(a.dy, b.dy));
+      CHECK(testing::same_bytes(a.dx, b.dx));
+      CHECK(testing::same_bytes(a.dg, b.dg));
+      CHECK(testing::same_bytes(a.db, b.db));
       // In place: y = x and dx = dy give the same bits.
       Run c = make_run(shape, t, 77, true, -40.f, 5.f);
       ops::batch_norm_train_forward(c.x, c.gamma, c.beta, 1e-5f, 0.1f, c.rm, c.rv, c.sm, c.si, &c.res, relu, c.x);
-      CHECK(same_bytes(c.x, a.y));
+      CHECK(testing::same_bytes(c.x, a.y));
       ops::batch_norm_backward(make_run(shape, t, 77, true, -40.f, 5.f).x, c.gamma, c.sm, c.si, c.x, c.dy, relu, c.dy,
                                c.dg, c.db);
-      CHECK(same_bytes(c.dy, a.dx));
-      CHECK(same_bytes(c.dg, a.dg));
+      CHECK(testing::same_bytes(c.dy, a.dx));
+      CHECK(testing::same_bytes(c.dg, a.dg));
     }
 }
 
@@ -416,20 +406,6 @@ TEST_CASE("batch_norm errors name what was expected and found") {
 
 namespace {
 
-void write_f32(const std::filesystem::path& p, const std::vector<float>& v) {
-  std::ofstream f(p, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
-  REQUIRE(bool(f));
-}
-
-std::vector<double> read_f64(const std::filesystem::path& p, std::size_t n) {
-  std::vector<double> v(n);
-  std::ifstream f(p, std::ios::binary);
-  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * sizeof(double)));
-  REQUIRE_MESSAGE(std::size_t(f.gcount()) == n * sizeof(double), "oracle output ", p.string(), " is short");
-  return v;
-}
-
 struct OracleCase {
   Shape shape;
   DType dtype;
@@ -461,13 +437,13 @@ TEST_CASE("batch_norm CPU twin agrees with PyTorch (float64): train forward, run
         const bool big_mean = shape[3] == 32;  // log-mel-like data
         c.run = make_run(shape, t, seed += 10, c.res, big_mean ? -40.f : 0.f, big_mean ? 5.f : 1.f);
         Run& r = c.run;
-        write_f32(c.dir / "x.bin", r.x.to_floats());
-        write_f32(c.dir / "gamma.bin", r.gamma.to_floats());
-        write_f32(c.dir / "beta.bin", r.beta.to_floats());
-        write_f32(c.dir / "rm.bin", r.rm.to_floats());
-        write_f32(c.dir / "rv.bin", r.rv.to_floats());
-        write_f32(c.dir / "dy.bin", r.dy.to_floats());
-        if (c.res) write_f32(c.dir / "res.bin", r.res.to_floats());
+        testing::write_bin(c.dir / "x.bin", r.x.to_floats());
+        testing::write_bin(c.dir / "gamma.bin", r.gamma.to_floats());
+        testing::write_bin(c.dir / "beta.bin", r.beta.to_floats());
+        testing::write_bin(c.dir / "rm.bin", r.rm.to_floats());
+        testing::write_bin(c.dir / "rv.bin", r.rv.to_floats());
+        testing::write_bin(c.dir / "dy.bin", r.dy.to_floats());
+        if (c.res) testing::write_bin(c.dir / "res.bin", r.res.to_floats());
         run_train(r, c.relu, eps, mom);
         c.y_eval = Tensor::empty(shape, t);
         ops::batch_norm_eval_forward(r.x, r.gamma, r.beta, r.rm, r.rv, eps, c.res ? &r.res : nullptr, c.relu, c.y_eval);
@@ -482,16 +458,16 @@ TEST_CASE("batch_norm CPU twin agrees with PyTorch (float64): train forward, run
     const std::size_t n = std::size_t(shape_numel(c.shape)), C = std::size_t(c.shape[3]);
     const double tol = testing::rel_l2_tolerance(c.dtype);
     const Run& r = c.run;
-    CHECK(testing::rel_l2(r.y.to_floats(), read_f64(c.dir / "y.bin", n)) <= tol);
-    CHECK(testing::rel_l2(r.sm.to_floats(), read_f64(c.dir / "mean.bin", C)) <= 1e-5);
-    CHECK(testing::rel_l2(r.si.to_floats(), read_f64(c.dir / "invstd.bin", C)) <= 1e-5);
-    CHECK(testing::rel_l2(r.rm.to_floats(), read_f64(c.dir / "rm_out.bin", C)) <= 1e-5);
-    CHECK(testing::rel_l2(r.rv.to_floats(), read_f64(c.dir / "rv_out.bin", C)) <= 1e-5);
-    CHECK(dx_error(r.dx, read_f64(c.dir / "dx.bin", n), r.gamma, r.si, r.dy) <= tol);
-    CHECK(testing::rel_l2(r.dg.to_floats(), read_f64(c.dir / "dgamma.bin", C)) <= 1e-5);
-    CHECK(testing::rel_l2(r.db.to_floats(), read_f64(c.dir / "dbeta.bin", C)) <= 1e-5);
-    if (c.res) CHECK(testing::rel_l2(r.dy.to_floats(), read_f64(c.dir / "dres.bin", n)) <= 1e-6);
-    CHECK(testing::rel_l2(c.y_eval.to_floats(), read_f64(c.dir / "y_eval.bin", n)) <= tol);
+    CHECK(testing::rel_l2(r.y.to_floats(), testing::read_f64(c.dir / "y.bin", n)) <= tol);
+    CHECK(testing::rel_l2(r.sm.to_floats(), testing::read_f64(c.dir / "mean.bin", C)) <= 1e-5);
+    CHECK(testing::rel_l2(r.si.to_floats(), testing::read_f64(c.dir / "invstd.bin", C)) <= 1e-5);
+    CHECK(testing::rel_l2(r.rm.to_floats(), testing::read_f64(c.dir / "rm_out.bin", C)) <= 1e-5);
+    CHECK(testing::rel_l2(r.rv.to_floats(), testing::read_f64(c.dir / "rv_out.bin", C)) <= 1e-5);
+    CHECK(dx_error(r.dx, testing::read_f64(c.dir / "dx.bin", n), r.gamma, r.si, r.dy) <= tol);
+    CHECK(testing::rel_l2(r.dg.to_floats(), testing::read_f64(c.dir / "dgamma.bin", C)) <= 1e-5);
+    CHECK(testing::rel_l2(r.db.to_floats(), testing::read_f64(c.dir / "dbeta.bin", C)) <= 1e-5);
+    if (c.res) CHECK(testing::rel_l2(r.dy.to_floats(), testing::read_f64(c.dir / "dres.bin", n)) <= 1e-6);
+    CHECK(testing::rel_l2(c.y_eval.to_floats(), testing::read_f64(c.dir / "y_eval.bin", n)) <= tol);
   }
   std::filesystem::remove_all(root);
 }

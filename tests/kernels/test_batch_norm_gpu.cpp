@@ -19,6 +19,7 @@
 #include "engine/stream.hpp"
 #include "kernels/batch_norm.hpp"
 #include "kernels/ops.hpp"
+#include "tests/kernels/tensor_bits.hpp"
 #include "tests/kernels/tolerance.hpp"
 #include "tests/support/testing.hpp"
 
@@ -28,14 +29,6 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 
-std::vector<float> normal_floats(std::size_t n, std::uint64_t seed, float mean, float sd) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(mean, sd);
-  std::vector<float> v(n);
-  for (float& f : v) f = d(rng);
-  return v;
-}
-
 // The tensors of one training step of the op (inputs and outputs).
 struct Run {
   Tensor x, gamma, beta, res, rm, rv, sm, si, y, dy, dx, dg, db, y_eval;
@@ -44,7 +37,7 @@ struct Run {
 Run make_inputs(const Shape& shape, DType t, std::uint64_t seed, bool with_res, float xmean, float xsd) {
   const std::int64_t C = shape.back(), n = shape_numel(shape);
   Run r;
-  r.x = Tensor::from_floats(normal_floats(std::size_t(n), seed, xmean, xsd), shape, t);
+  r.x = Tensor::from_floats(testing::random_normal_floats(std::size_t(n), seed, xmean, xsd), shape, t);
   r.gamma = Tensor::from_floats(testing::random_floats(std::size_t(C), seed + 1, 0.5f, 1.5f), {C}, t);
   r.beta = Tensor::from_floats(testing::random_floats(std::size_t(C), seed + 2, -0.5f, 0.5f), {C}, t);
   if (with_res) r.res = Tensor::from_floats(testing::random_floats(std::size_t(n), seed + 3), shape, t);
@@ -87,16 +80,11 @@ void step(Run& r, bool relu, cudaStream_t s, Tensor* scratch = nullptr) {
   ops::batch_norm_eval_forward(r.x, r.gamma, r.beta, r.rm, r.rv, 1e-5f, res, relu, r.y_eval, s);
 }
 
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  const Tensor ha = a.to(Device::cpu()), hb = b.to(Device::cpu());
-  return ha.nbytes() == hb.nbytes() && std::memcmp(ha.raw(), hb.raw(), ha.nbytes()) == 0;
-}
-
 bool same_outputs(const Run& a, const Run& b) {
   bool same = true;
   for (auto [p, q] : {std::pair{&a.y, &b.y}, {&a.sm, &b.sm}, {&a.si, &b.si}, {&a.rm, &b.rm}, {&a.rv, &b.rv},
                       {&a.dy, &b.dy}, {&a.dx, &b.dx}, {&a.dg, &b.dg}, {&a.db, &b.db}, {&a.y_eval, &b.y_eval}})
-    same = same && same_bytes(*p, *q);
+    same = same && testing::same_bytes(*p, *q);
   return same;
 }
 

@@ -15,27 +15,13 @@
 #include "engine/tensor.hpp"
 #include "kernels/conv_relu_pool.hpp"
 #include "kernels/ops.hpp"
+#include "tests/support/oracle_files.hpp"
 #include "tests/support/testing.hpp"
 
 using namespace mf;
 using kernels::ConvReluPoolDims;
 
 namespace {
-
-void write_f32(const std::filesystem::path& p, const std::vector<float>& v) {
-  std::ofstream f(p, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
-  REQUIRE(bool(f));
-}
-
-template <class T>
-std::vector<T> read_all(const std::filesystem::path& p, std::size_t n) {
-  std::vector<T> v(n);
-  std::ifstream f(p, std::ios::binary);
-  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * sizeof(T)));
-  REQUIRE_MESSAGE(std::size_t(f.gcount()) == n * sizeof(T), "oracle output ", p.string(), " is short");
-  return v;
-}
 
 double tolerance(DType t) { return t == DType::bf16 ? 1e-2 : (t == DType::f16 ? 2e-3 : 1e-5); }
 
@@ -83,10 +69,10 @@ TEST_CASE("conv_relu_pool CPU twin agrees with PyTorch (float64) forward and bac
       c.db = Tensor::empty({d.cout}, DType::f32);
       ops::conv_relu_pool_forward(x, w, b, d.pool, c.y, &c.code);
       ops::conv_relu_pool_backward(x, w, dy, c.code, d.pool, &c.dx, c.dw, c.db);
-      write_f32(c.dir / "x.bin", x.to_floats());
-      write_f32(c.dir / "w.bin", w.to_floats());
-      write_f32(c.dir / "b.bin", b.to_floats());
-      write_f32(c.dir / "dy.bin", dy.to_floats());
+      testing::write_bin(c.dir / "x.bin", x.to_floats());
+      testing::write_bin(c.dir / "w.bin", w.to_floats());
+      testing::write_bin(c.dir / "b.bin", b.to_floats());
+      testing::write_bin(c.dir / "dy.bin", dy.to_floats());
       list << c.dir.string() << ' ' << d.n << ' ' << d.h << ' ' << d.w << ' ' << d.cin << ' ' << d.cout << ' '
            << d.k << ' ' << d.pool << '\n';
       cases.push_back(std::move(c));
@@ -98,11 +84,11 @@ TEST_CASE("conv_relu_pool CPU twin agrees with PyTorch (float64) forward and bac
     const auto& d = c.d;
     INFO("dtype ", dtype_name(c.dtype), " n ", d.n, " h ", d.h, " w ", d.w, " cin ", d.cin, " cout ", d.cout,
          " k ", d.k, " p ", d.pool);
-    const auto ty = read_all<double>(c.dir / "y.bin", std::size_t(c.y.numel()));
-    const auto tcode = read_all<std::uint8_t>(c.dir / "code.bin", std::size_t(c.y.numel()));
-    const auto tdx = read_all<double>(c.dir / "dx.bin", std::size_t(c.dx.numel()));
-    const auto tdw = read_all<double>(c.dir / "dw.bin", std::size_t(c.dw.numel()));
-    const auto tdb = read_all<double>(c.dir / "db.bin", std::size_t(c.db.numel()));
+    const auto ty = testing::read_bin<double>(c.dir / "y.bin", std::size_t(c.y.numel()));
+    const auto tcode = testing::read_bin<std::uint8_t>(c.dir / "code.bin", std::size_t(c.y.numel()));
+    const auto tdx = testing::read_bin<double>(c.dir / "dx.bin", std::size_t(c.dx.numel()));
+    const auto tdw = testing::read_bin<double>(c.dir / "dw.bin", std::size_t(c.dw.numel()));
+    const auto tdb = testing::read_bin<double>(c.dir / "db.bin", std::size_t(c.db.numel()));
     // With random real inputs there are no exact ties, so the routing agrees;
     // any disagreement would make the gradients differ far beyond tolerance.
     const auto* code = static_cast<const std::uint8_t*>(c.code.raw());

@@ -18,6 +18,7 @@
 #include "engine/parallel.hpp"
 #include "kernels/ops.hpp"
 #include "tests/kernels/tolerance.hpp"
+#include "tests/support/oracle_files.hpp"
 #include "tests/support/testing.hpp"
 
 using namespace mf;
@@ -168,8 +169,7 @@ TEST_CASE("instance_norm: PyTorch oracle (torch.nn.InstanceNorm1d, float64)") {
       std::filesystem::create_directories(c.dir);
       c.y = run(c.x, {B, mels, frames, 1}, t);
       const Vec seen = Tensor::from_floats(c.x, {std::int64_t(c.x.size())}, t).to_floats();
-      std::ofstream(c.dir / "x.bin", std::ios::binary)
-          .write(reinterpret_cast<const char*>(seen.data()), std::streamsize(seen.size() * sizeof(float)));
+      testing::write_bin(c.dir / "x.bin", seen);
       cases.push_back(std::move(c));
     }
   {
@@ -180,10 +180,7 @@ TEST_CASE("instance_norm: PyTorch oracle (torch.nn.InstanceNorm1d, float64)") {
   for (const Case& c : cases) {
     CAPTURE(c.dir.string());
     const std::size_t n = c.x.size();
-    DVec want(n);
-    std::ifstream f(c.dir / "y.bin", std::ios::binary);
-    f.read(reinterpret_cast<char*>(want.data()), std::streamsize(n * sizeof(double)));
-    REQUIRE(std::size_t(f.gcount()) == n * sizeof(double));
+    const DVec want = testing::read_f64(c.dir / "y.bin", n);
     CHECK(testing::rel_l2(c.y.to_floats(), want) <= testing::rel_l2_tolerance(c.t));
   }
   std::filesystem::remove_all(root);

@@ -10,6 +10,7 @@
 
 #include "engine/stream.hpp"
 #include "kernels/ops.hpp"
+#include "tests/kernels/tensor_bits.hpp"
 #include "tests/kernels/tolerance.hpp"
 #include "tests/support/testing.hpp"
 
@@ -19,15 +20,9 @@ namespace {
 
 const Device kGpu = Device::cuda(0);
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  const Tensor ha = a.to(Device::cpu()), hb = b.to(Device::cpu());
-  return ha.nbytes() == hb.nbytes() && std::memcmp(ha.raw(), hb.raw(), ha.nbytes()) == 0;
-}
-
 Tensor run_gpu(const Tensor& x_host, Stream& s) {
   const Tensor x = x_host.to(kGpu, s.handle());
-  Tensor y = Tensor::empty(x_host.shape(), x_host.dtype(), kGpu, Layout::plain, s.handle());
-  y.fill_bytes(0xff, s.handle());
+  Tensor y = testing::poisoned(x_host.shape(), x_host.dtype(), kGpu, Layout::plain, s.handle());
   ops::instance_norm(x, y, s.handle());
   s.synchronize();
   return y;
@@ -57,11 +52,11 @@ TEST_CASE("instance_norm gpu: CUDA vs CPU twin, every precision, both shapes, od
         Tensor cpu = Tensor::empty(shape, t);
         ops::instance_norm(x, cpu);
         const Tensor gpu = run_gpu(x, s), again = run_gpu(x, s);
-        CHECK(same_bits(gpu, again));
+        CHECK(testing::same_bytes(gpu, again));
         CHECK(testing::rel_l2(gpu.to_floats(), cpu.to_floats()) <= testing::rel_l2_tolerance(t));
         Tensor inplace = x.to(kGpu, s.handle());
         ops::instance_norm(inplace, inplace, s.handle());
         s.synchronize();
-        CHECK(same_bits(inplace, gpu));
+        CHECK(testing::same_bytes(inplace, gpu));
       }
 }

@@ -22,6 +22,7 @@
 #include "kernels/loss.hpp"
 #include "kernels/ops.hpp"
 #include "tests/kernels/tolerance.hpp"
+#include "tests/support/oracle_files.hpp"
 #include "tests/support/testing.hpp"
 
 using namespace mf;
@@ -506,24 +507,6 @@ TEST_CASE("margin_softmax: errors name what was expected and found") {
 }
 
 // ---- PyTorch oracle ----
-namespace {
-
-template <class V>
-void write_bin(const std::filesystem::path& path, const V& v) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(v[0])));
-}
-
-DVec read_f64(const std::filesystem::path& path, std::size_t n) {
-  DVec v(n);
-  std::ifstream f(path, std::ios::binary);
-  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * sizeof(double)));
-  REQUIRE_MESSAGE(std::size_t(f.gcount()) == n * sizeof(double), "oracle output ", path.string(), " is short");
-  return v;
-}
-
-}  // namespace
-
 TEST_CASE("margin_softmax: PyTorch oracle (voxceleb_trainer's formulas, autograd, float64)") {
   struct Case {
     Problem p;
@@ -548,9 +531,9 @@ TEST_CASE("margin_softmax: PyTorch oracle (voxceleb_trainer's formulas, autograd
       Case c{p, t, ls, gs, root / std::to_string(id++), {}};
       std::filesystem::create_directories(c.dir);
       c.out = run_twin(p, t, ls, gs);
-      write_bin(c.dir / "emb.bin", Tensor::from_floats(p.emb, {p.B, p.D}, t).to_floats());
-      write_bin(c.dir / "w.bin", Tensor::from_floats(p.w, {p.C, p.D}, t).to_floats());
-      write_bin(c.dir / "labels.bin", p.labels);
+      testing::write_bin(c.dir / "emb.bin", Tensor::from_floats(p.emb, {p.B, p.D}, t).to_floats());
+      testing::write_bin(c.dir / "w.bin", Tensor::from_floats(p.w, {p.C, p.D}, t).to_floats());
+      testing::write_bin(c.dir / "labels.bin", p.labels);
       cases.push_back(std::move(c));
     }
   {
@@ -562,12 +545,12 @@ TEST_CASE("margin_softmax: PyTorch oracle (voxceleb_trainer's formulas, autograd
   REQUIRE(testing::run_oracle("margin_softmax.py", (root / "cases.txt").string()) == 0);
   for (const Case& c : cases) {
     CAPTURE(c.dir.string());
-    const DVec loss = read_f64(c.dir / "loss.bin", 2);
+    const DVec loss = testing::read_f64(c.dir / "loss.bin", 2);
     CHECK(std::fabs(c.out.step.to_floats()[0] - loss[0]) <= 1e-5 * std::max(1.0, loss[0]));
     CHECK(c.out.counts.to_floats()[1] == float(loss[1]));  // correct (plain-cosine argmax)
-    CHECK(rel(c.out.demb, read_f64(c.dir / "demb.bin", std::size_t(c.p.B * c.p.D))) <=
+    CHECK(rel(c.out.demb, testing::read_f64(c.dir / "demb.bin", std::size_t(c.p.B * c.p.D))) <=
           testing::rel_l2_tolerance(c.t));
-    CHECK(rel(c.out.dweight, read_f64(c.dir / "dw.bin", std::size_t(c.p.C * c.p.D))) <= 2e-5);
+    CHECK(rel(c.out.dweight, testing::read_f64(c.dir / "dw.bin", std::size_t(c.p.C * c.p.D))) <= 2e-5);
   }
   std::filesystem::remove_all(root);
 }

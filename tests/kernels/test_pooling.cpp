@@ -24,7 +24,9 @@
 #include "engine/tensor.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/pooling.hpp"
+#include "tests/kernels/tensor_bits.hpp"
 #include "tests/kernels/tolerance.hpp"
+#include "tests/support/oracle_files.hpp"
 #include "tests/support/testing.hpp"
 
 using namespace mf;
@@ -45,11 +47,6 @@ struct Dims {
   }
 };
 
-Tensor poisoned(const Shape& s, DType t) {
-  Tensor r = Tensor::empty(s, t);
-  r.fill_bytes(0xff);
-  return r;
-}
 Tensor nhwc(const std::vector<float>& v, const Dims& d, DType t) {
   return Tensor::from_floats(v, d.shape(), t, Layout::nhwc);
 }
@@ -61,10 +58,6 @@ Tensor copy_of(const Tensor& t) {
 std::vector<double> doubles(const Tensor& t) {
   const auto f = t.to_floats();
   return {f.begin(), f.end()};
-}
-std::vector<std::uint8_t> bytes_of(const Tensor& t) {
-  const auto* p = static_cast<const std::uint8_t*>(t.raw());
-  return {p, p + t.nbytes()};
 }
 // Bit-level equality of floats, NaN equal to NaN.
 bool same_values(const std::vector<float>& a, const std::vector<double>& b) {
@@ -158,7 +151,7 @@ struct MaxOut {
 };
 MaxOut run_max_pool(const Tensor& x, int p, const Tensor& dy) {
   const Shape ys{x.size(0), x.size(1) / p, x.size(2) / p, x.size(3)};
-  MaxOut o{poisoned(ys, x.dtype()), poisoned(ys, DType::u8), poisoned(x.shape(), x.dtype())};
+  MaxOut o{testing::poisoned(ys, x.dtype()), testing::poisoned(ys, DType::u8), testing::poisoned(x.shape(), x.dtype())};
   ops::max_pool_forward(x, p, o.y, &o.code);
   ops::max_pool_backward(dy, o.code, p, o.dx);
   return o;
@@ -168,7 +161,7 @@ struct GateOut {
   Tensor y, dy, dx, dg;
 };
 GateOut run_gate(const Tensor& x, const Tensor& g, const Tensor* res, bool relu, const Tensor& dy) {
-  GateOut o{poisoned(x.shape(), x.dtype()), copy_of(dy), poisoned(x.shape(), x.dtype()), poisoned(g.shape(), g.dtype())};
+  GateOut o{testing::poisoned(x.shape(), x.dtype()), copy_of(dy), testing::poisoned(x.shape(), x.dtype()), testing::poisoned(g.shape(), g.dtype())};
   ops::channel_gate_forward(x, g, res, relu, o.y);
   ops::channel_gate_backward(x, g, o.y, o.dy, relu, o.dx, o.dg);
   return o;
@@ -204,13 +197,13 @@ TEST_CASE("max_pool forward/backward: CPU twin vs a float64 loop, every dtype, p
         const MaxRef ref = ref_max_pool(doubles(x), d, p);
         // The max and the routed gradient are copies of inputs: exact.
         CHECK(same_values(o.y.to_floats(), ref.y));
-        const auto code = bytes_of(o.code);
+        const auto code = testing::bytes_of(o.code);
         CHECK(std::vector<int>(code.begin(), code.end()) == ref.code);
         CHECK(same_values(o.dx.to_floats(), ref_max_pool_bwd(doubles(dy), ref.code, d, p)));
         // Without code (no backward follows) the same y.
-        Tensor y2 = poisoned(yd.shape(), t);
+        Tensor y2 = testing::poisoned(yd.shape(), t);
         ops::max_pool_forward(x, p, y2, nullptr);
-        CHECK(bytes_of(y2) == bytes_of(o.y));
+        CHECK(testing::bytes_of(y2) == testing::bytes_of(o.y));
       }
     }
 }
@@ -226,7 +219,7 @@ TEST_CASE("max_pool: ties go to the first in row-major order, NaN wins (a later 
     const Tensor dy = Tensor::from_floats(std::vector<float>{10, 20, 30}, {1, 1, 3, 1}, t);
     const MaxOut o = run_max_pool(nhwc(x, d, t), 2, dy);
     const auto y = o.y.to_floats();
-    const auto code = bytes_of(o.code);
+    const auto code = testing::bytes_of(o.code);
     CHECK(y[0] == 3.f);
     CHECK(code[0] == 1);  // 3 at positions 1 and 2: the first
     CHECK(std::isnan(y[1]));
@@ -244,7 +237,7 @@ TEST_CASE("max_pool: ties go to the first in row-major order, NaN wins (a later 
     const MaxOut o = run_max_pool(nhwc({v, v, v, v}, e, DType::f32), 2,
                                   Tensor::from_floats(std::vector<float>{1}, {1, 1, 1, 1}));
     CHECK(o.y.to_floats()[0] == v);
-    CHECK(bytes_of(o.code)[0] == 0);
+    CHECK(testing::bytes_of(o.code)[0] == 0);
     CHECK(o.dx.to_floats() == std::vector<float>{1, 0, 0, 0});
   }
 }
@@ -263,7 +256,7 @@ TEST_CASE("max_pool backward: finite differences of sum(y * dy) in f32") {
   const MaxOut o = run_max_pool(nhwc(xv, d, DType::f32), p, dy);
   const auto dx = o.dx.to_floats();
   auto loss = [&](const std::vector<float>& xs) {
-    Tensor y = poisoned(yd.shape(), DType::f32);
+    Tensor y = testing::poisoned(yd.shape(), DType::f32);
     ops::max_pool_forward(nhwc(xs, d, DType::f32), p, y, nullptr);
     const auto yv = y.to_floats();
     double l = 0;
@@ -292,7 +285,7 @@ TEST_CASE("global_avg_pool forward/backward: CPU twin vs a float64 loop, every d
       const Dims yd{d.n, 1, 1, d.c};
       const Tensor x = nhwc(randoms(d.numel(), seed++), d, t);
       const Tensor dy = Tensor::from_floats(randoms(yd.numel(), seed++), {d.n, d.c}, t);
-      Tensor y = poisoned({d.n, d.c}, t), dx = poisoned(d.shape(), t);
+      Tensor y = testing::poisoned({d.n, d.c}, t), dx = testing::poisoned(d.shape(), t);
       ops::global_avg_pool_forward(x, y);
       ops::global_avg_pool_backward(dy, dx);
       const double tol = testing::rel_l2_tolerance(t);
@@ -322,7 +315,7 @@ TEST_CASE("global_avg_pool: small integers are exact in every dtype; NaN propaga
     INFO(dtype_name(t));
     const Tensor x = nhwc(testing::random_small_ints(d.numel(), 9), d, t);
     const Tensor dy = Tensor::from_floats(testing::random_small_ints(std::size_t(d.n * d.c), 10), {d.n, d.c}, t);
-    Tensor y = poisoned({d.n, d.c}, t), dx = poisoned(d.shape(), t);
+    Tensor y = testing::poisoned({d.n, d.c}, t), dx = testing::poisoned(d.shape(), t);
     ops::global_avg_pool_forward(x, y);
     ops::global_avg_pool_backward(dy, dx);
     CHECK(same_values(y.to_floats(), ref_gap(doubles(x), d)));
@@ -330,7 +323,7 @@ TEST_CASE("global_avg_pool: small integers are exact in every dtype; NaN propaga
   }
   auto xv = testing::random_floats(d.numel(), 11);
   xv[d.at(1, 1, 2, 3)] = kNaN;
-  Tensor y = poisoned({d.n, d.c}, DType::f32);
+  Tensor y = testing::poisoned({d.n, d.c}, DType::f32);
   ops::global_avg_pool_forward(nhwc(xv, d, DType::f32), y);
   const auto yv = y.to_floats();
   for (std::size_t i = 0; i < yv.size(); ++i) CHECK(std::isnan(yv[i]) == (i == std::size_t(1 * d.c + 3)));
@@ -340,11 +333,11 @@ TEST_CASE("global_avg_pool backward: finite differences of sum(y * dy) in f32") 
   const Dims d{2, 3, 5, 4};
   const auto xv = randoms(d.numel(), 12);
   const auto dyv = randoms(std::size_t(d.n * d.c), 13);
-  Tensor dx = poisoned(d.shape(), DType::f32);
+  Tensor dx = testing::poisoned(d.shape(), DType::f32);
   ops::global_avg_pool_backward(Tensor::from_floats(dyv, {d.n, d.c}), dx);
   const auto dxv = dx.to_floats();
   auto loss = [&](const std::vector<float>& xs) {
-    Tensor y = poisoned({d.n, d.c}, DType::f32);
+    Tensor y = testing::poisoned({d.n, d.c}, DType::f32);
     ops::global_avg_pool_forward(nhwc(xs, d, DType::f32), y);
     const auto yv = y.to_floats();
     double l = 0;
@@ -395,11 +388,11 @@ TEST_CASE("channel_gate backward without relu does not read y: an undefined y gi
     const Tensor g = Tensor::from_floats(randoms(std::size_t(d.n * d.c), 62, -3.f, 3.f), {d.n, d.c}, t);
     const Tensor dy0 = nhwc(randoms(d.numel(), 63), d, t);
     const GateOut o = run_gate(x, g, nullptr, false, dy0);
-    Tensor dy = copy_of(dy0), dx = poisoned(d.shape(), t), dg = poisoned({d.n, d.c}, t);
+    Tensor dy = copy_of(dy0), dx = testing::poisoned(d.shape(), t), dg = testing::poisoned({d.n, d.c}, t);
     ops::channel_gate_backward(x, g, Tensor(), dy, false, dx, dg);
-    CHECK(bytes_of(dy) == bytes_of(dy0));  // no mask without relu
-    CHECK(bytes_of(dx) == bytes_of(o.dx));
-    CHECK(bytes_of(dg) == bytes_of(o.dg));
+    CHECK(testing::bytes_of(dy) == testing::bytes_of(dy0));  // no mask without relu
+    CHECK(testing::bytes_of(dx) == testing::bytes_of(o.dx));
+    CHECK(testing::bytes_of(dg) == testing::bytes_of(o.dg));
   }
 }
 
@@ -428,7 +421,7 @@ TEST_CASE("channel_gate: large logits stay finite (stable sigmoid); NaN propagat
       CHECK(std::isnan(dg[5]));
     }
   // NaN in x survives the ReLU (PyTorch's relu keeps NaN).
-  Tensor y = poisoned({1, 1, 1, 2}, DType::f32);
+  Tensor y = testing::poisoned({1, 1, 1, 2}, DType::f32);
   ops::channel_gate_forward(Tensor::from_floats(std::vector<float>{kNaN, -1.f}, {1, 1, 1, 2}),
                             Tensor::from_floats(std::vector<float>{0.f, 0.f}, {1, 2}), nullptr, true, y);
   CHECK(std::isnan(y.to_floats()[0]));
@@ -456,7 +449,7 @@ TEST_CASE("channel_gate backward: finite differences in f32 for x, g and the res
       }
       const auto wv = randoms(d.numel(), 25);  // the loss is sum(y * w): dy = w
       auto loss = [&](const std::vector<float>& xs, const std::vector<float>& gs, const std::vector<float>& rs) {
-        Tensor y = poisoned(d.shape(), DType::f32);
+        Tensor y = testing::poisoned(d.shape(), DType::f32);
         const Tensor rt = nhwc(rs, d, DType::f32);
         ops::channel_gate_forward(nhwc(xs, d, DType::f32), Tensor::from_floats(gs, {d.n, d.c}), residual ? &rt : nullptr,
                                   relu, y);
@@ -504,7 +497,7 @@ TEST_CASE("add_inplace: every dtype, the f32 sum rounded once; exact small integ
     const auto a = src.to_floats(), b = dst0.to_floats(), r = dst.to_floats();
     std::vector<float> want(a.size());
     for (std::size_t i = 0; i < a.size(); ++i) want[i] = a[i] + b[i];  // f32, then one rounding to T below
-    CHECK(bytes_of(dst) == bytes_of(nhwc(want, d, t)));
+    CHECK(testing::bytes_of(dst) == testing::bytes_of(nhwc(want, d, t)));
     const Tensor si = nhwc(testing::random_small_ints(d.numel(), 33), d, t);
     Tensor di = nhwc(testing::random_small_ints(d.numel(), 34), d, t);
     const auto ai = si.to_floats(), bi = di.to_floats();
@@ -531,14 +524,14 @@ TEST_CASE("pooling ops: the CPU twins give the same bits with 1 and 2 threads") 
     for (int k = 0; k < 2; ++k) {
       set_cpu_threads(k + 1);
       const MaxOut m = run_max_pool(x, 2, dyp);
-      Tensor gy = poisoned({d.n, d.c}, t), gdx = poisoned(d.shape(), t);
+      Tensor gy = testing::poisoned({d.n, d.c}, t), gdx = testing::poisoned(d.shape(), t);
       ops::global_avg_pool_forward(x, gy);
       ops::global_avg_pool_backward(dyn, gdx);
       const GateOut o = run_gate(x, g, &res, true, dyf);
       Tensor acc = copy_of(res);
       ops::add_inplace(x, acc);
       const std::initializer_list<const Tensor*> outs{&m.y, &m.code, &m.dx, &gy, &gdx, &o.y, &o.dy, &o.dx, &o.dg, &acc};
-      for (const Tensor* r : outs) runs[k].push_back(bytes_of(*r));
+      for (const Tensor* r : outs) runs[k].push_back(testing::bytes_of(*r));
     }
     set_cpu_threads(threads);
     REQUIRE(runs[0].size() == runs[1].size());
@@ -591,21 +584,6 @@ TEST_CASE("pooling ops: errors name what was expected and found") {
 
 namespace {
 
-void write_f32(const std::filesystem::path& p, const std::vector<float>& v) {
-  std::ofstream f(p, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
-  REQUIRE(bool(f));
-}
-
-template <class T>
-std::vector<T> read_all(const std::filesystem::path& p, std::size_t n) {
-  std::vector<T> v(n);
-  std::ifstream f(p, std::ios::binary);
-  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * sizeof(T)));
-  REQUIRE_MESSAGE(std::size_t(f.gcount()) == n * sizeof(T), "oracle output ", p.string(), " is short");
-  return v;
-}
-
 struct OracleCase {
   std::string kind;
   Dims d;
@@ -637,17 +615,17 @@ TEST_CASE("pooling CPU twins agree with PyTorch (float64): max_pool2d, mean((2,3
     std::filesystem::create_directories(c.dir);
     const Dims& d = c.d;
     const Tensor x = nhwc(xv, d, c.dtype);
-    write_f32(c.dir / "x.bin", x.to_floats());
+    testing::write_bin(c.dir / "x.bin", x.to_floats());
     if (c.kind == "maxpool") {
       const Dims yd{d.n, d.h / c.pool, d.w / c.pool, d.c};
       const Tensor dy = nhwc(randoms(yd.numel(), seed++), yd, c.dtype);
-      write_f32(c.dir / "dy.bin", dy.to_floats());
+      testing::write_bin(c.dir / "dy.bin", dy.to_floats());
       MaxOut o = run_max_pool(x, c.pool, dy);
       c.out = {o.y, o.code, o.dx};
     } else if (c.kind == "gap") {
       const Tensor dy = Tensor::from_floats(randoms(std::size_t(d.n * d.c), seed++), {d.n, d.c}, c.dtype);
-      write_f32(c.dir / "dy.bin", dy.to_floats());
-      Tensor y = poisoned({d.n, d.c}, c.dtype), dx = poisoned(d.shape(), c.dtype);
+      testing::write_bin(c.dir / "dy.bin", dy.to_floats());
+      Tensor y = testing::poisoned({d.n, d.c}, c.dtype), dx = testing::poisoned(d.shape(), c.dtype);
       ops::global_avg_pool_forward(x, y);
       ops::global_avg_pool_backward(dy, dx);
       c.out = {y, dx};
@@ -655,9 +633,9 @@ TEST_CASE("pooling CPU twins agree with PyTorch (float64): max_pool2d, mean((2,3
       const Tensor g = Tensor::from_floats(randoms(std::size_t(d.n * d.c), seed++, -4.f, 4.f), {d.n, d.c}, c.dtype);
       const Tensor res = nhwc(randoms(d.numel(), seed++), d, c.dtype);
       const Tensor dy = nhwc(randoms(d.numel(), seed++), d, c.dtype);
-      write_f32(c.dir / "g.bin", g.to_floats());
-      write_f32(c.dir / "res.bin", res.to_floats());
-      write_f32(c.dir / "dy.bin", dy.to_floats());
+      testing::write_bin(c.dir / "g.bin", g.to_floats());
+      testing::write_bin(c.dir / "res.bin", res.to_floats());
+      testing::write_bin(c.dir / "dy.bin", dy.to_floats());
       GateOut o = run_gate(x, g, c.residual ? &res : nullptr, c.relu, dy);
       c.out = {o.y, o.dx, o.dg, o.dy};
     }
@@ -690,17 +668,17 @@ TEST_CASE("pooling CPU twins agree with PyTorch (float64): max_pool2d, mean((2,3
          " residual ", c.residual, " relu ", c.relu);
     const double tol = testing::rel_l2_tolerance(c.dtype);
     const auto n_out = std::size_t(c.out[0].numel());
-    CHECK(rel_l2_nan_aware(c.out[0].to_floats(), read_all<double>(c.dir / "y.bin", n_out)) <= tol);
+    CHECK(rel_l2_nan_aware(c.out[0].to_floats(), testing::read_bin<double>(c.dir / "y.bin", n_out)) <= tol);
     if (c.kind == "maxpool") {
-      CHECK(bytes_of(c.out[1]) == read_all<std::uint8_t>(c.dir / "code.bin", n_out));
-      CHECK(rel_l2_nan_aware(c.out[2].to_floats(), read_all<double>(c.dir / "dx.bin", d.numel())) <= tol);
+      CHECK(testing::bytes_of(c.out[1]) == testing::read_bin<std::uint8_t>(c.dir / "code.bin", n_out));
+      CHECK(rel_l2_nan_aware(c.out[2].to_floats(), testing::read_bin<double>(c.dir / "dx.bin", d.numel())) <= tol);
     } else {
-      CHECK(testing::rel_l2(c.out[1].to_floats(), read_all<double>(c.dir / "dx.bin", d.numel())) <= tol);
+      CHECK(testing::rel_l2(c.out[1].to_floats(), testing::read_bin<double>(c.dir / "dx.bin", d.numel())) <= tol);
     }
     if (c.kind == "gate") {
-      CHECK(testing::rel_l2(c.out[2].to_floats(), read_all<double>(c.dir / "dg.bin", std::size_t(d.n * d.c))) <= tol);
+      CHECK(testing::rel_l2(c.out[2].to_floats(), testing::read_bin<double>(c.dir / "dg.bin", std::size_t(d.n * d.c))) <= tol);
       if (c.residual)
-        CHECK(testing::rel_l2(c.out[3].to_floats(), read_all<double>(c.dir / "dres.bin", d.numel())) <= tol);
+        CHECK(testing::rel_l2(c.out[3].to_floats(), testing::read_bin<double>(c.dir / "dres.bin", d.numel())) <= tol);
     }
   }
   std::filesystem::remove_all(root);

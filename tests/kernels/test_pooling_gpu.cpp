@@ -18,6 +18,7 @@
 
 #include "engine/stream.hpp"
 #include "kernels/ops.hpp"
+#include "tests/kernels/tensor_bits.hpp"
 #include "tests/kernels/tolerance.hpp"
 #include "tests/support/testing.hpp"
 
@@ -47,27 +48,15 @@ std::vector<Dims> shapes() {
   };
 }
 
-std::vector<std::uint8_t> bytes_of(const Tensor& t) {
-  const Tensor h = t.to(Device::cpu());
-  const auto* p = static_cast<const std::uint8_t*>(h.raw());
-  return {p, p + h.nbytes()};
-}
 Layout layout_of(const Shape& s) { return s.size() == 4 ? Layout::nhwc : Layout::plain; }
 Tensor host(const std::vector<float>& v, const Shape& s, DType t) { return Tensor::from_floats(v, s, t, layout_of(s)); }
-Tensor host_poisoned(const Shape& s, DType t) {
-  Tensor r = Tensor::empty(s, t);
-  r.fill_bytes(0xff);
-  return r;
-}
 Tensor dev_poisoned(const Shape& s, DType t, Stream& st) {
-  Tensor r = Tensor::empty(s, t, kGpu, layout_of(s), st);
-  r.fill_bytes(0xff, st);
-  return r;
+  return testing::poisoned(s, t, kGpu, layout_of(s), st.handle());
 }
 // The device outputs of two runs agree bit for bit.
 void check_runs_identical(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
   REQUIRE(a.size() == b.size());
-  for (std::size_t i = 0; i < a.size(); ++i) CHECK_MESSAGE(bytes_of(a[i]) == bytes_of(b[i]), "output ", i, " differs between runs");
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK_MESSAGE(testing::bytes_of(a[i]) == testing::bytes_of(b[i]), "output ", i, " differs between runs");
 }
 
 }  // namespace
@@ -84,7 +73,7 @@ TEST_CASE("max_pool forward/backward: CUDA vs CPU twin bit for bit, every dtype,
         // Small integers: many ties, so the tie rule is exercised on every window.
         const Tensor x = host(testing::random_small_ints(d.numel(), seed++, -2, 2), d.shape(), t);
         const Tensor dy = host(testing::random_floats(std::size_t(shape_numel(ys)), seed++), ys, t);
-        Tensor y = host_poisoned(ys, t), code = host_poisoned(ys, DType::u8), dx = host_poisoned(d.shape(), t);
+        Tensor y = testing::poisoned(ys, t), code = testing::poisoned(ys, DType::u8), dx = testing::poisoned(d.shape(), t);
         ops::max_pool_forward(x, p, y, &code);
         ops::max_pool_backward(dy, code, p, dx);
         const Tensor gx = x.to(kGpu, s), gdy = dy.to(kGpu, s);
@@ -98,10 +87,10 @@ TEST_CASE("max_pool forward/backward: CUDA vs CPU twin bit for bit, every dtype,
           r = {gy, gcode, gdx, gy2};
         }
         s.synchronize();
-        CHECK(bytes_of(runs[0][0]) == bytes_of(y));
-        CHECK(bytes_of(runs[0][1]) == bytes_of(code));
-        CHECK(bytes_of(runs[0][2]) == bytes_of(dx));
-        CHECK(bytes_of(runs[0][3]) == bytes_of(y));
+        CHECK(testing::bytes_of(runs[0][0]) == testing::bytes_of(y));
+        CHECK(testing::bytes_of(runs[0][1]) == testing::bytes_of(code));
+        CHECK(testing::bytes_of(runs[0][2]) == testing::bytes_of(dx));
+        CHECK(testing::bytes_of(runs[0][3]) == testing::bytes_of(y));
         check_runs_identical(runs[0], runs[1]);
       }
     }
@@ -121,7 +110,7 @@ TEST_CASE("max_pool on CUDA: ties to the first, NaN wins (the later NaN), the fl
     ops::max_pool_forward(gx, 2, gy, &gcode, s);
     ops::max_pool_backward(gdy, gcode, 2, gdx, s);
     s.synchronize();
-    CHECK(bytes_of(gcode) == std::vector<std::uint8_t>{1, 0, 3});
+    CHECK(testing::bytes_of(gcode) == std::vector<std::uint8_t>{1, 0, 3});
     const auto y = gy.to_floats();
     CHECK(y[0] == 3.f);
     CHECK(std::isnan(y[1]));
@@ -138,7 +127,7 @@ TEST_CASE("global_avg_pool forward/backward: CUDA vs CPU twin bit for bit (the s
       INFO("n ", d.n, " h ", d.h, " w ", d.w, " c ", d.c, " ", dtype_name(t));
       const Tensor x = host(testing::random_floats(d.numel(), seed++), d.shape(), t);
       const Tensor dy = host(testing::random_floats(std::size_t(d.n * d.c), seed++), {d.n, d.c}, t);
-      Tensor y = host_poisoned({d.n, d.c}, t), dx = host_poisoned(d.shape(), t);
+      Tensor y = testing::poisoned({d.n, d.c}, t), dx = testing::poisoned(d.shape(), t);
       ops::global_avg_pool_forward(x, y);
       ops::global_avg_pool_backward(dy, dx);
       const Tensor gx = x.to(kGpu, s), gdy = dy.to(kGpu, s);
@@ -150,8 +139,8 @@ TEST_CASE("global_avg_pool forward/backward: CUDA vs CPU twin bit for bit (the s
         r = {gy, gdx};
       }
       s.synchronize();
-      CHECK(bytes_of(runs[0][0]) == bytes_of(y));
-      CHECK(bytes_of(runs[0][1]) == bytes_of(dx));
+      CHECK(testing::bytes_of(runs[0][0]) == testing::bytes_of(y));
+      CHECK(testing::bytes_of(runs[0][1]) == testing::bytes_of(dx));
       check_runs_identical(runs[0], runs[1]);
     }
 }
@@ -171,7 +160,7 @@ TEST_CASE("channel_gate forward/backward: CUDA vs CPU twin, every dtype, residua
           const Tensor g = Tensor::from_floats(gv, {d.n, d.c}, t);
           const Tensor res = host(testing::random_floats(d.numel(), seed++), d.shape(), t);
           const Tensor dy0 = host(testing::random_floats(d.numel(), seed++), d.shape(), t);
-          Tensor y = host_poisoned(d.shape(), t), dx = host_poisoned(d.shape(), t), dg = host_poisoned({d.n, d.c}, t);
+          Tensor y = testing::poisoned(d.shape(), t), dx = testing::poisoned(d.shape(), t), dg = testing::poisoned({d.n, d.c}, t);
           Tensor dy = Tensor::empty(d.shape(), t);
           dy.copy_from(dy0);
           ops::channel_gate_forward(x, g, residual ? &res : nullptr, relu, y);
@@ -213,7 +202,7 @@ TEST_CASE("add_inplace: CUDA vs CPU twin bit for bit, every dtype") {
         r = {gdst};
       }
       s.synchronize();
-      CHECK(bytes_of(runs[0][0]) == bytes_of(dst));
+      CHECK(testing::bytes_of(runs[0][0]) == testing::bytes_of(dst));
       check_runs_identical(runs[0], runs[1]);
     }
 }

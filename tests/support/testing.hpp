@@ -41,6 +41,15 @@ inline std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float
   return v;
 }
 
+// Normally distributed (mean, sd), e.g. log-mel-like data with a large offset.
+inline std::vector<float> random_normal_floats(std::size_t n, std::uint64_t seed, float mean, float sd) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(mean, sd);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
 // Integers in [lo, hi]: exact in fp16/bf16, and small enough that products and
 // short sums stay exact in fp32.
 inline std::vector<float> random_small_ints(std::size_t n, std::uint64_t seed, int lo = -3, int hi = 3) {
