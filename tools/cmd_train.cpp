@@ -202,26 +202,10 @@ struct InferArgs {
   int threads = 0;
 };
 
-io::ReaderConfig eval_reader(const train::LoadedModel& lm, const InferArgs& a, Device dev) {
-  io::ReaderConfig rc;
-  rc.batch_size = a.batch_size;
-  rc.shuffle = false;
-  rc.last_batch = io::LastBatch::pad;
-  rc.threads = int(lm.cfg.reader_threads);
-  rc.device = dev;
-  rc.dtype = model::activation_dtype(lm.precision);
-  rc.resident = io::Residency::automatic;
-  return rc;
-}
-
 train::EvalRun run_eval(const InferArgs& a, train::LoadedModel& lm, const Stream& stream,
                         std::shared_ptr<const io::Dataset>& ds) {
-  ds = io::Dataset::open(a.data, train::dataset_names(lm.cfg));
-  const auto& info = ds->info();
-  MF_CHECK(info.n_mels == lm.model.in_mels && info.frames == lm.model.in_frames,
-           "--data {}: segments are {}x{}, the model takes {}x{}", a.data, info.n_mels, info.frames, lm.model.in_mels,
-           lm.model.in_frames);
-  io::BatchReader reader(ds, eval_reader(lm, a, lm.ts->device()));
+  ds = train::open_model_data(lm, a.data, "--data " + a.data);
+  io::BatchReader reader(ds, train::inference_reader(lm, a.batch_size));
   train::EvalOptions o;
   o.threshold = a.threshold >= 0 ? a.threshold : lm.cfg.threshold;
   o.class_loss_weight = lm.cfg.class_loss_weight;

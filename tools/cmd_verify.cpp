@@ -18,7 +18,6 @@
 #include "tools/commands.hpp"
 #include "train/embeddings.hpp"
 #include "train/load_model.hpp"
-#include "train/run_setup.hpp"
 
 namespace mf::cli {
 
@@ -53,19 +52,8 @@ struct DataEmbeddings {
 DataEmbeddings embed_data(train::LoadedModel& lm, const std::string& path, std::int64_t batch_size,
                           const Stream& stream) {
   DataEmbeddings d;
-  d.ds = io::Dataset::open(path, train::dataset_names(lm.cfg));
-  const auto& info = d.ds->info();
-  MF_CHECK(info.n_mels == lm.model.in_mels && info.frames == lm.model.in_frames,
-           "{}: segments are {}x{}, the model takes {}x{}", path, info.n_mels, info.frames, lm.model.in_mels,
-           lm.model.in_frames);
-  io::ReaderConfig rc;
-  rc.batch_size = batch_size;
-  rc.shuffle = false;
-  rc.last_batch = io::LastBatch::pad;
-  rc.threads = int(lm.cfg.reader_threads);
-  rc.device = lm.ts->device();
-  rc.dtype = model::activation_dtype(lm.precision);
-  io::BatchReader reader(d.ds, rc);
+  d.ds = train::open_model_data(lm, path, path);
+  io::BatchReader reader(d.ds, train::inference_reader(lm, batch_size));
   d.segments = train::segment_embeddings(*lm.ts, reader, 0, stream);
   return d;
 }

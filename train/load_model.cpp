@@ -77,4 +77,26 @@ LoadedModel load_model(const fs::path& checkpoint, const std::string& device, co
   return lm;
 }
 
+std::shared_ptr<const io::Dataset> open_model_data(const LoadedModel& lm, const std::string& path,
+                                                   const std::string& what) {
+  auto ds = io::Dataset::open(path, dataset_names(lm.cfg));
+  const auto& info = ds->info();
+  MF_CHECK(info.n_mels == lm.model.in_mels && info.frames == lm.model.in_frames,
+           "{}: segments are {}x{}, the model takes {}x{}", what, info.n_mels, info.frames, lm.model.in_mels,
+           lm.model.in_frames);
+  return ds;
+}
+
+io::ReaderConfig inference_reader(const LoadedModel& lm, std::int64_t batch_size) {
+  io::ReaderConfig rc;
+  rc.batch_size = batch_size;
+  rc.shuffle = false;
+  rc.last_batch = io::LastBatch::pad;
+  rc.threads = int(lm.cfg.reader_threads);
+  rc.device = lm.ts->device();
+  rc.dtype = model::activation_dtype(lm.precision);
+  rc.resident = io::Residency::automatic;
+  return rc;
+}
+
 }  // namespace mf::train

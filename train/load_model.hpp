@@ -1,5 +1,6 @@
 // Models rebuilt from files: a checkpoint for inference and export (`eval`,
-// `predict`, `export`), and initial weights for a new run (--init-from).
+// `predict`, `embed`, `verify`, `export`) with the dataset reader of an
+// inference pass, and initial weights for a new run (--init-from).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "io/reader.hpp"
 #include "model/model_config.hpp"
 #include "model/run_config.hpp"
 #include "model/train_step.hpp"
@@ -30,6 +32,16 @@ struct LoadedModel {
 // the model is built from is checked; a bad one is an error naming the file.
 LoadedModel load_model(const std::filesystem::path& checkpoint, const std::string& device,
                        const std::string& precision, cudaStream_t stream = nullptr);
+
+// A dataset for an inference pass with lm, opened with the checkpoint's
+// dataset names; its segments must be the model's input size (else an error
+// that starts with `what`, e.g. "--data x.h5").
+std::shared_ptr<const io::Dataset> open_model_data(const LoadedModel& lm, const std::string& path,
+                                                   const std::string& what);
+// The reader of an inference pass (eval, predict, embed, verify): dataset
+// order, the last batch padded, the checkpoint's reader threads, on the
+// model's device in its activation dtype, resident when it fits.
+io::ReaderConfig inference_reader(const LoadedModel& lm, std::int64_t batch_size);
 
 // Initial weights from a .safetensors file (PyTorch names and layouts, as
 // `melforge export` writes) or a melforge checkpoint (its master weights only).
