@@ -122,9 +122,12 @@ TrainStep::TrainStep(const TrainConfig& cfg, Device device, cudaStream_t stream)
     if (mc.leak_head) mix_leak_ = make({B}, DType::f32, device, stream);
   }
   sums_ = make({kernels::kLossSums}, DType::f32, device, stream);
-  // The confusion matrix only with the class head (leak_loss writes it); the
-  // cosine-margin losses, with thousands of speakers, go without.
-  counts_ = make({kernels::kLossCounts + (mc.class_head() ? std::int64_t(C) * C : 0)}, DType::i32, device, stream);
+  // The confusion matrix only with the softmax loss (leak_loss writes it).
+  // Speaker sets go without (thousands of classes: C*C counts, and leak_loss's
+  // CUDA matrix takes C <= 100): the cosine-margin losses, and softmaxproto,
+  // whose class head runs leak_loss with counts [kLossCounts] (no matrix).
+  counts_ = make({kernels::kLossCounts + (mc.loss == LossType::softmax ? std::int64_t(C) * C : 0)}, DType::i32,
+                 device, stream);
   step_loss_ = make({1}, DType::f32, device, stream);
   opt_state_ = make({std::int64_t(sizeof(kernels::AdamWState))}, DType::u8, device, stream);
   opt_scratch_ = make({std::int64_t(kernels::adamw_scratch_bytes())}, DType::u8, device, stream);
