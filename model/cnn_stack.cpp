@@ -8,6 +8,7 @@
 #include "engine/error.hpp"
 #include "kernels/attentive_pool.hpp"
 #include "kernels/batch_norm.hpp"
+#include "kernels/conv2d.hpp"
 #include "kernels/ops.hpp"
 
 namespace mf::model {
@@ -36,6 +37,7 @@ struct BnSaved {
 // Named views of the parameters: working weights, master statistics, gradients.
 struct Params {
   ParamBuffer& pb;
+  Tensor* conv_scratch = nullptr;  // conv2d_backward's dw/db partials (GPU), made once
   Tensor w(const std::string& name) const { return pb.view(pb.work(), name); }
   Tensor stat(const std::string& name) const { return pb.view(pb.master(), name); }
 };
@@ -204,7 +206,7 @@ void conv_backward(Node& nd, const Params& P, const Tensor& x, Tensor* dx, Tenso
   if (l.batch_norm) bn_backward(P, g, nd.pre + ".bn", nd.z, nd.bn, nd.a, nd.da, l.relu, nd.dz, scratch, st);
   const bool relu_here = l.relu && !l.batch_norm;
   ops::conv2d_backward(x, w, relu_here ? nd.z : Tensor(), nd.dz, l.stride, relu_here, dx, gw, l.bias ? &gb : nullptr,
-                       st);
+                       st, P.conv_scratch);
 }
 
 void residual_forward(Node& nd, const Params& P, const Tensor& x, bool train, Tensor* scratch, cudaStream_t st) {
@@ -249,15 +251,17 @@ void residual_backward(Node& nd, const Params& P, const Tensor& x, Tensor* dx, T
     bn_backward(P, g, pre + ".bn2", nd.t2, nd.bn2, Tensor(), nd.db2, false, nd.dt2, scratch, st);
   }
   Tensor gw2 = pb.view(g, pre + ".conv2.weight");
-  ops::conv2d_backward(nd.a1, P.w(pre + ".conv2.weight"), Tensor(), nd.dt2, 1, false, &nd.da1, gw2, nullptr, st);
+  ops::conv2d_backward(nd.a1, P.w(pre + ".conv2.weight"), Tensor(), nd.dt2, 1, false, &nd.da1, gw2, nullptr, st,
+                       P.conv_scratch);
   bn_backward(P, g, pre + ".bn1", nd.t1, nd.bn1, nd.a1, nd.da1, true, nd.dt1, scratch, st);
   Tensor gw1 = pb.view(g, pre + ".conv1.weight");
-  ops::conv2d_backward(x, P.w(pre + ".conv1.weight"), Tensor(), nd.dt1, l.stride, false, dx, gw1, nullptr, st);
+  ops::conv2d_backward(x, P.w(pre + ".conv1.weight"), Tensor(), nd.dt1, l.stride, false, dx, gw1, nullptr, st,
+                       P.conv_scratch);
   if (nd.project) {
     bn_backward(P, g, pre + ".downsample.1", nd.p, nd.bnd, Tensor(), nd.dy, false, nd.dp, scratch, st);
     Tensor gwd = pb.view(g, pre + ".downsample.0.weight");
     ops::conv2d_backward(x, P.w(pre + ".downsample.0.weight"), Tensor(), nd.dp, l.stride, false,
-                         dx ? &nd.dx2 : nullptr, gwd, nullptr, st);
+                         dx ? &nd.dx2 : nullptr, gwd, nullptr, st, P.conv_scratch);
     if (dx) ops::add_inplace(nd.dx2, *dx, st);
   } else if (dx) {
     ops::add_inplace(nd.dy, *dx, st);
@@ -345,6 +349,31 @@ std::vector<std::unique_ptr<Node>> make_nodes(const ModelConfig& cfg, const Allo
   return nodes;
 }
 
+// The largest conv2d backward scratch any layer needs (GPU only).
+std::int64_t conv_scratch_elems(const std::vector<std::unique_ptr<Node>>& nodes, std::int64_t n) {
+  std::int64_t e = 0;
+  auto take = [&](const ActShape& in, int cout, int k, int stride) {
+    kernels::Conv2dDims d;
+    d.n = n;
+    d.h = in.h;
+    d.w = in.w;
+    d.cin = in.c;
+    d.cout = cout;
+    d.k = k;
+    d.stride = stride;
+    e = std::max(e, kernels::conv2d_scratch_elems(d));
+  };
+  for (const auto& nd : nodes) {
+    const CnnLayer& l = nd->l;
+    if (l.type == LayerType::conv && !nd->fused) take(nd->in, l.cout, l.k, l.stride);
+    if (l.type != LayerType::residual) continue;
+    take(nd->in, l.cout, 3, l.stride);
+    take(ActShape{true, nd->out.h, nd->out.w, l.cout}, l.cout, 3, 1);
+    if (nd->project) take(nd->in, l.cout, 1, l.stride);
+  }
+  return e;
+}
+
 // The largest batch-norm scratch any layer needs (GPU only; the CPU twin needs none).
 std::int64_t bn_scratch_elems(const std::vector<std::unique_ptr<Node>>& nodes, std::int64_t n) {
   std::int64_t e = 0;
@@ -375,6 +404,8 @@ CnnStack::CnnStack(const ModelConfig& cfg, std::int64_t batch, DType dtype, Devi
   if (device.is_cuda()) {
     const std::int64_t e = bn_scratch_elems(nodes_, batch);
     if (e > 0) bn_scratch_ = Tensor::zeros({e}, DType::f32, device, Layout::plain, stream);
+    const std::int64_t c = conv_scratch_elems(nodes_, batch);
+    if (c > 0) conv_scratch_ = Tensor::zeros({c}, DType::f32, device, Layout::plain, stream);
   }
 }
 
@@ -393,7 +424,7 @@ const Tensor& CnnStack::forward(ParamBuffer& pb, const Tensor& x, const DropoutC
 
 void CnnStack::backward(ParamBuffer& pb, const Tensor& x, Tensor& g, const DropoutContext& drop,
                         cudaStream_t stream) {
-  const Params P{pb};
+  const Params P{pb, conv_scratch_.defined() && conv_scratch_.numel() ? &conv_scratch_ : nullptr};
   Tensor* scratch = bn_scratch_.defined() && bn_scratch_.numel() ? &bn_scratch_ : nullptr;
   for (std::size_t i = nodes_.size(); i-- > 0;) {
     Tensor* dx = i == 0 ? nullptr : &nodes_[i - 1]->dy;

@@ -66,7 +66,8 @@ class CnnStack {
   Device device_;
   std::vector<std::unique_ptr<Node>> nodes_;
   Tensor features_, dfeatures_;
-  Tensor bn_scratch_;  // batch norm's per-chunk partials (GPU), shared by every batch norm
+  Tensor bn_scratch_;    // batch norm's per-chunk partials (GPU), shared by every batch norm
+  Tensor conv_scratch_;  // conv2d backward's dw/db partials (GPU), shared by every conv
 };
 
 }  // namespace mf::model

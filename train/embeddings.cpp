@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "engine/error.hpp"
 #include "engine/nvtx.hpp"
@@ -87,12 +88,24 @@ VerificationRun verify_dataset(model::TrainStep& ts, io::BatchReader& reader, st
   const Embeddings files = file_embeddings(seg, info.segments_per_file);
   VerificationRun v;
   v.files = files.rows;
-  const std::vector<std::int32_t> labels(info.file_labels.begin(), info.file_labels.begin() + files.rows);
-  v.trials = model::make_trials(labels, per_file, seed);
-  MF_CHECK(!v.trials.empty(), "{}: no trials can be drawn (a verification set needs at least two classes with two "
-           "files)", info.path);
+  const std::vector<std::int32_t> file_labels(info.file_labels.begin(), info.file_labels.begin() + files.rows);
+  v.trials = model::make_trials(file_labels, per_file, seed);
+  MF_CHECK(!v.trials.empty(), "{}: no trials can be drawn from {} files (a verification set needs at least two "
+           "classes)", info.path, files.rows);
   v.scores = cosine_scores(files, v.trials);
-  v.rates = model::error_rates(v.scores, model::trial_labels(v.trials), {0.05, 0.01});
+  const std::vector<std::int32_t> labels = model::trial_labels(v.trials);
+  const auto targets = std::count(labels.begin(), labels.end(), 1);
+  if (targets == 0 || targets == std::int64_t(labels.size())) {
+    // Too few files (e.g. --fast-dev-run's one batch) for both kinds of
+    // trials: the rates are undefined (NaN), as a metric without examples.
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    v.rates.targets = targets;
+    v.rates.nontargets = std::int64_t(labels.size()) - targets;
+    v.rates.eer = v.rates.eer_threshold = nan;
+    v.rates.min_dcf = {{0.05, nan, nan}, {0.01, nan, nan}};
+    return v;
+  }
+  v.rates = model::error_rates(v.scores, labels, {0.05, 0.01});
   return v;
 }
 

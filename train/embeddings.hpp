@@ -44,7 +44,9 @@ std::vector<float> cosine_scores(const Embeddings& normalized, std::span<const m
 
 // Validation of an embedding model: file embeddings of the whole set, a
 // balanced trial list drawn from it (model::make_trials: `per_file` target and
-// non-target trials per file, fixed `seed`), their scores and error rates.
+// non-target trials per file, fixed `seed`), their scores and error rates
+// (NaN when the files allow only one kind of trial, e.g. a single file per
+// class in a --fast-dev-run batch).
 struct VerificationRun {
   std::int64_t files = 0;
   std::vector<model::Trial> trials;
