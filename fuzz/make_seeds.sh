@@ -7,12 +7,19 @@
 #                     and bf16)
 #   OUT/safetensors/  that run exported as F32, BF16 and F16
 #   OUT/run_config/   the run's resolved config.toml and hand-written configs
-#                     with --set lines (the input format of fuzz_run_config)
+#                     with --set lines (the input format of fuzz_run_config),
+#                     among them CNN stacks ([[model.layers]], every layer
+#                     type, inline and --set forms, the preset, metric losses
+#                     with an embedding, and edge cases: a pool or stride that
+#                     leaves 1 x 1, a layer after a flat one, se > cout)
 #   OUT/audio_decode/ tiny audio files written with libsndfile (through ctypes):
 #                     WAV 16-bit, float (mono, stereo), 24-bit stereo, FLAC,
 #                     OGG/Vorbis, AIFF, AU, CAF, W64, a header-only WAV, a
 #                     truncated WAV and a FLAC whose header declares 2^36 - 1
 #                     frames
+#   OUT/trials/       trial lists for fuzz_trials' fixed name index (VoxCeleb
+#                     names, tabs, CRLF, blank lines, a bad label, an unknown
+#                     name, an extra field, a name with a space, a 64 KiB line)
 #   OUT/audio_csv/    labels CSVs (header or not, leak column, quotes, CRLF,
 #                     a UTF-8 BOM) and groups CSVs for fuzz_audio_csv's fixed
 #                     file list, some with a '#0.8,0.1,0.1' first line (--split)
@@ -43,7 +50,7 @@ trap 'rm -rf "$work"' EXIT
 quiet() {
   "$M" "$@" > "$work/last.log" 2>&1 || { cat "$work/last.log" >&2; echo "make_seeds.sh: melforge $* failed" >&2; exit 1; }
 }
-mkdir -p "$OUT"/{dataset,checkpoint,safetensors,run_config,audio_decode,audio_csv}
+mkdir -p "$OUT"/{dataset,checkpoint,safetensors,run_config,audio_decode,audio_csv,trials}
 
 # Datasets: small, three storage layouts and both float widths.
 small=(--files 8 --classes 4 --mels 16 --frames 16 --long 2 --short 2)
@@ -115,6 +122,116 @@ TOMLEOF
 printf -- '--set\ntrain.epochs=3\nmodel.channels=[8, 8]\nmodel.pools=[2, 2]\neval.threshold=0.25\nrun.out=runs/x y\n' \
   > "$OUT/run_config/only-sets.toml"
 
+# CNN stacks (docs/models.md): every layer type, the preset, metric losses.
+cat > "$OUT/run_config/stack-every-layer.toml" <<'TOMLEOF'
+[data]
+train = "train.h5"
+[model]
+arch = "cnn"
+heads = "class"
+[[model.layers]]
+type = "conv"
+k = 3
+cout = 8
+batch_norm = true
+pool = 2
+[[model.layers]]
+type = "conv"
+k = 5
+cout = 8
+stride = 2
+bias = true
+activation = "none"
+[[model.layers]]
+type = "residual"
+cout = 8
+se = 4
+[[model.layers]]
+type = "residual"
+cout = 16
+stride = 2
+se = 8
+[[model.layers]]
+type = "attentive_stats_pool"
+stats = "mean+std"
+attention = 8
+[[model.layers]]
+type = "dense"
+units = 16
+[[model.layers]]
+type = "dropout"
+p = 0.25
+[[model.layers]]
+type = "dense"
+units = 8
+activation = "none"
+TOMLEOF
+cat > "$OUT/run_config/stack-leakcnn-like-gap.toml" <<'TOMLEOF'
+[data]
+train = "train.h5"
+[model]
+arch = "cnn"
+layers = [{type = "conv", cout = 4, pool = 2}, {type = "conv", cout = 8, pool = 2}, {type = "global_avg_pool"},
+          {type = "dropout", p = 0.5}]
+TOMLEOF
+cat > "$OUT/run_config/stack-spatial-head-aam.toml" <<'TOMLEOF'
+[data]
+train = "train.h5"
+[model]
+arch = "cnn"
+heads = "class"
+[[model.layers]]
+type = "conv"
+k = 1
+cout = 2
+stride = 2
+pool = 3
+[[model.layers]]
+type = "residual"
+cout = 2
+[loss]
+type = "aam_softmax"
+--set
+model.embedding=16
+data.per_class=2
+TOMLEOF
+cat > "$OUT/run_config/stack-angleproto-attentive-mean.toml" <<'TOMLEOF'
+[data]
+train = "train.h5"
+per_class = 2
+[model]
+arch = "cnn"
+heads = "class"
+layers = [{type = "conv", k = 7, cout = 4, stride = 2, batch_norm = true}, {type = "residual", cout = 4, se = 16},
+          {type = "attentive_stats_pool"}, {type = "dense", units = 8, activation = "none"}]
+[loss]
+type = "softmaxproto"
+TOMLEOF
+printf '%s\n' '[data]' 'train = "train.h5"' '[model]' 'arch = "resnet34se-light"' 'heads = "class"' '[loss]' 'type = "am_softmax"' \
+  > "$OUT/run_config/preset-resnet34se-light.toml"
+printf -- '--set\ndata.train=t.h5\nmodel.arch=cnn\nmodel.layers=[{type="conv", cout=16, batch_norm=true, pool=2}, {type="global_avg_pool"}]\nmodel.input_norm=instance\n' \
+  > "$OUT/run_config/stack-only-sets.toml"
+# Edge cases: a pool that leaves 1 x 1 on 8 x 8, a conv after a flat layer, an
+# unknown key (errors the fuzzer mutates into near-valid stacks).
+printf '%s\n' '[data]' 'train = "train.h5"' '[model]' 'arch = "cnn"' 'layers = [{type = "conv", cout = 1, k = 15, pool = 8}, {type = "residual", cout = 3, stride = 2, se = 4096}]' \
+  > "$OUT/run_config/stack-edge-pool8.toml"
+printf '%s\n' '[data]' 'train = "train.h5"' '[model]' 'arch = "cnn"' 'layers = [{type = "global_avg_pool"}, {type = "conv", cout = 2}]' \
+  > "$OUT/run_config/stack-conv-after-flat.toml"
+printf '%s\n' '[data]' 'train = "train.h5"' '[model]' 'arch = "cnn"' '[[model.layers]]' 'type = "dense"' 'units = 4' 'pool = 2' \
+  > "$OUT/run_config/stack-unknown-key.toml"
+
+# Trial lists for fuzz_trials (its names: fuzz/fuzz_trials.cpp kNames).
+T="$OUT/trials"
+printf '1 id10270/x6uYqmx31kE/00001.wav id10270/8jEAjG6SegY/00008.wav\n0 id10270/x6uYqmx31kE/00001.wav id10273/0OCW1HUxZyg/00001.wav\n1 id10273/0OCW1HUxZyg/00001.wav id10273/alFx8mJQSOo/00002.wav\n' \
+  > "$T/voxceleb.txt"
+printf '1\ta\tb\r\n\r\n0  a   1 \r\n  \t \n1 0 données/é.wav\n0 b a' > "$T/tabs-crlf-blank-no-final-newline.txt"
+printf '1 a b\n2 a b\n' > "$T/bad-label.txt"
+printf '1 a b\n0 a c\n' > "$T/unknown-name.txt"
+printf '1 a b b\n' > "$T/extra-field.txt"
+printf '1 has space.wav a\n' > "$T/name-with-space.txt"
+printf '01 a b\n-0 a b\n1.0 a b\n' > "$T/label-spellings.txt"
+{ printf '1 a '; head -c 65536 /dev/zero | tr '\0' 'x'; printf '\n0 a b\n'; } > "$T/huge-line.txt"
+
 # Audio files: a few dozen frames each (OGG/Vorbis is ~4 KB of codebooks).
 "$PY" - "$OUT/audio_decode" <<'PYEOF'
 import ctypes, math, os, struct, sys
@@ -179,6 +296,6 @@ printf '#0.5,0.5,0\r\na.wav,train\r\nb/./c.wav,val\r\nd.flac,test\r\ne f.wav,tra
   > "$C/groups-explicit-crlf.csv"
 printf '0.7, 0.15 ,0.15\n' > "$C/split-only.csv"
 
-for t in dataset checkpoint safetensors run_config audio_decode audio_csv; do
+for t in dataset checkpoint safetensors run_config audio_decode audio_csv trials; do
   echo "$OUT/$t: $(ls "$OUT/$t" | wc -l) seeds, $(du -sk "$OUT/$t" | cut -f1) KiB"
 done

@@ -26,12 +26,12 @@ while (($#)); do
     --seconds) SECONDS_PER_TARGET=$2; shift 2 ;;
     --build) BUILD=$2; shift 2 ;;
     --no-build) BUILD_IT=0; shift ;;
-    dataset|checkpoint|safetensors|run_config|audio_decode|audio_csv) targets+=("$1"); shift ;;
+    dataset|checkpoint|safetensors|run_config|audio_decode|audio_csv|trials) targets+=("$1"); shift ;;
     *) echo "fuzz/run.sh: unknown argument '$1' (expected --seconds N, --build DIR, --no-build or a target:" \
-            "dataset checkpoint safetensors run_config audio_decode audio_csv)" >&2; exit 2 ;;
+            "dataset checkpoint safetensors run_config audio_decode audio_csv trials)" >&2; exit 2 ;;
   esac
 done
-((${#targets[@]})) || targets=(dataset checkpoint safetensors run_config audio_decode audio_csv)
+((${#targets[@]})) || targets=(dataset checkpoint safetensors run_config audio_decode audio_csv trials)
 
 # Debian 12's clang-19 (its default clang 14 cannot compile melforge's C++20).
 CC_FUZZ=${CC_FUZZ:-clang-19} CXX_FUZZ=${CXX_FUZZ:-clang++-19}
