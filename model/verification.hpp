@@ -125,8 +125,8 @@ using NameIndex = std::unordered_map<std::string, std::int64_t>;
 NameIndex index_names(std::span<const std::string> names);
 
 // The VoxCeleb trial format: one trial per line, "LABEL NAME_A NAME_B" with
-// LABEL 1 (same speaker) or 0, fields separated by spaces or tabs; a trailing
-// '\r' is dropped and blank lines are skipped. Any other line (a bad label, a
+// LABEL 1 (same speaker) or 0, fields separated by whitespace (space, tab, \v,
+// \f, \r: Python's str.split()); blank lines are skipped. Any other line (a bad label, a
 // missing or extra field) or a name not in `names` is an error naming `source`,
 // the line number and what was found.
 std::vector<Trial> parse_trials(std::istream& in, const NameIndex& names, std::string_view source = "trials");

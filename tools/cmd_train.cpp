@@ -306,21 +306,10 @@ std::string predict_csv(const InferArgs& a, const train::LoadedModel& lm, const 
 // a.data then names it. Files that cannot be used are listed on stderr.
 std::unique_ptr<train::AudioFeatures> prepare_audio(InferArgs& a, const train::LoadedModel& lm,
                                                     std::vector<std::string>& row_paths) {
-  audio::PipelineOptions po;
-  po.frontend = train::predict_frontend(lm.cfg, a.sets, lm.model.in_mels, lm.model.in_frames);
-  po.pad = a.pad;
-  po.threads = a.threads;
-  po.device = parse_device(a.device);
-  const auto sources = train::list_audio_inputs(a.audio);
-  auto feats = train::audio_features(sources, po, lm.class_names);
-  for (auto w : feats->written) row_paths.push_back(sources[w].string());
-  std::int64_t bad = 0;
-  for (std::size_t i = 0; i < feats->outcomes.size(); ++i)
-    if (!feats->outcomes[i].ok) {
-      fmt::print(stderr, "melforge predict: skipped {}: {}\n", sources[i].string(), feats->outcomes[i].reason);
-      ++bad;
-    }
-  if (bad) fmt::print(stderr, "melforge predict: {} of {} audio files skipped (no row in --out)\n", bad, sources.size());
+  const train::AudioInputOptions o{a.sets, a.pad, a.threads, a.device};
+  auto feats = train::audio_features_for_model(a.audio, lm.cfg, lm.model.in_mels, lm.model.in_frames,
+                                               lm.class_names, o, "predict");
+  for (auto w : feats->written) row_paths.push_back(feats->sources[w].string());
   a.data = feats->dataset.string();
   return feats;
 }

@@ -18,6 +18,7 @@
 #include "tools/commands.hpp"
 #include "train/embeddings.hpp"
 #include "train/load_model.hpp"
+#include "train/predict_audio.hpp"
 
 namespace mf::cli {
 
@@ -29,13 +30,17 @@ struct EmbedArgs {
   std::string checkpoint, data, out, device = "auto", precision, trials, scores_out, cohort;
   std::int64_t batch_size = 256, cohort_top = 300;
   bool per_segment = false;
+  // embed --audio
+  std::vector<std::string> audio, sets;
+  bool pad = false;
+  int threads = 0;
 };
 
 void add_model_options(CLI::App* cmd, EmbedArgs& a) {
   cmd->add_option("--checkpoint", a.checkpoint, "Checkpoint (.h5) written by melforge train")
       ->required()
       ->type_name("PATH");
-  cmd->add_option("--data", a.data, "Dataset (HDF5)")->required()->type_name("PATH");
+  cmd->add_option("--data", a.data, "Dataset (HDF5)")->type_name("PATH");
   cmd->add_option("--device", a.device, "Where to run")->capture_default_str()->type_name(kDeviceType);
   cmd->add_option("--precision", a.precision, "Compute precision (default: the checkpoint's train.precision)")
       ->type_name(one_of_type({"fp32", "bf16", "fp16"}));
@@ -72,29 +77,49 @@ void register_embed(CLI::App& app) {
   add_model_options(cmd, a);
   cmd->add_option("--out", a.out, "Output file (HDF5)")->required()->type_name("PATH");
   cmd->add_flag("--per-segment", a.per_segment, "One L2-normalised embedding per segment instead of per file");
+  auto* audio_opt = cmd->add_option("--audio", a.audio,
+                                    "Audio files or folders (instead of --data): features as the checkpoint's "
+                                    "front-end computes them; rows are named by path, labels -1")
+                        ->type_name("PATH...");
+  audio_opt->excludes(cmd->get_option("--data"));
+  cmd->add_option("--set", a.sets, "With --audio: frontend.KEY=VALUE (for checkpoints that do not record them)")
+      ->type_name("KEY=VALUE");
+  cmd->add_flag("--pad", a.pad, "With --audio: pad files too short for the model's segments with silence");
+  cmd->add_option("--threads", a.threads, "With --audio: decode threads (0: one per core)")->capture_default_str();
   cmd->callback([] {
+    MF_CHECK(!a.data.empty() || !a.audio.empty(), "embed: give --data FILE.h5 or --audio FILE_OR_DIR");
     const Device dev = parse_device(a.device);
     Stream stream(dev, "embed");
     train::LoadedModel lm = train::load_model(a.checkpoint, a.device, a.precision, stream);
-    DataEmbeddings d = embed_data(lm, a.data, a.batch_size, stream);
+    std::unique_ptr<train::AudioFeatures> feats;
+    if (!a.audio.empty())
+      feats = train::audio_features_for_model(a.audio, lm.cfg, lm.model.in_mels, lm.model.in_frames, lm.class_names,
+                                              {a.sets, a.pad, a.threads, a.device}, "embed");
+    DataEmbeddings d = embed_data(lm, feats ? feats->dataset.string() : a.data, a.batch_size, stream);
     const io::DatasetInfo& info = d.ds->info();
     io::EmbeddingFile f;
     f.per_segment = a.per_segment;
     f.checkpoint = a.checkpoint;
-    f.data = a.data;
-    f.class_names = info.class_names;
+    f.data = feats ? "(audio)" : a.data;
+    f.class_names = feats ? std::vector<std::string>{} : info.class_names;
+    // Audio rows: the files' paths, no labels (-1).
+    auto file_name = [&](std::int64_t file) {
+      return feats ? feats->sources[feats->written[std::size_t(file)]].string() : info.file_name(file);
+    };
     train::Embeddings e;
     if (a.per_segment) {
       e = std::move(d.segments);
       train::normalize_rows(e);
       for (std::int64_t s = 0; s < e.rows; ++s) {
-        f.names.push_back(fmt::format("{}#{}", info.file_name(info.file_of(s)), s % info.segments_per_file));
-        f.labels.push_back(info.labels[std::size_t(s)]);
+        f.names.push_back(fmt::format("{}#{}", file_name(info.file_of(s)), s % info.segments_per_file));
+        f.labels.push_back(feats ? -1 : info.labels[std::size_t(s)]);
       }
     } else {
       e = train::file_embeddings(d.segments, info.segments_per_file);
-      f.names = file_names(info);
-      f.labels.assign(info.file_labels.begin(), info.file_labels.end());
+      for (std::int64_t i = 0; i < e.rows; ++i) {
+        f.names.push_back(file_name(i));
+        f.labels.push_back(feats ? -1 : info.file_labels[std::size_t(i)]);
+      }
     }
     f.rows = e.rows;
     f.dim = e.dim;
@@ -150,6 +175,7 @@ void register_verify(CLI::App& app) {
                 "writes EER and minDCF as JSON to stdout");
   static EmbedArgs a;
   add_model_options(cmd, a);
+  cmd->get_option("--data")->required();
   cmd->add_option("--trials", a.trials, "Trial list: one '1 a b' (same speaker) or '0 a b' per line; names as in "
                                         "the data's /files, or #<index>")
       ->required()

@@ -7,6 +7,7 @@
 
 #include "audio/feature_file.hpp"
 #include "audio/source_files.hpp"
+#include "engine/device.hpp"
 #include "engine/error.hpp"
 #include "train/run_setup.hpp"
 
@@ -90,6 +91,28 @@ std::unique_ptr<AudioFeatures> audio_features(const std::vector<fs::path>& sourc
   f->written = std::move(r.written);
   f->outcomes = std::move(r.outcomes);
   return f;
+}
+
+std::unique_ptr<AudioFeatures> audio_features_for_model(const std::vector<std::string>& inputs,
+                                                        const model::RunConfig& checkpoint_cfg,
+                                                        std::int64_t model_mels, std::int64_t model_frames,
+                                                        const std::vector<std::string>& class_names,
+                                                        const AudioInputOptions& opt, std::string_view tool) {
+  audio::PipelineOptions po;
+  po.frontend = predict_frontend(checkpoint_cfg, opt.sets, model_mels, model_frames);
+  po.pad = opt.pad;
+  po.threads = opt.threads;
+  po.device = parse_device(opt.device);
+  const auto sources = list_audio_inputs(inputs);
+  auto feats = audio_features(sources, po, class_names);
+  std::int64_t bad = 0;
+  for (std::size_t i = 0; i < feats->outcomes.size(); ++i)
+    if (!feats->outcomes[i].ok) {
+      fmt::print(stderr, "melforge {}: skipped {}: {}\n", tool, sources[i].string(), feats->outcomes[i].reason);
+      ++bad;
+    }
+  if (bad) fmt::print(stderr, "melforge {}: {} of {} audio files skipped (no row in --out)\n", tool, bad, sources.size());
+  return feats;
 }
 
 }  // namespace mf::train

@@ -43,4 +43,20 @@ std::unique_ptr<AudioFeatures> audio_features(const std::vector<std::filesystem:
                                               const audio::PipelineOptions& opt,
                                               const std::vector<std::string>& class_names);
 
+// What `predict --audio` and `embed --audio` share: the features of the audio
+// files and folders `inputs` for a model trained with `checkpoint_cfg`
+// (frontend.* `sets` applied), in a temporary dataset; each skipped file is
+// reported on stderr as "melforge TOOL: skipped PATH: reason", then a count.
+struct AudioInputOptions {
+  std::vector<std::string> sets;
+  bool pad = false;
+  int threads = 0;
+  std::string device = "auto";
+};
+std::unique_ptr<AudioFeatures> audio_features_for_model(const std::vector<std::string>& inputs,
+                                                        const model::RunConfig& checkpoint_cfg,
+                                                        std::int64_t model_mels, std::int64_t model_frames,
+                                                        const std::vector<std::string>& class_names,
+                                                        const AudioInputOptions& opt, std::string_view tool);
+
 }  // namespace mf::train
