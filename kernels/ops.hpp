@@ -167,6 +167,16 @@ void channel_gate_forward(const Tensor& x, const Tensor& g, const Tensor* residu
 // [N, C] (g's dtype) = sum over H, W of dy * x, times sigmoid'(g).
 void channel_gate_backward(const Tensor& x, const Tensor& g, const Tensor& y, Tensor& dy, bool relu, Tensor& dx,
                            Tensor& dg, cudaStream_t stream = nullptr);
+// Batch norm folded into the conv before it, for inference
+// (kernels/fold_batch_norm.hpp): s = gamma / sqrt(running_var + eps),
+// w_out = w * s[co], b_out = beta + (b - running_mean) * s (b = 0 when null),
+// so conv2d(x, w_out, b_out) = batch_norm_eval(conv2d(x, w, b)). w [Cout, k,
+// k, Cin], b, gamma, beta [Cout] in T; running stats f32 [Cout]; w_out (w's
+// shape) and b_out [Cout] in T: caller buffers, overwritten (computed in
+// f32, rounded to T on store).
+void fold_batch_norm(const Tensor& w, const Tensor* b, const Tensor& gamma, const Tensor& beta,
+                     const Tensor& running_mean, const Tensor& running_var, float eps, Tensor& w_out, Tensor& b_out,
+                     cudaStream_t stream = nullptr);
 // dst += src, any float dtype (same shape, dtype and device), summed in f32
 // and rounded once.
 void add_inplace(const Tensor& src, Tensor& dst, cudaStream_t stream = nullptr);
