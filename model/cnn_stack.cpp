@@ -74,6 +74,7 @@ struct Alloc {
   Device device;
   cudaStream_t stream;
   bool train;
+  bool fold = false;  // inference with batch norm folded into the convs: no pre-BN conv outputs
   Tensor act(const ActShape& s) const { return Tensor::zeros(act_shape(n, s), dtype, device, act_layout(s), stream); }
   Tensor f32(std::int64_t c) const { return Tensor::zeros({c}, DType::f32, device, Layout::plain, stream); }
   BnSaved bn(int c) const { return train ? BnSaved{f32(c), f32(c)} : BnSaved{}; }
@@ -90,7 +91,7 @@ void alloc_conv(Node& nd, const Alloc& al) {
     }
     return;
   }
-  nd.z = al.act(full);
+  nd.z = l.batch_norm && al.fold ? Tensor() : al.act(full);
   nd.a = l.batch_norm ? al.act(full) : nd.z;
   nd.y = l.pool > 1 ? al.act(nd.out) : nd.a;
   nd.bn = l.batch_norm ? al.bn(l.cout) : BnSaved{};
@@ -104,14 +105,14 @@ void alloc_conv(Node& nd, const Alloc& al) {
 void alloc_residual(Node& nd, const Alloc& al) {
   const CnnLayer& l = nd.l;
   const ActShape pooled{false, 1, 1, l.cout}, hidden{false, 1, 1, se_hidden(l.cout, std::max(l.se, 1))};
-  nd.t1 = al.act(nd.out);
+  nd.t1 = al.fold ? Tensor() : al.act(nd.out);
   nd.a1 = al.act(nd.out);
-  nd.t2 = al.act(nd.out);
+  nd.t2 = al.fold && l.se > 0 ? Tensor() : al.act(nd.out);
   nd.y = al.act(nd.out);
   nd.bn1 = al.bn(l.cout);
   nd.bn2 = al.bn(l.cout);
   if (nd.project) {
-    nd.p = al.act(nd.out);
+    nd.p = al.fold ? Tensor() : al.act(nd.out);
     nd.s = al.act(nd.out);
     nd.bnd = al.bn(l.cout);
   }
@@ -209,6 +210,15 @@ void conv_backward(Node& nd, const Params& P, const Tensor& x, Tensor* dx, Tenso
                        st, P.conv_scratch);
 }
 
+// Squeeze-excitation after bn2 (nd.b2): the gate, the shortcut added, ReLU.
+void se_forward(Node& nd, const Params& P, const Tensor* shortcut, cudaStream_t st) {
+  const std::string& pre = nd.pre;
+  ops::global_avg_pool_forward(nd.b2, nd.g1, st);
+  ops::dense_forward(nd.g1, P.w(pre + ".se.fc1.weight"), P.w(pre + ".se.fc1.bias"), true, nd.f1, st);
+  ops::dense_forward(nd.f1, P.w(pre + ".se.fc2.weight"), P.w(pre + ".se.fc2.bias"), false, nd.gl, st);
+  ops::channel_gate_forward(nd.b2, nd.gl, shortcut, true, nd.y, st);
+}
+
 void residual_forward(Node& nd, const Params& P, const Tensor& x, bool train, Tensor* scratch, cudaStream_t st) {
   const CnnLayer& l = nd.l;
   const std::string& pre = nd.pre;
@@ -226,10 +236,7 @@ void residual_forward(Node& nd, const Params& P, const Tensor& x, bool train, Te
     return;
   }
   bn_forward(P, pre + ".bn2", nd.t2, nd.bn2, nullptr, false, nd.b2, train, scratch, st);
-  ops::global_avg_pool_forward(nd.b2, nd.g1, st);
-  ops::dense_forward(nd.g1, P.w(pre + ".se.fc1.weight"), P.w(pre + ".se.fc1.bias"), true, nd.f1, st);
-  ops::dense_forward(nd.f1, P.w(pre + ".se.fc2.weight"), P.w(pre + ".se.fc2.bias"), false, nd.gl, st);
-  ops::channel_gate_forward(nd.b2, nd.gl, shortcut, true, nd.y, st);
+  se_forward(nd, P, shortcut, st);
 }
 
 void residual_backward(Node& nd, const Params& P, const Tensor& x, Tensor* dx, Tensor& g, Tensor* scratch,
@@ -266,6 +273,64 @@ void residual_backward(Node& nd, const Params& P, const Tensor& x, Tensor* dx, T
   } else if (dx) {
     ops::add_inplace(nd.dy, *dx, st);
   }
+}
+
+// Inference with each batch norm that follows a conv (and has no residual
+// input) folded into that conv (kernels/fold_batch_norm.hpp): one conv2d with
+// w' = w * s and b' = beta + (b - mean) * s in place of conv2d + batch norm.
+// The folded weights are made per forward_eval call from the current
+// parameters (training changes them every step), the size of the conv's own.
+struct Folded {
+  Tensor w, b;
+};
+
+Folded fold(const Params& P, const std::string& conv, bool bias, const std::string& bn, cudaStream_t st) {
+  const Tensor w = P.w(conv + ".weight");
+  const Tensor b = bias ? P.w(conv + ".bias") : Tensor();
+  Folded f{Tensor::empty(w.shape(), w.dtype(), w.device(), w.layout(), st),
+           Tensor::empty({w.size(0)}, w.dtype(), w.device(), Layout::plain, st)};
+  ops::fold_batch_norm(w, bias ? &b : nullptr, P.w(bn + ".weight"), P.w(bn + ".bias"),
+                       P.stat(bn + ".running_mean"), P.stat(bn + ".running_var"), kBnEps, f.w, f.b, st);
+  return f;
+}
+
+// Whether forward_eval folds a batch norm of this node.
+bool node_folds(const Node& nd) {
+  return nd.l.type == LayerType::residual || (nd.l.type == LayerType::conv && nd.l.batch_norm);
+}
+
+// conv + batch norm (+ ReLU) -> one conv2d with the ReLU, then the pool.
+void conv_forward_folded(Node& nd, const Params& P, const Tensor& x, cudaStream_t st) {
+  const CnnLayer& l = nd.l;
+  const Folded f = fold(P, nd.pre + ".conv", l.bias, nd.pre + ".bn", st);
+  ops::conv2d_forward(x, f.w, &f.b, l.stride, l.relu, nd.a, st);
+  if (l.pool > 1) ops::max_pool_forward(nd.a, l.pool, nd.y, nullptr, st);
+}
+
+// conv1+bn1 (ReLU) and the projection downsample.0+.1 folded; bn2 folded into
+// conv2 only with SE (its output goes to the gate); without SE bn2 keeps its
+// one pass of batch norm, the shortcut's add and ReLU.
+void residual_forward_folded(Node& nd, const Params& P, const Tensor& x, cudaStream_t st) {
+  const CnnLayer& l = nd.l;
+  const std::string& pre = nd.pre;
+  {
+    const Folded f1 = fold(P, pre + ".conv1", false, pre + ".bn1", st);
+    ops::conv2d_forward(x, f1.w, &f1.b, l.stride, true, nd.a1, st);
+  }
+  const Tensor* shortcut = &x;
+  if (nd.project) {
+    const Folded fd = fold(P, pre + ".downsample.0", false, pre + ".downsample.1", st);
+    ops::conv2d_forward(x, fd.w, &fd.b, l.stride, false, nd.s, st);
+    shortcut = &nd.s;
+  }
+  if (l.se == 0) {
+    ops::conv2d_forward(nd.a1, P.w(pre + ".conv2.weight"), nullptr, 1, false, nd.t2, st);
+    bn_forward(P, pre + ".bn2", nd.t2, nd.bn2, shortcut, true, nd.y, false, nullptr, st);
+    return;
+  }
+  const Folded f2 = fold(P, pre + ".conv2", false, pre + ".bn2", st);
+  ops::conv2d_forward(nd.a1, f2.w, &f2.b, 1, false, nd.b2, st);
+  se_forward(nd, P, shortcut, st);
 }
 
 Tensor flat(const Tensor& t) { return t.reshape({t.size(0), t.numel() / std::max<std::int64_t>(t.size(0), 1)}); }
@@ -436,11 +501,16 @@ Tensor CnnStack::forward_eval(const ParamBuffer& pb, const Tensor& x, cudaStream
   MF_CHECK(x.ndim() == 4 && x.size(1) == cfg_.in_mels && x.size(2) == cfg_.in_frames && x.size(3) == 1,
            "CnnStack::forward_eval: x must be [N, {}, {}, 1] (nhwc), found {}", cfg_.in_mels, cfg_.in_frames, x.str());
   const std::int64_t n = x.size(0);
-  std::vector<std::unique_ptr<Node>> nodes = make_nodes(cfg_, Alloc{n, dtype_, device_, stream, false});
+  std::vector<std::unique_ptr<Node>> nodes = make_nodes(cfg_, Alloc{n, dtype_, device_, stream, false, fold_bn_});
   const Params P{const_cast<ParamBuffer&>(pb)};  // inference reads only: no statistic is updated
   const DropoutContext none;
-  for (std::size_t i = 0; i < nodes.size(); ++i)
-    node_forward(*nodes[i], P, i == 0 ? x : nodes[i - 1]->y, false, none, nullptr, stream);
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    Node& nd = *nodes[i];
+    const Tensor& in = i == 0 ? x : nodes[i - 1]->y;
+    if (!fold_bn_ || !node_folds(nd)) node_forward(nd, P, in, false, none, nullptr, stream);
+    else if (nd.l.type == LayerType::conv) conv_forward_folded(nd, P, in, stream);
+    else residual_forward_folded(nd, P, in, stream);
+  }
   return nodes.back()->y.reshape({n, cfg_.trunk_features()});
 }
 

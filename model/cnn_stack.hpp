@@ -56,6 +56,11 @@ class CnnStack {
   // Inference on any batch: batch norm with the running statistics, no
   // dropout; allocates its activations. Returns the features [N, D].
   Tensor forward_eval(const ParamBuffer& pb, const Tensor& x, cudaStream_t stream) const;
+  // forward_eval folds each batch norm that follows a conv into that conv
+  // (kernels/fold_batch_norm.hpp; the non-SE bn2, which adds the shortcut,
+  // stays a batch norm); false runs the unfolded ops, as training does (the
+  // tests compare the two).
+  void set_fold_batch_norm(bool on) { fold_bn_ = on; }
 
   struct Node;  // one layer's buffers (cnn_stack.cpp)
 
@@ -68,6 +73,7 @@ class CnnStack {
   Tensor features_, dfeatures_;
   Tensor bn_scratch_;    // batch norm's per-chunk partials (GPU), shared by every batch norm
   Tensor conv_scratch_;  // conv2d backward's dw/db partials (GPU), shared by every conv
+  bool fold_bn_ = true;  // forward_eval: batch norm folded into the convs
 };
 
 }  // namespace mf::model

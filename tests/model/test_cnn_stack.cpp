@@ -19,6 +19,7 @@
 #include "model/run_config.hpp"
 #include "model/torch_layout.hpp"
 #include "model/train_step.hpp"
+#include "tests/kernels/tolerance.hpp"
 #include "tests/model/cnn_stacks.hpp"
 #include "tests/model/step_fixture.hpp"
 #include "tests/support/testing.hpp"
@@ -320,4 +321,41 @@ TEST_CASE("convergence: a small residual stack with batch norm and SE learns ban
   }
   MESSAGE("held-out accuracy " << correct / 256.0);
   CHECK(correct >= 0.95 * 256);
+}
+
+TEST_CASE("forward_eval: batch norm folded into the convs = the unfolded ops (fp32 1e-6, bf16/f16 their tolerance)") {
+  // Running statistics and batch-norm affines far from the init (mean 0, var
+  // 1, weight 1, bias 0), so a wrong fold cannot hide.
+  for (const ModelConfig& m : {stack_a(), stack_b()})
+    for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+      CAPTURE(dtype_name(t));
+      ParamBuffer pb(m, t, Device::cpu());
+      pb.init(5);
+      std::uint64_t seed = 1;
+      for (const ParamInfo& p : pb.params()) {
+        const auto ends = [&](const std::string& s) { return p.name.size() >= s.size() && p.name.ends_with(s); };
+        const bool bn = p.name.find(".bn") != std::string::npos || p.name.find(".downsample.1.") != std::string::npos;
+        float lo = 0.f, hi = 0.f;
+        if (ends("running_mean")) lo = -0.5f, hi = 0.5f;
+        else if (ends("running_var")) lo = 0.2f, hi = 2.f;
+        else if (bn && ends(".weight")) lo = 0.5f, hi = 1.5f;
+        else if (bn && ends(".bias")) lo = -0.3f, hi = 0.3f;
+        else continue;
+        const std::vector<float> v = testing::random_floats(std::size_t(p.numel), seed++, lo, hi);
+        std::memcpy(pb.view(pb.master(), p.name).data<float>(), v.data(), v.size() * 4);
+      }
+      pb.refresh_work();
+      const std::int64_t B = 3;
+      const auto b = testing::band_batch(B, m.in_mels, m.in_frames, 3, 7);
+      const auto x = testing::to_tensors(b, B, m.in_mels, m.in_frames).x;
+      const Tensor xt = t == DType::f32 ? x : Tensor::from_floats(x.to_floats(), x.shape(), t, x.layout());
+      CnnStack stack(m, B, t, Device::cpu());
+      const std::vector<float> folded = stack.forward_eval(pb, xt, nullptr).to_floats();
+      stack.set_fold_batch_norm(false);
+      const std::vector<float> plain = stack.forward_eval(pb, xt, nullptr).to_floats();
+      const double err = testing::rel_l2(folded, plain);
+      MESSAGE(dtype_name(t) << ": folded vs unfolded rel L2 " << err);
+      CHECK(err <= (t == DType::f32 ? 1e-6 : testing::rel_l2_tolerance(t)));
+      CHECK(err > 0.0);  // the fold ran: the two paths round differently
+    }
 }
