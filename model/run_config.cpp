@@ -269,7 +269,8 @@ void reader_eval_fields(std::vector<Field>& v) {
         if (c.loss_type != "softmax")
           return c.metric == "val.eer" || c.metric == "val.min_dcf"
                      ? std::string{}
-                     : fmt::format("val.eer or val.min_dcf (loss.type = {} has no class head)", c.loss_type);
+                     : fmt::format("val.eer or val.min_dcf (loss.type = {} trains an embedding model, validated by "
+                                   "trials)", c.loss_type);
         const auto n = metric_names(c.heads != "class");
         if (std::find(n.begin(), n.end(), c.metric) != n.end()) return std::string{};
         return fmt::format("one of {}{}", fmt::join(n, ", "),

@@ -338,9 +338,9 @@ void register_predict(CLI::App& app) {
     const Device dev = parse_device(a.device);
     Stream stream(dev, "predict");
     train::LoadedModel lm = train::load_model(a.checkpoint, a.device, a.precision, stream);
-    MF_CHECK(lm.model.class_head(),
-             "predict: {} is an embedding model (loss.type = {}): it has no classes to predict; use melforge embed "
-             "for its embeddings or melforge verify to score trials",
+    MF_CHECK(lm.model.loss == model::LossType::softmax,
+             "predict: {} is an embedding model (loss.type = {}): its classes are the training speakers; use "
+             "melforge embed for its embeddings or melforge verify to score trials",
              a.checkpoint, model::loss_type_name(lm.model.loss));
     std::vector<std::string> row_paths;
     std::unique_ptr<train::AudioFeatures> feats;

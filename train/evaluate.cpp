@@ -41,7 +41,9 @@ EvalRun evaluate_embeddings(model::TrainStep& ts, io::BatchReader& reader, const
 
 EvalRun evaluate(model::TrainStep& ts, io::BatchReader& reader, const EvalOptions& o, cudaStream_t stream) {
   MF_NVTX_RANGE("eval");
-  if (!ts.config().model.class_head()) return evaluate_embeddings(ts, reader, o, stream);
+  // Every metric loss trains an embedding model, evaluated on trials (also
+  // softmaxproto, whose class head only serves training).
+  if (ts.config().model.loss != model::LossType::softmax) return evaluate_embeddings(ts, reader, o, stream);
   const auto t0 = std::chrono::steady_clock::now();
   const io::DatasetInfo& info = reader.info();
   const Device dev = ts.device();

@@ -33,8 +33,9 @@ struct EvalOptions {
 };
 
 // Runs the model over `reader` (its position is reset; it must not shuffle and
-// must pad the last batch) in dataset order. An embedding model (a metric
-// loss) is evaluated by the error rates of trials drawn from the set.
+// must pad the last batch) in dataset order. An embedding model (any metric
+// loss, softmaxproto included) is evaluated by the error rates of trials
+// drawn from the set.
 EvalRun evaluate(model::TrainStep& ts, io::BatchReader& reader, const EvalOptions& o, cudaStream_t stream);
 
 }  // namespace mf::train

@@ -65,7 +65,9 @@ LoadedModel load_model(const fs::path& checkpoint, const std::string& device, co
   lm.normal_class = int(c.get_int_in("normal_class", 0, lm.model.classes - 1));
   lm.step = c.get_int("step");
   model::RunConfig inf = lm.cfg;
-  inf.batch_size = 1;  // the training buffers are not used; forward_eval sizes its own
+  // The training buffers are not used (forward_eval sizes its own); the
+  // prototypical losses need a micro-batch of whole class groups to build.
+  inf.batch_size = inf.per_class >= 2 ? 2 * inf.per_class : 1;
   inf.grad_accum = 1;
   lm.ts = std::make_unique<model::TrainStep>(step_config(inf, lm.model, lm.precision, 1), dev, stream);
   check_same_model(c, *lm.ts, "checkpoint");
