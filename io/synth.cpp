@@ -8,22 +8,13 @@
 #include "engine/counter_rng.hpp"
 #include "engine/error.hpp"
 #include "engine/parallel.hpp"
+#include "io/synth_rng.hpp"
 
 namespace mf::io {
 
 namespace {
-struct Rng {
-  std::uint64_t s;
-  explicit Rng(std::uint64_t seed) : s(seed) {}
-  std::uint64_t next() { return splitmix64_next(s); }
-  double uniform() { return unit_double(next()); }                           // [0, 1)
-  double uniform(double a, double b) { return a + (b - a) * uniform(); }
-  double open01() { return (double(next() >> 11) + 0.5) * 0x1.0p-53; }     // (0, 1)
-  double normal() { return std::sqrt(-2 * std::log(open01())) * std::cos(2 * std::numbers::pi * uniform()); }
-  int below(int n) { return int(next() % std::uint64_t(n)); }
-};
-
-double db(double x) { return std::pow(10.0, x / 10.0); }
+using synth_detail::db;
+using synth_detail::Rng;
 }  // namespace
 
 std::vector<std::string> synth_class_names(int classes) {
