@@ -27,4 +27,22 @@ inline CLI::Option* checked_one_of(CLI::Option* opt, const std::vector<std::stri
   return opt->type_name(one_of_type(words))->check(CLI::IsMember(words).description(""));
 }
 
+// The audio input options of predict and embed: --audio (instead of --data,
+// which `cmd` must already have), --set frontend.*, --pad, --threads; `rows`
+// says how the command names its output rows for audio input.
+inline void add_audio_input_options(CLI::App* cmd, std::vector<std::string>& audio, std::vector<std::string>& sets,
+                                    bool& pad, int& threads, const std::string& rows) {
+  auto* audio_opt = cmd->add_option("--audio", audio,
+                                    "Audio files or folders (instead of --data): features as the checkpoint's "
+                                    "training data was built; " + rows)
+                        ->type_name("FILE_OR_DIR ...")
+                        ->excludes(cmd->get_option("--data"));
+  cmd->add_option("--set", sets, "With --audio: frontend.KEY=VALUE (for checkpoints that do not record them)")
+      ->type_name("KEY=VALUE")
+      ->needs(audio_opt);
+  cmd->add_flag("--pad", pad, "With --audio: pad files too short for the model's segments with silence")
+      ->needs(audio_opt);
+  cmd->add_option("--threads", threads, "With --audio: decode threads (0: one per core)")->capture_default_str();
+}
+
 }  // namespace mf::cli

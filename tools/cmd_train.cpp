@@ -322,17 +322,7 @@ void register_predict(CLI::App& app) {
   add_infer_options(cmd, a);
   cmd->add_option("--out", a.out, "CSV file to write")->required()->type_name("PATH");
   cmd->add_flag("--per-segment", a.per_segment, "One row per segment instead of one per file");
-  auto* audio_opt = cmd->add_option("--audio", a.audio,
-                                    "Audio files or folders (instead of --data): features as the checkpoint's "
-                                    "training data was built")
-                        ->type_name("FILE_OR_DIR ...")
-                        ->excludes(cmd->get_option("--data"));
-  cmd->add_option("--set", a.sets, "With --audio: frontend.KEY=VALUE (for checkpoints that do not record them)")
-      ->type_name("KEY=VALUE")
-      ->needs(audio_opt);
-  cmd->add_flag("--pad", a.pad, "With --audio: pad files too short for the model's segments with silence")
-      ->needs(audio_opt);
-  cmd->add_option("--threads", a.threads, "With --audio: decode threads (0: one per core)")->capture_default_str();
+  add_audio_input_options(cmd, a.audio, a.sets, a.pad, a.threads, "rows are named by path");
   cmd->callback([] {
     MF_CHECK(!a.data.empty() || !a.audio.empty(), "predict: give --data FILE.h5 or --audio FILE_OR_DIR");
     const Device dev = parse_device(a.device);

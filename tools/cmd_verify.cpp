@@ -77,15 +77,7 @@ void register_embed(CLI::App& app) {
   add_model_options(cmd, a);
   cmd->add_option("--out", a.out, "Output file (HDF5)")->required()->type_name("PATH");
   cmd->add_flag("--per-segment", a.per_segment, "One L2-normalised embedding per segment instead of per file");
-  auto* audio_opt = cmd->add_option("--audio", a.audio,
-                                    "Audio files or folders (instead of --data): features as the checkpoint's "
-                                    "front-end computes them; rows are named by path, labels -1")
-                        ->type_name("PATH...");
-  audio_opt->excludes(cmd->get_option("--data"));
-  cmd->add_option("--set", a.sets, "With --audio: frontend.KEY=VALUE (for checkpoints that do not record them)")
-      ->type_name("KEY=VALUE");
-  cmd->add_flag("--pad", a.pad, "With --audio: pad files too short for the model's segments with silence");
-  cmd->add_option("--threads", a.threads, "With --audio: decode threads (0: one per core)")->capture_default_str();
+  add_audio_input_options(cmd, a.audio, a.sets, a.pad, a.threads, "rows are named by path, labels -1");
   cmd->callback([] {
     MF_CHECK(!a.data.empty() || !a.audio.empty(), "embed: give --data FILE.h5 or --audio FILE_OR_DIR");
     const Device dev = parse_device(a.device);
