@@ -15,5 +15,6 @@ void register_ceilings(CLI::App& app);
 void register_step(CLI::App& app);  // `step` and `adamw` (bench_step.cpp)
 void register_conv(CLI::App& app);
 void register_reader(CLI::App& app);
+void register_verify(CLI::App& app);  // speaker verification: extraction and scoring
 
 }  // namespace mf::bench
