@@ -23,6 +23,20 @@ and schedule on both sides; PyTorch's default init (same distributions, not
 the same draws). --threads sets torch's CPU threads (default for stacks: every core,
 as melforge's CPU backend uses).
 
+A metric loss (issue 20): --loss am_softmax|aam_softmax|angleproto|softmaxproto
+(with --per-class M for the prototypical losses, --embedding E, --input-norm)
+trains an embedding model on a set whose classes are speakers (`melforge data
+synth --speakers`, default SYNTH_SPEAKERS; the leak synth's classes when the
+binary lacks --speakers) on both sides: `melforge train` with loss.type etc.,
+bench/torch_metric_train.py with the same trunk, loss, hyper-parameters,
+batches and epochs; then one trial list of the unseen test speakers (`melforge
+data trials --per-file 10 --seed 0`) scored by `melforge verify` (the final
+checkpoint) and by PyTorch's file embeddings (mean of segment embeddings,
+L2-normalised, cosine), the EER by the same rule (docs/verification.md).
+Reported: each side's steady samples/s and test EER. The dry mode checks
+torch_metric_train's numpy EER against melforge verify's on verify's own
+scores.csv.
+
 When the melforge binary has no `train` command, the melforge run is skipped
 with a message and the PyTorch runs still happen. Exit status: 0 when every run
 that could run succeeded (skipped/unavailable runs do not fail it), 1 otherwise.
@@ -49,6 +63,12 @@ ROOT = os.path.dirname(HERE)
 SYNTH_FULL = "--files 2000 --long 5 --short 4"
 SYNTH_DRY = "--files 24 --long 2 --short 2 --mels 16 --frames 16 --classes 3"
 DRY_MODEL = {"channels": "8,16,32", "dense": 32}
+# Speaker sets of the metric-loss comparison (--loss): train, val and test
+# speakers disjoint (test_speaker_cli's set; the dry one is smaller).
+SYNTH_SPEAKERS = "--speakers 30 --files-per-speaker 6 --mels 32 --frames 32 --long 1 --short 4 --seed 1"
+SYNTH_SPEAKERS_DRY = "--speakers 30 --files-per-speaker 4 --mels 16 --frames 16 --long 1 --short 2 --seed 1"
+SYNTH_LEAK_TEST = "--files 120 --long 1 --short 4 --mels 32 --frames 32 --classes 6"
+METRIC_LOSSES = ("am_softmax", "aam_softmax", "angleproto", "softmaxproto")
 
 
 LAST_CPU_S = [None]  # user + system CPU seconds of sh()'s last child (and the children it waited for)
@@ -342,14 +362,26 @@ def parse_args(argv):
     p.add_argument("--no-melforge", action="store_true", help="PyTorch runs only")
     p.add_argument("--timeout", type=int, default=3600, help="seconds per run")
     p.add_argument("--dry-run", action="store_true", help="CI: tiny dataset and model, 1 epoch, batch 8, CPU")
+    p.add_argument("--loss", choices=METRIC_LOSSES,
+                   help="train an embedding model with this metric loss on both sides; report samples/s and test EER")
+    p.add_argument("--per-class", type=int, default=0, help="--loss: segments per speaker per batch (data.per_class)")
+    p.add_argument("--embedding", type=int, default=0, help="--loss: embedding width (0: melforge's auto, 256 on LeakCNN)")
+    p.add_argument("--input-norm", action="store_true", help="--loss: instance norm of each mel band at the input")
+    p.add_argument("--trials", help="--loss: a trial list of test.h5 (default: melforge data trials --per-file 10)")
     a = p.parse_args(argv)
+    if a.loss is None and (a.per_class or a.embedding or a.input_norm or a.trials):
+        p.error("--per-class, --embedding, --input-norm and --trials go with --loss")
+    if a.loss in ("angleproto", "softmaxproto") and a.per_class < 2:
+        p.error(f"--loss {a.loss} needs --per-class M >= 2")
     if a.arch == "cnn" and not a.layers_toml:
         p.error("--arch cnn needs --layers-toml FILE")
     if a.layers_toml and a.arch != "cnn":
         p.error("--layers-toml needs --arch cnn")
+    if a.loss and a.embedding == 0:
+        a.embedding = 16 if a.dry_run else 256  # melforge's auto on LeakCNN; PyTorch gets it explicitly
     if a.dry_run:
         a.device, a.epochs, a.batch_size, a.precision = "cpu", 1, 8, "fp32"
-        a.synth = a.synth or SYNTH_DRY
+        a.synth = a.synth or (SYNTH_SPEAKERS_DRY if a.loss else SYNTH_DRY)
         a.workers = 2 if a.workers is None else a.workers
     a.synth = a.synth or SYNTH_FULL
     return a
@@ -386,6 +418,9 @@ def main(argv=None):
     dev_name = (gpu if device == "cuda" else None) or ("CPU: " + cpu_name())
     print(f"compare_torch: {dev_name}, {precision}, batch {args.batch_size}, {args.epochs} epochs, "
           f"commit {(git['commit'] or '?')[:12]}{' (dirty)' if git['dirty'] else ''}", flush=True)
+
+    if args.loss:
+        return run_loss_comparison(args, melforge, out_dir, work_dir, device, precision, dev_name, git)
 
     # 1. The dataset.
     if args.data:
@@ -562,6 +597,206 @@ def main(argv=None):
         json.dump(result, f, indent=2)
     print(f"\nwrote {path} (logs and per-run JSON in {work_dir})")
     return 1 if failed else 0
+
+
+# ---- --loss: embedding models side by side (samples/s and test EER) ----
+
+def speaker_dataset(args, melforge, work_dir):
+    """(data_dir, generator) of the --loss comparison: --data, or a speaker
+    synth (the leak synth's classes when `data synth` has no --speakers)."""
+    if args.data:
+        return os.path.abspath(args.data), "given"
+    speakers = has_command(melforge, ["data", "synth"], "--speakers")
+    synth = args.synth or (SYNTH_SPEAKERS_DRY if args.dry_run else SYNTH_SPEAKERS)
+    if not speakers and "--speakers" in synth:
+        synth = SYNTH_DRY if args.dry_run else SYNTH_LEAK_TEST
+    data_dir = os.path.join(work_dir, "data-speakers-dry" if args.dry_run else "data-speakers")
+    stamp = os.path.join(data_dir, "synth.args")
+    if os.path.exists(stamp) and open(stamp).read() == synth and \
+            all(os.path.exists(os.path.join(data_dir, s)) for s in ("train.h5", "val.h5", "test.h5")):
+        return data_dir, f"reused ({synth})"
+    rc, wall, out = sh([melforge, "data", "synth", "--out", data_dir, *shlex.split(synth)],
+                       log=os.path.join(work_dir, "synth.log"), timeout=args.timeout)
+    if rc != 0:
+        print(out)
+        raise SystemExit(f"compare_torch: `melforge data synth` failed (rc {rc}); see {work_dir}/synth.log")
+    with open(stamp, "w") as f:
+        f.write(synth)
+    kind = "speakers" if "--speakers" in synth else "the leak synth's classes as speakers (no --speakers here)"
+    return data_dir, f"melforge data synth {synth} ({kind}; {wall:.1f} s)"
+
+
+def final_checkpoint(run_dir):
+    """The newest epoch checkpoint of a run (not best.h5): the model after the
+    last step, as PyTorch's side is evaluated."""
+    ckpts = [c for c in glob.glob(os.path.join(run_dir, "checkpoints", "*.h5")) if os.path.basename(c) != "best.h5"]
+    return max(ckpts, key=os.path.getmtime) if ckpts else None
+
+
+def melforge_verify(melforge, ckpt, test_h5, trials, work_dir, timeout):
+    """`melforge verify` on the CPU: (its JSON, scores.csv path) or (None, reason)."""
+    scores = os.path.join(work_dir, "melforge-scores.csv")
+    cmd = [melforge, "verify", "--checkpoint", ckpt, "--data", test_h5, "--trials", trials, "--device", "cpu",
+           "--out", scores]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"melforge verify: {e}"
+    with open(os.path.join(work_dir, "melforge-verify.log"), "w") as f:
+        f.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n" + p.stdout + p.stderr)
+    if p.returncode != 0:
+        return None, f"melforge verify failed (rc {p.returncode}), see melforge-verify.log"
+    return json.loads(p.stdout[p.stdout.index("{"):]), scores
+
+
+def check_eer_rule(scores_csv, want):
+    """torch_metric_train's numpy EER on melforge verify's own scores: the two
+    implementations of docs/verification.md's rule must agree."""
+    sys.path.insert(0, HERE)
+    from torch_metric_train import eer
+    import csv
+    with open(scores_csv) as f:
+        rows = list(csv.DictReader(f))
+    got = eer([float(r["score"]) for r in rows], [int(r["label"]) for r in rows])
+    # Known answers (worked by hand from the rule): an exact crossing, an
+    # interpolated one, ties across the classes (all equal: 0.5).
+    known = [eer([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1]) == 0.5,
+             abs(eer([0.3, 0.8, 0.9, 0.1, 0.5], [1, 1, 1, 0, 0]) - 1 / 3) < 1e-12,
+             eer([0.2] * 4, [0, 1, 0, 1]) == 0.5]
+    return got, abs(got - want) <= 1e-6 and all(known)
+
+
+def melforge_loss_run(args, melforge, d, trials, work_dir, device, precision, model, stack):
+    """melforge train + verify; returns (row, details) and whether it failed."""
+    if args.no_melforge:
+        return {"run": "melforge", "status": "skipped", "reason": "--no-melforge"}, {}, False, None
+    run_dir = os.path.join(work_dir, "melforge-run")
+    shutil.rmtree(run_dir, ignore_errors=True)
+    loss_args = ["--set", f"loss.type={args.loss}", "--set", f"model.embedding={args.embedding}",
+                 "--set", "model.heads=class",
+                 "--set", f"model.input_norm={'instance' if args.input_norm else 'none'}"]
+    if args.per_class:
+        loss_args += ["--set", f"data.per_class={args.per_class}"]
+    model_args = (["--set", f"model.arch={args.arch}"] + (["--config", args.layers_toml] if args.layers_toml else [])
+                  if stack else ["--set", f"model.channels=[{model['channels']}]", "--set", f"model.dense={model['dense']}"])
+    cmd = [melforge, "train", "--train", os.path.join(d, "train.h5"), "--val", os.path.join(d, "val.h5"),
+           "--out", run_dir, "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--lr", repr(args.lr),
+           "--precision", precision, "--device", device, "--seed", str(args.seed),
+           "--set", f"optim.warmup_steps={args.warmup_steps}", "--set", "optim.schedule=cosine", *model_args,
+           *loss_args, "--set", "train.drop_last=true", "--set", "log.progress=plain", *shlex.split(args.melforge_args)]
+    print("running: " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+    rc, wall, out = sh(cmd, log=os.path.join(work_dir, "melforge-train.log"), timeout=args.timeout)
+    if rc != 0:
+        print(out[-3000:])
+        return {"run": "melforge", "status": "failed", "reason": f"rc {rc}, see melforge-train.log"}, {}, True, None
+    row, report = read_melforge_run(run_dir, wall)
+    row = {k: row.get(k) for k in ("run", "status", "process_wall_s", "steady_samples_per_s", "epoch_time_s")}
+    row["process_cpu_s"] = LAST_CPU_S[0]
+    ckpt = final_checkpoint(run_dir)
+    if ckpt is None:
+        return dict(row, status="failed", reason=f"no checkpoint in {run_dir}"), {}, True, None
+    ver, scores = melforge_verify(melforge, ckpt, os.path.join(d, "test.h5"), trials, work_dir, args.timeout)
+    if ver is None:
+        return dict(row, status="failed", reason=scores), {}, True, None
+    row.update(test_eer=ver["eer"], test_trials=ver["trials"], checkpoint=ckpt)
+    det = {"command": cmd, "report": report, "verify": ver}
+    if args.dry_run:
+        got, ok = check_eer_rule(scores, ver["eer"])
+        det["eer_rule_check"] = {"numpy": got, "melforge": ver["eer"], "ok": ok}
+        print(f"EER rule: numpy {got:.9f} vs melforge verify {ver['eer']:.9f} on verify's scores: "
+              f"{'agree' if ok else 'DIFFER'}", flush=True)
+        if not ok:
+            return dict(row, status="failed", reason="numpy EER differs from melforge verify's"), det, True, ckpt
+    return row, det, False, ckpt
+
+
+def torch_loss_run(args, d, trials, work_dir, device, model, model_json, threads):
+    js = os.path.join(work_dir, "torch-metric.json")
+    if os.path.exists(js):
+        os.remove(js)
+    cmd = [args.python, os.path.join(HERE, "torch_metric_train.py"), "--train", os.path.join(d, "train.h5"),
+           "--test", os.path.join(d, "test.h5"), "--trials", trials, "--loss", args.loss,
+           "--per-class", str(args.per_class), "--embedding", str(args.embedding), "--epochs", str(args.epochs),
+           "--batch-size", str(args.batch_size), "--lr", repr(args.lr), "--warmup-steps", str(args.warmup_steps),
+           "--seed", str(args.seed), "--json", js, "--verbose"]
+    cmd += ["--input-norm"] if args.input_norm else []
+    cmd += ["--model-json", model_json] if model_json else ["--channels", model["channels"], "--dense", str(model["dense"])]
+    cmd += ["--threads", str(threads)] if threads else []
+    cmd += shlex.split(args.torch_args)
+    if device != "cpu":
+        return {"run": "pytorch", "status": "unavailable",
+                "reason": "torch_metric_train.py runs on the CPU only (the GPU variant is to come)"}, {}, False
+    print("running: " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+    rc, wall, out = sh(cmd, log=os.path.join(work_dir, "torch-metric.log"), timeout=args.timeout)
+    if not os.path.exists(js):
+        print(out[-3000:])
+        return {"run": "pytorch", "status": "failed", "reason": f"rc {rc}, see torch-metric.log"}, {}, True
+    with open(js) as f:
+        full = json.load(f)
+    r = full["run"]
+    if r["status"] != "ok":
+        return {"run": "pytorch", "status": "failed", "reason": r["reason"]}, full, True
+    return {"run": "pytorch", "status": "ok", "process_wall_s": wall, "process_cpu_s": LAST_CPU_S[0],
+            "steady_samples_per_s": r["steady_samples_per_s"], "test_eer": r["test"]["eer"],
+            "test_trials": r["test"]["trials"], "torch_version": full["torch_version"],
+            "torch_threads": full["torch_threads"]}, full, False
+
+
+def run_loss_comparison(args, melforge, out_dir, work_dir, device, precision, dev_name, git):
+    data_dir, generator = speaker_dataset(args, melforge, work_dir)
+    print(f"dataset: {data_dir} ({generator})", flush=True)
+    trials = os.path.abspath(args.trials) if args.trials else os.path.join(work_dir, "trials.txt")
+    if not args.trials:
+        rc, _, out = sh([melforge, "data", "trials", "--data", os.path.join(data_dir, "test.h5"), "--out", trials,
+                         "--per-file", "10", "--seed", "0"], log=os.path.join(work_dir, "trials.log"),
+                        timeout=args.timeout)
+        if rc != 0:
+            print(out)
+            raise SystemExit(f"compare_torch: `melforge data trials` failed (rc {rc}); pass --trials FILE")
+    stack = args.arch != "leakcnn"
+    model = ({"arch": args.arch} if stack else
+             (DRY_MODEL if args.dry_run else {"channels": "32,64,128", "dense": 256}))
+    model = dict(model, loss=args.loss, per_class=args.per_class, embedding=args.embedding,
+                 input_norm=args.input_norm)
+    threads = args.threads if args.threads is not None else (os.cpu_count() if device == "cpu" else None)
+    mrow, mdet, mfail, ckpt = melforge_loss_run(args, melforge, data_dir, trials, work_dir, device, precision,
+                                                model, stack)
+    model_json = os.path.abspath(args.model_json) if args.model_json else None
+    if stack and model_json is None and ckpt:
+        model_json, desc = export_description(melforge, os.path.dirname(os.path.dirname(ckpt)), work_dir,
+                                              args.timeout)
+        model["description"] = desc
+    if stack and model_json is None:
+        trow, tdet, tfail = {"run": "pytorch", "status": "unavailable",
+                             "reason": "no stack description (--model-json gives one)"}, {}, False
+    else:
+        trow, tdet, tfail = torch_loss_run(args, data_dir, trials, work_dir, device, model, model_json, threads)
+    rows = [mrow, trow]
+    print(f"\n{'run':<10} {'samples/s':>12} {'test EER':>10} {'trials':>8}")
+    for r in rows:
+        if r["status"] != "ok":
+            print(f"{r['run']:<10} ({r['status']}: {r.get('reason', '')})")
+            continue
+        print(f"{r['run']:<10} {r['steady_samples_per_s'] or float('nan'):>12,.0f} {r['test_eer']:>10.4f} "
+              f"{r['test_trials']:>8}")
+    ratio = None
+    if all(r["status"] == "ok" and r.get("steady_samples_per_s") for r in rows):
+        ratio = mrow["steady_samples_per_s"] / trow["steady_samples_per_s"]
+        print(f"\nmelforge steady samples/s: {ratio:.2f}x PyTorch's")
+    now = datetime.datetime.now(datetime.timezone.utc)
+    result = {"date": now.isoformat(timespec="seconds"), "device": device, "device_name": dev_name,
+              "host_cpu": cpu_name(), "host": platform.node(), "git": git, "dry_run": args.dry_run,
+              "work_dir": work_dir, "dataset": {"dir": data_dir, "generator": generator, "trials": trials},
+              "config": {"epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr, "precision": precision,
+                         "seed": args.seed, "schedule": "cosine", "warmup_steps": args.warmup_steps, "model": model,
+                         "torch_threads": threads},
+              "rows": rows, "speedup_vs_pytorch": ratio, "details": {"melforge": mdet, "pytorch": tdet}}
+    name = f"compare-{args.loss}-{'dry-' if args.dry_run else ''}{now.strftime('%Y%m%d-%H%M%S')}.json"
+    path = os.path.join(out_dir, name)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)
+    print(f"\nwrote {path} (logs in {work_dir})")
+    return 1 if (mfail or tfail) else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""PyTorch side of `compare_torch.py --loss` (issue 20): trains an embedding
+model with a metric loss and scores a held-out trial list, as `melforge train`
++ `melforge verify` do, so the two can be put side by side.
+
+The model: bench/leakcnn_torch.py's LeakCNN (or bench/cnn_stack_torch.py's
+CnnStack with --model-json) with --embedding E, --input-norm and the loss
+module of bench/metric_losses_torch.py (am_softmax, aam_softmax, angleproto,
+softmaxproto; names loss.weight / loss.w / loss.b as melforge's), no leak
+head. Training: AdamW (decay on conv and linear weights, melforge's rule:
+not on biases or the loss's parameters), melforge's warmup + cosine schedule
+set every step, gradient clipping, the dataset resident in memory (f32).
+Batches: without --per-class, melforge's seeded per-epoch permutation
+(torch_train.epoch_order, batch k = sorted positions [kB, (k+1)B)); with
+--per-class M, the rule of io/balanced_order.hpp (M segments of each of B/M
+classes from different files where possible, M consecutive rows per class,
+the same number of batches per epoch) with numpy's generator: the same
+composition, not the same draws. Init: PyTorch's default (the same
+distributions as melforge's, not the same draws).
+
+Evaluation (docs/verification.md): the file embedding of each --test file
+is the mean of its segments' embeddings (model.eval()), L2-normalised; each
+trial of --trials (VoxCeleb format, names as the dataset's /files, or
+#<index>) is scored by the cosine; the EER is model/verification's
+(interpolated on the ROC of distinct scores, = sklearn's roc_curve + brentq),
+computed here in numpy (eer() below).
+
+  torch_metric_train.py --train train.h5 --test test.h5 --trials trials.txt --loss aam_softmax
+                        [--per-class 2] [--embedding 64] [--input-norm] [--channels 8,16,32 --dense 64]
+                        [--epochs N --batch-size B --lr X --seed S --threads T] [--json OUT]
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import sys
+import time
+
+import h5py
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from cnn_stack_torch import CnnStack  # noqa: E402
+from leakcnn_torch import LeakCNN, lr_at  # noqa: E402
+from metric_losses_torch import has_class_head  # noqa: E402
+from torch_train import H5Split, batch_rows, epoch_order, stack_decay_names  # noqa: E402
+
+METRIC_LOSSES = ("am_softmax", "aam_softmax", "angleproto", "softmaxproto")
+
+
+# ---- the verification metric (model/verification.cpp) ----
+
+def eer(scores, labels):
+    """Interpolated EER (docs/verification.md): ROC points at each distinct
+    score u (accept score >= u) plus threshold +inf; the crossing of
+    P_miss = P_fa on the straight lines between them."""
+    s = np.asarray(scores, dtype=np.float64)
+    y = np.asarray(labels)
+    if not np.all(np.isfinite(s)):
+        raise ValueError("eer: non-finite score")
+    tgt, non = np.sort(s[y == 1]), np.sort(s[y == 0])
+    if len(tgt) == 0 or len(non) == 0:
+        raise ValueError(f"eer: {len(tgt)} targets and {len(non)} non-targets")
+    u = np.unique(s)
+    p_miss = np.append(np.searchsorted(tgt, u, side="left") / len(tgt), 1.0)
+    p_fa = np.append((len(non) - np.searchsorted(non, u, side="left")) / len(non), 0.0)
+    d = p_miss - p_fa
+    k = int(np.argmax(d >= 0))
+    t = d[k - 1] / (d[k - 1] - d[k])
+    return float(p_miss[k - 1] + t * (p_miss[k] - p_miss[k - 1]))
+
+
+def read_trials(path, names):
+    index = {n: i for i, n in enumerate(names)}
+    a, b, lab = [], [], []
+    with open(path) as f:
+        for ln, line in enumerate(f, 1):
+            p = line.split()
+            if not p:
+                continue
+            if len(p) != 3 or p[0] not in ("0", "1") or p[1] not in index or p[2] not in index:
+                raise SystemExit(f"{path}:{ln}: expected '0|1 name name' with names of the data, found {line!r}")
+            lab.append(int(p[0]))
+            a.append(index[p[1]])
+            b.append(index[p[2]])
+    return np.array(a), np.array(b), np.array(lab)
+
+
+def file_names(path, files):
+    with h5py.File(path, "r") as f:
+        if "files" in f:
+            return [n.decode() if isinstance(n, bytes) else str(n) for n in f["files"][()]]
+    return [f"#{i}" for i in range(files)]
+
+
+# ---- speaker-balanced batches (io/balanced_order.hpp's rule) ----
+
+def balanced_epoch(labels, file_of, m, batch, rng):
+    """[batches, batch] rows: M consecutive rows of each of batch/M classes."""
+    k = batch // m
+    groups = {}
+    for c in np.unique(labels):
+        rows = np.flatnonzero(labels == c)
+        by_file = [rng.permutation(rows[file_of[rows] == fi]) for fi in rng.permutation(np.unique(file_of[rows]))]
+        inter = [r[i] for i in range(max(len(r) for r in by_file)) for r in by_file if i < len(r)]
+        groups[c] = [inter[i:i + m] for i in range(0, len(inter) - m + 1, m)]
+    counts = np.array([len(g) for g in groups.values()])
+    nb = 0
+    while sum(np.minimum(counts, nb + 1)) >= (nb + 1) * k:
+        nb += 1
+    if nb == 0:
+        raise SystemExit(f"--per-class {m}: the data cannot fill one batch of {batch}")
+    out = [[] for _ in range(nb)]
+    t = 0
+    for c in rng.permutation(list(groups)):
+        for g in groups[c][:nb]:
+            out[t % nb].append(g)
+            t += 1
+    return np.array([np.concatenate([b[i] for i in rng.permutation(len(b))][:k]) for b in out])
+
+
+# ---- training and evaluation ----
+
+def build_model(args, train):
+    if args.model_json:
+        with open(args.model_json) as f:
+            desc = json.load(f)
+        desc = json.loads(desc["model_args"]) if isinstance(desc.get("model_args"), str) else desc
+        desc = dict(desc, classes=train.classes, leak_head=False)
+        model = CnnStack(desc, embedding=args.embedding, input_norm=args.input_norm, loss=args.loss,
+                         margin=args.margin, scale=args.scale)
+    else:
+        model = LeakCNN(train.mels, train.frames, [int(c) for c in args.channels.split(",")],
+                        [int(p) for p in args.pools.split(",")], args.kernel, args.dense, 0.0, train.classes,
+                        leak_head=False, embedding=args.embedding, input_norm=args.input_norm, loss=args.loss,
+                        margin=args.margin, scale=args.scale)
+    return model
+
+
+def loss_of(model, h, y, args):
+    if args.loss in ("angleproto", "softmaxproto"):
+        loss = model.loss(h, args.per_class)
+        if has_class_head(args.loss):
+            loss = loss + F.cross_entropy(model.class_head(h), y)
+        return loss
+    return model.loss(h, y)
+
+
+@torch.no_grad()
+def evaluate(model, test, trials, batch=256):
+    model.eval()
+    x = torch.from_numpy(test.read_all().astype(np.float32)).unsqueeze(1)
+    emb = torch.cat([model.embed(x[i:i + batch]) for i in range(0, len(x), batch)]).double().numpy()
+    model.train()
+    files = emb.reshape(test.files, test.per_file, -1).mean(axis=1)
+    norm = np.linalg.norm(files, axis=1, keepdims=True)
+    files = (files / np.where(norm == 0, 1, norm)).astype(np.float32).astype(np.float64)
+    names = file_names(test.path, test.files)
+    a, b, lab = read_trials(trials, names)
+    scores = np.einsum("ij,ij->i", files[a], files[b]).astype(np.float32)
+    return {"eer": eer(scores, lab), "trials": int(len(lab)), "targets": int(lab.sum()), "files": test.files,
+            "embedding_dim": int(files.shape[1])}
+
+
+def train_run(args):
+    torch.manual_seed(args.seed)
+    train = H5Split(args.train)
+    test = H5Split(args.test, classes=1)
+    model = build_model(args, train)
+    decay_names = stack_decay_names(model) - {n for n, _ in model.named_parameters() if n.startswith("loss.")}
+    params = list(model.named_parameters())
+    opt = torch.optim.AdamW([{"params": [p for n, p in params if n in decay_names], "weight_decay": args.weight_decay},
+                             {"params": [p for n, p in params if n not in decay_names], "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.999), eps=1e-8)
+    x_all = torch.from_numpy(train.read_all().astype(np.float32)).unsqueeze(1)
+    y_all = torch.from_numpy(train.labels)
+    B, m = args.batch_size, args.per_class
+    if m:
+        file_of = np.repeat(np.arange(train.files), train.per_file)
+        rng = np.random.default_rng(args.seed)
+        epochs = [balanced_epoch(train.labels, file_of, m, B, rng) for _ in range(args.epochs)]
+    else:
+        steps = train.n // B
+        epochs = [np.stack([batch_rows(o, k, B) for k in range(steps)])
+                  for o in (epoch_order(train.n, args.seed, e) for e in range(args.epochs))]
+    steps_per_epoch = len(epochs[0])
+    total = steps_per_epoch * args.epochs
+    warm = min(args.timing_warmup, max(0, total - 1))
+    it, losses, t_steady = 0, [], None
+    t0 = time.perf_counter()
+    for e, batches in enumerate(epochs):
+        loss_sum = 0.0
+        for rows in batches:
+            if it == warm:
+                t_steady = time.perf_counter()
+            rows = torch.from_numpy(np.asarray(rows))
+            lr = lr_at(it, args.lr, "cosine", args.warmup_steps, total, 0.0)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            opt.zero_grad(set_to_none=True)
+            loss = loss_of(model, model.embed(x_all.index_select(0, rows)), y_all.index_select(0, rows), args)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_norm)
+            opt.step()
+            loss_sum += float(loss)
+            it += 1
+        losses.append(loss_sum / steps_per_epoch)
+        if args.verbose:
+            print(f"[torch {args.loss}] epoch {e + 1}/{args.epochs}: loss {losses[-1]:.4f}", flush=True)
+    t_end = time.perf_counter()
+    t_eval = time.perf_counter()
+    ver = evaluate(model, test, args.trials)
+    return {"status": "ok", "loss": args.loss, "per_class": m, "steps": total, "steps_per_epoch": steps_per_epoch,
+            "timing_warmup_steps": warm, "train_s": t_end - t0,
+            "steady_samples_per_s": (total - warm) * B / (t_end - t_steady) if t_end > t_steady else None,
+            "train_loss_per_epoch": losses, "test": ver, "eval_s": time.perf_counter() - t_eval,
+            "parameters": sum(p.numel() for p in model.parameters())}
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--train", required=True)
+    p.add_argument("--test", required=True, help="held-out speakers' dataset (the trials' files)")
+    p.add_argument("--trials", required=True)
+    p.add_argument("--loss", required=True, choices=METRIC_LOSSES)
+    p.add_argument("--per-class", type=int, default=0, help="segments per class per batch (the prototypical losses)")
+    p.add_argument("--embedding", type=int, default=0)
+    p.add_argument("--input-norm", action="store_true")
+    p.add_argument("--margin", type=float, default=0.2)
+    p.add_argument("--scale", type=float, default=30.0)
+    p.add_argument("--channels", default="32,64,128")
+    p.add_argument("--pools", default="2,2,2")
+    p.add_argument("--kernel", type=int, default=3)
+    p.add_argument("--dense", type=int, default=256)
+    p.add_argument("--model-json", help="a CNN stack's description instead of LeakCNN")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup-steps", type=int, default=0)
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--clip-norm", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--timing-warmup", type=int, default=10, help="steps left out of steady samples/s")
+    p.add_argument("--json")
+    p.add_argument("--verbose", action="store_true")
+    a = p.parse_args(argv)
+    if a.loss in ("angleproto", "softmaxproto") and a.per_class < 2:
+        p.error(f"--loss {a.loss} needs --per-class M >= 2")
+    if a.per_class and a.batch_size % a.per_class:
+        p.error("--batch-size must be a multiple of --per-class")
+    return a
+
+
+def main(argv=None):
+    args = parse_args(argv if argv is not None else sys.argv[1:])
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    out = {"tool": "pytorch", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "torch_version": torch.__version__, "torch_threads": torch.get_num_threads(),
+           "python": platform.python_version(), "config": vars(args)}
+    try:
+        out["run"] = train_run(args)
+    except Exception as e:  # reported in the JSON, non-zero exit
+        out["run"] = {"status": "failed", "reason": f"{type(e).__name__}: {e}"}
+    r = out["run"]
+    if r["status"] == "ok":
+        print(f"[torch {args.loss}] {r['steady_samples_per_s']:.0f} samples/s steady, test EER {r['test']['eer']:.4f} "
+              f"on {r['test']['trials']} trials", flush=True)
+    else:
+        print(f"[torch {args.loss}] failed: {r['reason']}", flush=True)
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=2)
+    return 0 if r["status"] == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
