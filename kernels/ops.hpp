@@ -242,4 +242,12 @@ void angleproto_loss(const Tensor& emb, const Tensor& wb, const kernels::AnglePr
 // (the input needs no gradient).
 void instance_norm(const Tensor& x, Tensor& y, cudaStream_t stream = nullptr);
 
+// Speaker-verification trial scores (kernels/trial_scores.hpp): scores[t] =
+// <emb[pairs[t][0]], emb[pairs[t][1]]>, the cosine when the caller has
+// L2-normalised the rows. emb f32 [F, E], pairs i32 [T, 2], scores f32 [T]
+// (overwritten); f32 sums in a fixed order (run-to-run identical). An index
+// out of [0, F) is an error naming the trial on the CPU and NaN on the GPU
+// (the device cannot report it: check host-side before uploading).
+void trial_scores(const Tensor& emb, const Tensor& pairs, Tensor& scores, cudaStream_t stream = nullptr);
+
 }  // namespace mf::ops
