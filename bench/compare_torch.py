@@ -383,7 +383,7 @@ def parse_args(argv):
         a.device, a.epochs, a.batch_size, a.precision = "cpu", 1, 8, "fp32"
         a.synth = a.synth or (SYNTH_SPEAKERS_DRY if a.loss else SYNTH_DRY)
         a.workers = 2 if a.workers is None else a.workers
-    a.synth = a.synth or SYNTH_FULL
+    a.synth = a.synth or (SYNTH_SPEAKERS if a.loss else SYNTH_FULL)
     return a
 
 
@@ -607,7 +607,7 @@ def speaker_dataset(args, melforge, work_dir):
     if args.data:
         return os.path.abspath(args.data), "given"
     speakers = has_command(melforge, ["data", "synth"], "--speakers")
-    synth = args.synth or (SYNTH_SPEAKERS_DRY if args.dry_run else SYNTH_SPEAKERS)
+    synth = args.synth  # parse_args: SYNTH_SPEAKERS(_DRY) unless --synth
     if not speakers and "--speakers" in synth:
         synth = SYNTH_DRY if args.dry_run else SYNTH_LEAK_TEST
     data_dir = os.path.join(work_dir, "data-speakers-dry" if args.dry_run else "data-speakers")
@@ -622,7 +622,7 @@ def speaker_dataset(args, melforge, work_dir):
         raise SystemExit(f"compare_torch: `melforge data synth` failed (rc {rc}); see {work_dir}/synth.log")
     with open(stamp, "w") as f:
         f.write(synth)
-    kind = "speakers" if "--speakers" in synth else "the leak synth's classes as speakers (no --speakers here)"
+    kind = "speakers" if "--speakers" in synth else "the leak synth's classes as speakers"
     return data_dir, f"melforge data synth {synth} ({kind}; {wall:.1f} s)"
 
 
