@@ -187,7 +187,7 @@ void register_verify(CLI::App& app) {
     const std::vector<std::string> names = file_names(info);
     const std::vector<model::Trial> trials = model::parse_trials(a.trials, model::index_names(names));
     MF_CHECK(!trials.empty(), "{}: no trials", a.trials);
-    const std::vector<float> raw = train::cosine_scores(files, trials);
+    const std::vector<float> raw = train::cosine_scores(files, trials, lm.ts->device(), stream.handle());
     const std::vector<std::int32_t> labels = model::trial_labels(trials);
     json j;
     j["checkpoint"] = a.checkpoint;

@@ -67,18 +67,61 @@ Embeddings file_embeddings(const Embeddings& seg, std::int64_t per_file) {
   return f;
 }
 
-std::vector<float> cosine_scores(const Embeddings& e, std::span<const model::Trial> trials) {
-  std::vector<float> s(trials.size());
+namespace {
+
+void check_trials(const Embeddings& e, std::span<const model::Trial> trials) {
   for (std::size_t t = 0; t < trials.size(); ++t) {
     const model::Trial& tr = trials[t];
     MF_CHECK(tr.a >= 0 && tr.a < e.rows && tr.b >= 0 && tr.b < e.rows,
              "cosine_scores: trial {} names files {} and {}, expected 0..{}", t, tr.a, tr.b, e.rows - 1);
-    const auto a = e.row(tr.a), b = e.row(tr.b);
+  }
+}
+
+}  // namespace
+
+std::vector<float> cosine_scores(const Embeddings& e, std::span<const model::Trial> trials) {
+  check_trials(e, trials);
+  std::vector<float> s(trials.size());
+  for (std::size_t t = 0; t < trials.size(); ++t) {
+    const auto a = e.row(trials[t].a), b = e.row(trials[t].b);
     double d = 0;
     for (std::int64_t k = 0; k < e.dim; ++k) d += double(a[std::size_t(k)]) * b[std::size_t(k)];
     s[t] = float(d);
   }
   return s;
+}
+
+std::vector<float> cosine_scores(const Embeddings& e, std::span<const model::Trial> trials, Device dev,
+                                 cudaStream_t stream, std::int64_t per_launch) {
+  MF_NVTX_RANGE("trial scores");
+  MF_CHECK(per_launch >= 1, "cosine_scores: {} trials per launch, expected >= 1", per_launch);
+  // Indices checked here, on the host: the GPU kernel could only write NaN.
+  check_trials(e, trials);
+  MF_CHECK(e.rows <= std::numeric_limits<std::int32_t>::max(), "cosine_scores: {} files; i32 indices reach 2^31 - 1",
+           e.rows);
+  const auto T = std::int64_t(trials.size());
+  std::vector<float> out(trials.size());
+  if (T == 0) return out;
+  const Tensor emb_host = Tensor::from_floats(e.values, {e.rows, e.dim});
+  const Tensor emb = dev.is_cpu() ? emb_host : emb_host.to(dev, stream);  // uploaded once
+  const std::int64_t B = std::min(T, per_launch);
+  Tensor pairs_host = Tensor::empty({B, 2}, DType::i32), scores_host = Tensor::empty({B}, DType::f32);
+  Tensor pairs = dev.is_cpu() ? pairs_host : Tensor::empty({B, 2}, DType::i32, dev, Layout::plain, stream);
+  Tensor scores = dev.is_cpu() ? scores_host : Tensor::empty({B}, DType::f32, dev, Layout::plain, stream);
+  for (std::int64_t t0 = 0; t0 < T; t0 += B) {
+    const std::int64_t n = std::min(B, T - t0);
+    std::int32_t* p = pairs_host.data<std::int32_t>();
+    for (std::int64_t i = 0; i < n; ++i) {
+      p[2 * i] = std::int32_t(trials[std::size_t(t0 + i)].a);
+      p[2 * i + 1] = std::int32_t(trials[std::size_t(t0 + i)].b);
+    }
+    Tensor pd = pairs.slice(0, n), sd = scores.slice(0, n), sh = scores_host.slice(0, n);
+    if (!dev.is_cpu()) pd.copy_from(pairs_host.slice(0, n), stream);  // pageable: staged before it returns
+    ops::trial_scores(emb, pd, sd, stream);
+    if (!dev.is_cpu()) sh.copy_from(sd, stream);  // synchronises the stream
+    std::copy_n(sh.data<float>(), n, out.begin() + t0);
+  }
+  return out;
 }
 
 VerificationRun verify_dataset(model::TrainStep& ts, io::BatchReader& reader, std::int64_t per_file,
@@ -92,7 +135,7 @@ VerificationRun verify_dataset(model::TrainStep& ts, io::BatchReader& reader, st
   v.trials = model::make_trials(file_labels, per_file, seed);
   MF_CHECK(!v.trials.empty(), "{}: no trials can be drawn from {} files (a verification set needs at least two "
            "classes)", info.path, files.rows);
-  v.scores = cosine_scores(files, v.trials);
+  v.scores = cosine_scores(files, v.trials, ts.device(), stream);
   const std::vector<std::int32_t> labels = model::trial_labels(v.trials);
   const auto targets = std::count(labels.begin(), labels.end(), 1);
   if (targets == 0 || targets == std::int64_t(labels.size())) {

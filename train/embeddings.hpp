@@ -6,7 +6,8 @@
 // (TrainStep::forward_eval's `embedding`); a file's embedding is the mean of
 // its segments' embeddings, then L2-normalised. Per-segment embeddings are
 // L2-normalised too. A trial's score is the cosine of its two files'
-// embeddings (the dot product of the normalised rows, summed in double).
+// embeddings (the dot product of the normalised rows, on the model's device
+// in f32 by ops::trial_scores; the host double version is the reference).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -39,8 +40,17 @@ void normalize_rows(Embeddings& e);
 // Mean over each file's `per_file` consecutive segments, normalised: rows =
 // segments.rows / per_file files.
 Embeddings file_embeddings(const Embeddings& segments, std::int64_t per_file);
-// Cosine scores of the trials over normalised rows.
+// Cosine scores of the trials over normalised rows, on the host in double
+// (rounded to f32 once): the reference the device path is tested against.
 std::vector<float> cosine_scores(const Embeddings& normalized, std::span<const model::Trial> trials);
+// The same scores on `dev` (ops::trial_scores: f32 products and sums in a
+// fixed order, so run-to-run identical and equal to the double version to f32
+// rounding; the CPU twin when dev is the CPU): the rows are uploaded once, the
+// trials scored `per_launch` per launch. Trial indices are checked on the host
+// first (an error names the trial). Returns when the scores are on the host.
+inline constexpr std::int64_t kTrialsPerLaunch = std::int64_t(1) << 20;
+std::vector<float> cosine_scores(const Embeddings& normalized, std::span<const model::Trial> trials, Device dev,
+                                 cudaStream_t stream, std::int64_t per_launch = kTrialsPerLaunch);
 
 // Validation of an embedding model: file embeddings of the whole set, a
 // balanced trial list drawn from it (model::make_trials: `per_file` target and

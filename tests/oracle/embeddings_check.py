@@ -13,9 +13,9 @@ From the embeddings file alone (EMB.h5 written by `melforge embed`, per file):
     with the rule of docs/verification.md (one ROC point per distinct score,
     accept score >= threshold, linear interpolation between the bracketing
     points) equal VERIFY.json's within 1e-9, and the counts its counts.
-The scores are recomputed as verify computes them (float32 of a double sum of
-the float32 products, in index order: each product is exact in double), so the
-ROC here is built from the very same score values.
+The scores are recomputed as verify computes them on the CPU (--device cpu:
+ops::trial_scores' CPU twin, float32 sums in its fixed order, replayed here in
+NumPy float32), so the ROC here is built from the very same score values.
 Exit status 0 when everything holds; otherwise the failures are printed and the status is 1.
 """
 
@@ -61,10 +61,20 @@ def min_dcf(p_miss, p_fa, p):
 
 
 def cosine(a, b):
-    d = 0.0
-    for x, y in zip(a.astype(np.float64), b.astype(np.float64)):
-        d += x * y  # the same sequential double sum as train::cosine_scores
-    return float(np.float32(d))
+    """ops::trial_scores' CPU order (kernels/trial_scores.hpp) in float32:
+    32 partial sums, partial j over k = j, j + 32, ... (each product rounded
+    to float32, then added), then p[i] += p[i + s] for s = 16, 8, 4, 2, 1."""
+    a = np.asarray(a, np.float32)
+    b = np.asarray(b, np.float32)
+    p = np.zeros(32, np.float32)
+    for k in range(0, len(a), 32):
+        prod = a[k:k + 32] * b[k:k + 32]
+        p[:len(prod)] = p[:len(prod)] + prod
+    s = 16
+    while s > 0:
+        p[:s] = p[:s] + p[s:2 * s]
+        s //= 2
+    return float(p[0])
 
 
 def main(emb_path, data_path, trials_path, scores_path, verify_path):
