@@ -132,6 +132,16 @@ VerificationRun verify_dataset(model::TrainStep& ts, io::BatchReader& reader, st
   VerificationRun v;
   v.files = files.rows;
   const std::vector<std::int32_t> file_labels(info.file_labels.begin(), info.file_labels.begin() + files.rows);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const bool two_classes = std::any_of(file_labels.begin(), file_labels.end(),
+                                       [&](std::int32_t c) { return c != file_labels.front(); });
+  if (!two_classes && segments > 0) {
+    // A cut-down evaluation (--fast-dev-run) that holds one class: no
+    // non-target trial exists, the rates are undefined (NaN).
+    v.rates.eer = v.rates.eer_threshold = nan;
+    v.rates.min_dcf = {{0.05, nan, nan}, {0.01, nan, nan}};
+    return v;
+  }
   v.trials = model::make_trials(file_labels, per_file, seed);
   MF_CHECK(!v.trials.empty(), "{}: no trials can be drawn from {} files (a verification set needs at least two "
            "classes)", info.path, files.rows);
@@ -141,7 +151,6 @@ VerificationRun verify_dataset(model::TrainStep& ts, io::BatchReader& reader, st
   if (targets == 0 || targets == std::int64_t(labels.size())) {
     // Too few files (e.g. --fast-dev-run's one batch) for both kinds of
     // trials: the rates are undefined (NaN), as a metric without examples.
-    const double nan = std::numeric_limits<double>::quiet_NaN();
     v.rates.targets = targets;
     v.rates.nontargets = std::int64_t(labels.size()) - targets;
     v.rates.eer = v.rates.eer_threshold = nan;
