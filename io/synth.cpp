@@ -32,20 +32,14 @@ void synth_file_at(const SynthConfig& cfg, int cls, std::uint64_t file_seed, flo
 // resolution and each R adjacent bands are averaged in power, as a filter bank with
 // R times wider bands would: tones and leak bands keep their widths in Hz.
 void synth_file(const SynthConfig& cfg, int cls, std::uint64_t file_seed, float* out) {
-  const std::int64_t R = cfg.mels >= 64 ? 1 : (64 + cfg.mels - 1) / cfg.mels;
+  const std::int64_t R = synth_detail::render_factor(cfg.mels);
   if (R == 1) return synth_file_at(cfg, cls, file_seed, out);
   SynthConfig hi = cfg;
   hi.mels = cfg.mels * R;
   const std::int64_t M = cfg.mels, T = cfg.frames, nseg = cfg.long_segments * cfg.short_segments;
   std::vector<float> buf(static_cast<std::size_t>(nseg * hi.mels * T));
   synth_file_at(hi, cls, file_seed, buf.data());
-  for (std::int64_t s = 0; s < nseg; ++s)
-    for (std::int64_t m = 0; m < M; ++m)
-      for (std::int64_t t = 0; t < T; ++t) {
-        double p = 0;
-        for (std::int64_t k = 0; k < R; ++k) p += std::pow(10.0, double(buf[std::size_t((s * hi.mels + m * R + k) * T + t)]));
-        out[(s * M + m) * T + t] = float(std::log10(p / double(R) + 1e-12));
-      }
+  synth_detail::band_average(buf.data(), R, nseg, M, T, out);
 }
 
 namespace {

@@ -208,21 +208,14 @@ std::array<std::vector<int>, 3> speaker_splits(const SpeakerSynthConfig& cfg) {
 
 // Below 64 mel bands: rendered at R times the bands, each R adjacent averaged in power.
 void synth_speaker_file(const SpeakerSynthConfig& cfg, int speaker, std::int64_t rec, float* out) {
-  const std::int64_t R = cfg.mels >= 64 ? 1 : (64 + cfg.mels - 1) / cfg.mels;
+  const std::int64_t R = synth_detail::render_factor(cfg.mels);
   if (R == 1) return render_recording(cfg, speaker, rec, out);
   SpeakerSynthConfig hi = cfg;
   hi.mels = cfg.mels * R;
   const std::int64_t M = cfg.mels, T = cfg.frames, nseg = cfg.long_segments * cfg.short_segments;
   std::vector<float> buf(static_cast<std::size_t>(nseg * hi.mels * T));
   render_recording(hi, speaker, rec, buf.data());
-  for (std::int64_t s = 0; s < nseg; ++s)
-    for (std::int64_t m = 0; m < M; ++m)
-      for (std::int64_t t = 0; t < T; ++t) {
-        double q = 0;
-        for (std::int64_t k = 0; k < R; ++k)
-          q += std::pow(10.0, double(buf[std::size_t((s * hi.mels + m * R + k) * T + t)]));
-        out[(s * M + m) * T + t] = float(std::log10(q / double(R) + 1e-12));
-      }
+  synth_detail::band_average(buf.data(), R, nseg, M, T, out);
 }
 
 std::vector<SpeakerSplit> write_synthetic_speakers(const std::string& dir, const SpeakerSynthConfig& cfg) {
