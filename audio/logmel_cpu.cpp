@@ -1,12 +1,13 @@
-// The logmel op's CPU twin (audio/logmel.hpp) on FFTW3 (single precision).
+// The logmel op's CPU twin (audio/logmel.hpp), variant 1 on FFTW3 (single
+// precision), and the choice between the CPU variants.
 //
 // Per frame t of file b (center=True, pad_mode='constant'):
 //   x[i]     = row_b[t*hop + i - n_fft/2] * hann[i]      (0 outside the row), float
 //   X        = rfft(x)                                   (FFTW r2c, float)
 //   power[k] = re^2 + im^2                               (float)
 //   mel[m]   = sum over band m's nonzero bins k, in increasing k, of w[m,k] * power[k]
-//   out      = 10 * log10(max(float(mel), 1e-10))      (float, to ~2 ulp: log10_float
-//              below; exactly -100 at the floor)
+//   out      = 10 * log10(max(float(mel), 1e-10))      (float, to ~2 ulp:
+//              audio/log10_float.hpp; exactly -100 at the floor)
 // hann[i] = 0.5 - 0.5 cos(2 pi i / n_fft) (periodic) in double, stored float.
 //
 // The mel sum is accumulated in double: each float product w*power is exact
@@ -17,9 +18,7 @@
 // can get to it without copying its (platform-dependent) order, and it
 // leaves the CUDA op free to sum in any order and still match to ~1 ulp. The
 // sum is then rounded to float (librosa's mel spectrogram is float32) and
-// clamped; the log is a float one (librosa's is numpy's float32 log10): a
-// branch-free series the compiler vectorizes over the bands, where libm's
-// log10 cost 13% of a build's CPU time.
+// clamped; the log is a float one (librosa's is numpy's float32 log10).
 //
 // Threads: parallel_for over (file, frame) pairs; each chunk owns its
 // fftwf_malloc'd buffers (allocated once per chunk, not per frame) and writes
@@ -30,16 +29,19 @@
 #include <fftw3.h>
 
 #include <algorithm>
-#include <bit>
 #include <cstdint>
+#include <cstdlib>
 #include <cmath>
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <numbers>
 #include <vector>
 
+#include "audio/log10_float.hpp"
 #include "audio/logmel.hpp"
+#include "audio/power_spectrum_x8.hpp"
 #include "audio/mel_filterbank.hpp"
 #include "engine/error.hpp"
 #include "engine/parallel.hpp"
@@ -47,19 +49,6 @@
 namespace mf::audio {
 
 namespace {
-
-// log10(x) for a normal float x > 0, within ~2 ulp: x = 2^e * m with m in
-// [sqrt(1/2), sqrt(2)), ln m = 2 atanh(s) = 2 (s + s^3/3 + ... + s^11/11) with
-// s = (m - 1) / (m + 1), |s| <= 0.172 (the next term is below 2^-27).
-inline float log10_float(float x) {
-  std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
-  // Exponent relative to sqrt(1/2): subtracting 0x3f3504f3 puts m in [sqrt(1/2), sqrt(2)).
-  const std::int32_t e = std::int32_t(bits - 0x3f3504f3u) >> 23;
-  bits -= std::uint32_t(e) << 23;
-  const float m = std::bit_cast<float>(bits), s = (m - 1.f) / (m + 1.f), s2 = s * s;
-  const float series = s * (2.f + s2 * (2.f / 3 + s2 * (2.f / 5 + s2 * (2.f / 7 + s2 * (2.f / 9 + s2 * (2.f / 11))))));
-  return (float(e) * 0.693147180559945f + series) * 0.434294481903252f;
-}
 
 std::mutex& fftw_planner_mutex() {
   static std::mutex m;
@@ -152,9 +141,9 @@ class LogmelCpu final : public LogmelOp {
       const std::int32_t k0 = fb_.first[std::size_t(m)], k1 = k0 + fb_.count[std::size_t(m)];
       double acc = 0;
       for (std::int32_t k = k0; k < k1; ++k) acc += double(w[k]) * double(s.power[std::size_t(k)]);
-      db[m] = std::max(float(acc), 1e-10f);
+      db[m] = float(acc);
     }
-    for (std::int64_t m = 0; m < p_.n_mels; ++m) db[m] = db[m] > 1e-10f ? 10.f * log10_float(db[m]) : -100.f;
+    for (std::int64_t m = 0; m < p_.n_mels; ++m) db[m] = power_to_db(db[m]);
     for (std::int64_t m = 0; m < p_.n_mels; ++m) o[m * p_.frames] = db[m];
   }
 
@@ -167,8 +156,36 @@ class LogmelCpu final : public LogmelOp {
 
 }  // namespace
 
-std::unique_ptr<LogmelOp> make_logmel_cpu(const FrontendParams& p, bool threaded) {
+std::unique_ptr<LogmelOp> make_logmel_cpu_x8(const FrontendParams& p, bool threaded);  // logmel_cpu_x8.cpp
+
+LogmelCpuAlgo logmel_cpu_algo_from_env() {
+  const char* e = std::getenv("MELFORGE_LOGMEL_CPU");
+  if (!e || !*e) return LogmelCpuAlgo::automatic;
+  const std::string_view v(e);
+  if (v == "auto") return LogmelCpuAlgo::automatic;
+  if (v == "fftw") return LogmelCpuAlgo::fftw;
+  if (v == "simd8") return LogmelCpuAlgo::simd8;
+  MF_THROW("MELFORGE_LOGMEL_CPU='{}': expected auto, fftw or simd8", v);
+}
+
+const char* logmel_cpu_algo_name(LogmelCpuAlgo algo) {
+  switch (algo) {
+    case LogmelCpuAlgo::automatic: return "auto";
+    case LogmelCpuAlgo::fftw: return "fftw";
+    case LogmelCpuAlgo::simd8: return "simd8";
+  }
+  return "?";
+}
+
+LogmelCpuAlgo resolve_logmel_cpu_algo(const FrontendParams& p, LogmelCpuAlgo algo) {
+  if (algo == LogmelCpuAlgo::automatic) algo = logmel_cpu_algo_from_env();
+  if (algo == LogmelCpuAlgo::fftw) return algo;
+  return PowerSpectrumX8::supports(p.n_fft) ? LogmelCpuAlgo::simd8 : LogmelCpuAlgo::fftw;
+}
+
+std::unique_ptr<LogmelOp> make_logmel_cpu(const FrontendParams& p, bool threaded, LogmelCpuAlgo algo) {
   p.validate();
+  if (resolve_logmel_cpu_algo(p, algo) == LogmelCpuAlgo::simd8) return make_logmel_cpu_x8(p, threaded);
   return std::make_unique<LogmelCpu>(p, threaded);
 }
 

@@ -143,12 +143,15 @@ std::vector<float> op_input(const FrontendParams& p, const std::vector<Signal>& 
   return wave;
 }
 
-std::vector<float> run_cpu(const FrontendParams& p, const std::vector<float>& wave) {
+std::vector<float> run_cpu(const FrontendParams& p, const std::vector<float>& wave,
+                           audio::LogmelCpuAlgo algo = audio::LogmelCpuAlgo::automatic) {
   const std::int64_t batch = std::int64_t(wave.size()) / p.window_samples();
   std::vector<float> out(std::size_t(batch * p.segments() * p.n_mels * p.frames), NAN);
-  audio::make_logmel_cpu(p)->compute(batch, wave.data(), out.data(), nullptr);
+  audio::make_logmel_cpu(p, true, algo)->compute(batch, wave.data(), out.data(), nullptr);
   return out;
 }
+
+constexpr audio::LogmelCpuAlgo kCpuAlgos[] = {audio::LogmelCpuAlgo::fftw, audio::LogmelCpuAlgo::simd8};
 
 // ---------------------------------------------------------------- tolerance
 
@@ -334,53 +337,89 @@ TEST_CASE("logmel CPU twin equals librosa's melspectrogram in dB") {
   }
   REQUIRE(testing::run_audio_oracle("librosa_logmel.py", (dir.path / "cases.txt").string()) == 0);
 
-  ErrorByDepth all;
-  for (const FeatureCase& c : fc) {
-    const FrontendParams& p = c.p;
-    const std::vector<float> out = run_cpu(p, op_input(p, c.signals));
-    const std::vector<float> ref = read_f32(c.dir / "ref.bin", out.size());
-    const std::vector<float> peak = read_f32(c.dir / "peak.bin", c.signals.size() * std::size_t(p.total_frames()));
-    ErrorByDepth dist;
-    CHECK(compare_features(c, out, ref, peak, dist) == 0);
-    MESSAGE((describe(p) + ": |op - librosa| by depth below the frame's strongest bin:" + dist.str()));
-    all.merge(dist);
-    // Silence, and the impulse just past the window (which no frame covers),
-    // are -100 dB exactly.
-    const std::size_t per_file = out.size() / c.signals.size();
-    for (std::size_t b = 0; b < c.signals.size(); ++b) {
-      if (c.signals[b].name != "silence" && c.signals[b].name.find(fmt::format("impulse at sample {} ", p.window_samples())) != 0) continue;
-      CAPTURE(c.signals[b].name);
-      CHECK(std::all_of(out.begin() + std::ptrdiff_t(b * per_file), out.begin() + std::ptrdiff_t((b + 1) * per_file),
-                        [](float v) { return v == -100.f; }));
+  for (const audio::LogmelCpuAlgo requested : kCpuAlgos) {
+    ErrorByDepth all;
+    for (const FeatureCase& c : fc) {
+      const FrontendParams& p = c.p;
+      const audio::LogmelCpuAlgo algo = audio::resolve_logmel_cpu_algo(p, requested);
+      if (algo != requested) continue;  // simd8 needs a power-of-two n_fft: those cases ran as fftw already
+      CAPTURE(audio::logmel_cpu_algo_name(algo));
+      const std::vector<float> out = run_cpu(p, op_input(p, c.signals), algo);
+      const std::vector<float> ref = read_f32(c.dir / "ref.bin", out.size());
+      const std::vector<float> peak = read_f32(c.dir / "peak.bin", c.signals.size() * std::size_t(p.total_frames()));
+      ErrorByDepth dist;
+      CHECK(compare_features(c, out, ref, peak, dist) == 0);
+      MESSAGE((fmt::format("{} ({}): |op - librosa| by depth below the frame's strongest bin:", describe(p),
+                           audio::logmel_cpu_algo_name(algo)) +
+               dist.str()));
+      all.merge(dist);
+      // Silence, and the impulse just past the window (which no frame covers),
+      // are -100 dB exactly.
+      const std::size_t per_file = out.size() / c.signals.size();
+      for (std::size_t b = 0; b < c.signals.size(); ++b) {
+        if (c.signals[b].name != "silence" && c.signals[b].name.find(fmt::format("impulse at sample {} ", p.window_samples())) != 0) continue;
+        CAPTURE(c.signals[b].name);
+        CHECK(std::all_of(out.begin() + std::ptrdiff_t(b * per_file), out.begin() + std::ptrdiff_t((b + 1) * per_file),
+                          [](float v) { return v == -100.f; }));
+      }
     }
+    MESSAGE((fmt::format("all cases ({}):", audio::logmel_cpu_algo_name(requested)) + all.str()));
   }
-  MESSAGE((std::string("all cases:") + all.str()));
 }
 
 TEST_CASE("logmel CPU twin: the same bits on 1 and 2 threads and on a second call") {
-  const FrontendParams p = params(16000, 400, 160, 40, 0, 0, 9, 2, 2);
+  for (const audio::LogmelCpuAlgo algo : kCpuAlgos) {
+    CAPTURE(audio::logmel_cpu_algo_name(algo));
+    // simd8 needs a power-of-two n_fft; 9 frames per segment put a group of
+    // eight frames across a segment boundary.
+    const FrontendParams p = algo == audio::LogmelCpuAlgo::fftw ? params(16000, 400, 160, 40, 0, 0, 9, 2, 2)
+                                                                : params(16000, 512, 160, 40, 0, 0, 9, 2, 2);
+    REQUIRE(audio::resolve_logmel_cpu_algo(p, algo) == algo);
+    std::vector<Signal> signals = test_signals(p);
+    const std::vector<float> wave = op_input(p, signals);
+    const int threads = cpu_threads();
+    set_cpu_threads(1);
+    const std::vector<float> one = run_cpu(p, wave, algo);
+    set_cpu_threads(2);
+    const std::vector<float> two = run_cpu(p, wave, algo);
+    auto op = audio::make_logmel_cpu(p, true, algo);
+    std::vector<float> again(one.size(), NAN), third(one.size(), NAN);
+    op->compute(std::int64_t(signals.size()), wave.data(), again.data(), nullptr);
+    op->compute(std::int64_t(signals.size()), wave.data(), third.data(), nullptr);
+    set_cpu_threads(threads);
+    CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(one.data(), again.data(), one.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(one.data(), third.data(), one.size() * sizeof(float)) == 0);
+    CHECK(std::none_of(one.begin(), one.end(), [](float v) { return std::isnan(v); }));
+    // A batch of one file gives that file's rows of the batch.
+    const std::size_t w = std::size_t(p.window_samples()), per_file = one.size() / signals.size();
+    std::vector<float> single(per_file, NAN);
+    op->compute(1, wave.data() + 4 * w, single.data(), nullptr);
+    CHECK(std::memcmp(single.data(), one.data() + 4 * per_file, per_file * sizeof(float)) == 0);
+    CHECK_FALSE(op->on_device());
+  }
+}
+
+TEST_CASE("logmel CPU simd8: a frame's values do not depend on its lane or group") {
+  // The same audio delayed by one hop: its frame t + 1 covers the samples of
+  // the original's frame t, in the next lane (or the next group's lane 0),
+  // for every frame whose window the shorter op input still holds.
+  const FrontendParams p = params(16000, 512, 160, 40, 0, 0, 9, 1, 3);
+  REQUIRE(audio::resolve_logmel_cpu_algo(p, audio::LogmelCpuAlgo::simd8) == audio::LogmelCpuAlgo::simd8);
+  const std::int64_t T = p.total_frames(), M = p.n_mels, F = p.frames;
   std::vector<Signal> signals = test_signals(p);
-  const std::vector<float> wave = op_input(p, signals);
-  const int threads = cpu_threads();
-  set_cpu_threads(1);
-  const std::vector<float> one = run_cpu(p, wave);
-  set_cpu_threads(2);
-  const std::vector<float> two = run_cpu(p, wave);
-  auto op = audio::make_logmel_cpu(p);
-  std::vector<float> again(one.size(), NAN), third(one.size(), NAN);
-  op->compute(std::int64_t(signals.size()), wave.data(), again.data(), nullptr);
-  op->compute(std::int64_t(signals.size()), wave.data(), third.data(), nullptr);
-  set_cpu_threads(threads);
-  CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
-  CHECK(std::memcmp(one.data(), again.data(), one.size() * sizeof(float)) == 0);
-  CHECK(std::memcmp(one.data(), third.data(), one.size() * sizeof(float)) == 0);
-  CHECK(std::none_of(one.begin(), one.end(), [](float v) { return std::isnan(v); }));
-  // A batch of one file gives that file's rows of the batch.
-  const std::size_t w = std::size_t(p.window_samples()), per_file = one.size() / signals.size();
-  std::vector<float> single(per_file, NAN);
-  op->compute(1, wave.data() + 4 * w, single.data(), nullptr);
-  CHECK(std::memcmp(single.data(), one.data() + 4 * per_file, per_file * sizeof(float)) == 0);
-  CHECK_FALSE(op->on_device());
+  std::vector<Signal> delayed = signals;
+  for (Signal& d : delayed) d.y.insert(d.y.begin(), std::size_t(p.hop_length), 0.f);
+  const std::vector<float> a = run_cpu(p, op_input(p, signals), audio::LogmelCpuAlgo::simd8);
+  const std::vector<float> b = run_cpu(p, op_input(p, delayed), audio::LogmelCpuAlgo::simd8);
+  const auto at = [&](std::size_t file, std::int64_t t, std::int64_t m) {
+    return std::size_t(((std::int64_t(file) * p.segments() + t / F) * M + m) * F + t % F);
+  };
+  for (std::size_t f = 0; f < signals.size(); ++f) {
+    CAPTURE(signals[f].name);
+    for (std::int64_t t = 0; t + 1 < T; ++t)
+      for (std::int64_t m = 0; m < M; ++m) REQUIRE(std::memcmp(&a[at(f, t, m)], &b[at(f, t + 1, m)], sizeof(float)) == 0);
+  }
 }
 
 TEST_CASE("logmel CPU twin refuses bad parameters, naming the parameter and the allowed range") {
