@@ -1,6 +1,7 @@
 // leak_loss on the GPU, two modes (kernels/loss.hpp).
 //
-// With the confusion matrix (counts [kLossCounts + C*C], C <= 100): one block
+// With the confusion matrix (counts [kLossCounts + C*C]) and C <= 100
+// (kSharedConfusionClasses): one block
 // of 512 threads (the loss is tiny next to the GEMMs: B rows of C+1 logits, C
 // without the leak head). Pass 1: each thread takes rows t, t+512, ...,
 // accumulating its weighted CE numerator, weight, BCE and correct counts; the
@@ -9,7 +10,8 @@
 // block, after the denominator is known): the logits' gradients. Reads the
 // logits twice, writes dlogits once.
 //
-// Without it (counts [kLossCounts], any C: speaker sets of thousands): a warp
+// Otherwise (no matrix, counts [kLossCounts], or more classes: speaker sets of
+// thousands, a softmax head of 101-256 classes): a warp
 // per row, its lanes striding the columns (coalesced) and combining by xor
 // butterflies, so a row's max, log-sum-exp and sums have the same bits in every
 // lane and in both kernels. loss_stats_kernel: one block of 32 warps, warp w
@@ -19,7 +21,8 @@
 // each block computes the weighted-mean denominator itself (it depends on the
 // labels only) with the same fixed tree as the stats kernel, so no scratch
 // memory is needed and the op allocates nothing. Shared memory is fixed
-// (a few KB), whatever C.
+// (a few KB), whatever C; a confusion matrix is counted in the caller's
+// counts with integer atomics.
 //
 // Deterministic: no float atomics, every reduction in a fixed order.
 #include "engine/error.hpp"
@@ -32,6 +35,7 @@ namespace mf::kernels {
 namespace {
 
 constexpr int kThreads = 512;
+constexpr int kSharedConfusionClasses = 100;  // C*C ints in shared memory: 40 KB
 
 __device__ float block_sum(float v, float* sh) {
   sh[threadIdx.x] = v;
@@ -311,6 +315,10 @@ __global__ void __launch_bounds__(kStatsWarps * kWarp) loss_stats_kernel(
     }
     ce += num;
     correct += ycount >= 0 && ycount < C && r.arg == ycount ? 1 : 0;
+    // The confusion matrix past kSharedConfusionClasses: exact integer atomics
+    // in global memory (order-free, so still deterministic).
+    if (d.confusion && lane == 0 && ycount >= 0 && ycount < C)
+      atomicAdd(&counts[kLossCounts + std::int64_t(ycount) * C + r.arg], 1);
     if (d.leak_head) {
       const float zl = cuda::load_f32(z[C]), t = leak[i];
       bce += fmaxf(zl, 0.f) - zl * t + log1pf(expf(-fabsf(zl)));
@@ -393,7 +401,7 @@ void launch_loss(const LeakLossDims& d, const void* logits, const std::int32_t* 
                  const float* cw, const float* loss_scale, void* dlogits, float* sums, std::int32_t* counts,
                  float* step_loss, cudaStream_t stream) {
   using D = cuda::device_t<T>;
-  if (!d.confusion) {  // any C: the warp-per-row kernels
+  if (!d.confusion || d.classes > kSharedConfusionClasses) {  // any C: the warp-per-row kernels
     loss_stats_kernel<D><<<1, kStatsWarps * kWarp, 0, stream>>>(d, static_cast<const D*>(logits), labels, labels_b,
                                                                  lam, leak, cw, sums, counts, step_loss);
     MF_CUDA_CHECK_LAUNCH();

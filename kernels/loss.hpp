@@ -48,11 +48,12 @@
 // targets as always. Metrics count the dominant label (y_a when lam_i >= 0.5,
 // else y_b) as the true one: class correct and the confusion matrix's row.
 // Deterministic: fixed-order f32 sums, no float atomics; the f32 sums add the
-// micro-batch's means in step order. GPU, with the confusion matrix: one block
-// that keeps the C x C matrix in shared memory, so C <= 100 (ops::leak_loss
-// refuses more). Without it: any C; a warp per row (fixed-order butterfly
-// sums) in one 1024-thread block for the metrics and in a grid of blocks for
-// dlogits, nothing in shared memory that grows with C (kernels/loss.cu).
+// micro-batch's means in step order. GPU, with the confusion matrix and C <=
+// 100: one block that keeps the C x C matrix in shared memory. Otherwise (any
+// C): a warp per row (fixed-order butterfly sums) in one 1024-thread block for
+// the metrics (a confusion matrix counted in `counts` with integer atomics) and
+// in a grid of blocks for dlogits, nothing in shared memory that grows with C
+// (kernels/loss.cu).
 #pragma once
 
 #include <cuda_runtime_api.h>

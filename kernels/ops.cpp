@@ -141,9 +141,6 @@ void leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& leak, c
   check_dtype(counts, DType::i32, op, "counts");
   kernels::LeakLossDims d = opts;
   d.confusion = counts.size(0) == full;
-  MF_CHECK(!logits.is_cuda() || !d.confusion || C <= 100,
-           "{}: the CUDA kernel keeps the C x C confusion matrix in shared memory and takes at most 100 classes with "
-           "it, found {} (counts [{}], without the matrix, takes any number)", op, C, kernels::kLossCounts);
   check_same_device({&logits, &labels, &dlogits, &sums, &counts}, op);
   if (class_weight) {
     check_shape(*class_weight, {C}, op, "class_weight");

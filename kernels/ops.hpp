@@ -51,8 +51,8 @@ void dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& d
 // ([B, C] when !opts.leak_head); labels i32 [B]; leak f32 [B] (not read, may be
 // undefined, without the leak head); class_weight f32 [C] or null; loss_scale:
 // a float in the tensors' memory (device pointer on GPU) or null; sums f32
-// [kLossSums]; counts i32 [kLossCounts + C*C] (the confusion matrix counted;
-// CUDA: C <= 100) or [kLossCounts] (no matrix; any C), the mode is taken from
+// [kLossSums]; counts i32 [kLossCounts + C*C] (the confusion matrix counted)
+// or [kLossCounts] (no matrix), any C either way; the mode is taken from
 // counts' size (opts.confusion is set here); step_loss f32 [1] or null.
 // labels_b i32 [B] and lam f32 [B]: mixup's soft class targets (loss.hpp),
 // both given or both null (null: the hard labels, bit for bit as before).

@@ -123,8 +123,8 @@ TrainStep::TrainStep(const TrainConfig& cfg, Device device, cudaStream_t stream)
   }
   sums_ = make({kernels::kLossSums}, DType::f32, device, stream);
   // The confusion matrix only with the softmax loss (leak_loss writes it).
-  // Speaker sets go without (thousands of classes: C*C counts, and leak_loss's
-  // CUDA matrix takes C <= 100): the cosine-margin losses, and softmaxproto,
+  // Speaker sets go without (thousands of classes: C*C counts): the
+  // cosine-margin losses, and softmaxproto,
   // whose class head runs leak_loss with counts [kLossCounts] (no matrix).
   counts_ = make({kernels::kLossCounts + (mc.loss == LossType::softmax ? std::int64_t(C) * C : 0)}, DType::i32,
                  device, stream);
