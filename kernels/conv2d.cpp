@@ -31,6 +31,7 @@
 
 #include "engine/error.hpp"
 #include "engine/parallel.hpp"
+#include "engine/vec8.hpp"
 
 namespace mf::kernels {
 
@@ -73,32 +74,13 @@ constexpr int kDwBlock = 4;  // output channels per dw task
 
 inline std::int64_t round_up(std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; }
 
-// The hot loops get an AVX2 clone picked at run time on x86-64 (the build
-// targets the baseline ISA). No FMA contraction (ISO C++ mode), so each clone
-// performs the same f32 operations in the same order: same bits.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MF_CONV2D_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define MF_CONV2D_CLONES
-#endif
-
-// 8 f32 lanes (GCC vector extension); only file-local helpers pass them by value.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
-typedef float v8f __attribute__((vector_size(32)));
-inline v8f load8(const float* p) {
-  v8f v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof v); }
+// v8f, load8/store8 and the AVX2 clones (same bits in every clone): engine/vec8.hpp.
 static_assert(kCB == 8);
 
 // out[p*lanesp + l] = init[l] + sum_t sum_c in[t][p*pstep + c] * wm[t][c*lanesp + l]
 // for p < npix_p (a multiple of kPB) and l < lanesp (a multiple of kCB);
 // init null means 0. Per output the sum runs over t, then c, in order.
-MF_CONV2D_CLONES void tap_row(int ntaps, const float* const* in, const float* const* wm, int c_n,
+MF_SIMD_CLONES void tap_row(int ntaps, const float* const* in, const float* const* wm, int c_n,
                               std::int64_t pstep, int lanesp, const float* init, int npix_p, float* out) {
   for (int p0 = 0; p0 < npix_p; p0 += kPB) {
     for (int lb = 0; lb < lanesp; lb += kCB) {
@@ -121,7 +103,7 @@ MF_CONV2D_CLONES void tap_row(int ntaps, const float* const* in, const float* co
 // dst_j[c] += g[j] * x[c] for the NB channels j of a dw block (NB independent
 // accumulation rows sharing each x load).
 template <int NB>
-MF_CONV2D_CLONES void axpy_block(int c_n, const float* __restrict__ x, const float* g, float* const* dst) {
+MF_SIMD_CLONES void axpy_block(int c_n, const float* __restrict__ x, const float* g, float* const* dst) {
   float* __restrict__ d[NB];
   for (int j = 0; j < NB; ++j) d[j] = dst[j];
   for (int c = 0; c < c_n; ++c) {
