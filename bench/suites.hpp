@@ -16,5 +16,6 @@ void register_step(CLI::App& app);  // `step` and `adamw` (bench_step.cpp)
 void register_conv(CLI::App& app);
 void register_reader(CLI::App& app);
 void register_verify(CLI::App& app);  // speaker verification: extraction and scoring
+void register_logmel(CLI::App& app);  // the audio front-end's log-mel op
 
 }  // namespace mf::bench
