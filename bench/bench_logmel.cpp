@@ -7,7 +7,7 @@
 //         each decode thread of the pipeline does), with the achieved GFLOP/s
 //         beside the nominal f32 peak (cores x 16 flops/cycle x clock: two 8-lane
 //         AVX2 pipes, no FMA since the twins do not contract) and
-//   cuda: the cuFFT op on device buffers, CUDA-event timing, files/s beside
+//   cuda: (--device auto with a GPU, or cuda) also the cuFFT op on device buffers, CUDA-event timing, files/s beside
 //         issue 14's GPU target (>= 50,000 one-second files/s end to end).
 // FLOPs per frame (a model, not a count): real FFT of n as a complex FFT of
 // n/2, 5 (n/2) log2(n/2) + 10 (n/2) for the split; power 3 (n/2 + 1); mel
@@ -40,7 +40,7 @@ namespace {
 constexpr double kGpuTargetFilesPerS = 50'000;  // issue 14, end to end from page cache
 
 struct LogmelOptions {
-  std::string device = "cpu";
+  std::string device = "auto";  // auto: the GPU (and the CPU variants) when there is one, else the CPU
   std::string algo = "all";  // cpu: all | fftw | simd8
   std::int64_t files = 0;    // 0: 512 on the CPU, 16384 on a GPU
   std::int64_t sample_rate = 16000, n_fft = 1024, hop = 256, mels = 64, frames = 62;
@@ -174,6 +174,7 @@ nlohmann::json time_cuda(const LogmelOptions& o, const audio::FrontendParams& p,
 
 void run_logmel_bench(LogmelOptions o) {
   if (o.threads > 0) set_cpu_threads(o.threads);
+  if (o.device == "auto") o.device = gpu_available() ? "cuda" : "cpu";
   const bool gpu = o.device != "cpu";
   if (o.files <= 0) o.files = gpu ? 16384 : 512;
   const audio::FrontendParams p = frontend(o);
@@ -184,14 +185,11 @@ void run_logmel_bench(LogmelOptions o) {
   std::vector<float> reference(std::size_t(o.files * p.segments() * p.n_mels * p.frames));
   audio::make_logmel_cpu(p, true, audio::LogmelCpuAlgo::fftw)->compute(o.files, wave.data(), reference.data(), nullptr);
   nlohmann::json runs = nlohmann::json::array();
-  if (gpu) {
-    runs.push_back(time_cuda(o, p, wave, reference));
-  } else {
-    for (auto algo : {audio::LogmelCpuAlgo::fftw, audio::LogmelCpuAlgo::simd8}) {
-      if (o.algo != "all" && o.algo != audio::logmel_cpu_algo_name(algo)) continue;
-      if (audio::resolve_logmel_cpu_algo(p, algo) != algo) continue;  // simd8: power-of-two n_fft only
-      runs.push_back(time_cpu_variant(o, p, algo, wave, reference));
-    }
+  if (gpu) runs.push_back(time_cuda(o, p, wave, reference));
+  for (auto algo : {audio::LogmelCpuAlgo::fftw, audio::LogmelCpuAlgo::simd8}) {
+    if (o.algo != "all" && o.algo != audio::logmel_cpu_algo_name(algo)) continue;
+    if (audio::resolve_logmel_cpu_algo(p, algo) != algo) continue;  // simd8: power-of-two n_fft only
+    runs.push_back(time_cpu_variant(o, p, algo, wave, reference));
   }
   nlohmann::json res = {{"files", o.files},
                         {"frontend", {{"sample_rate", p.sample_rate}, {"n_fft", p.n_fft}, {"hop_length", p.hop_length},
@@ -208,8 +206,8 @@ void register_logmel(CLI::App& app) {
   static LogmelOptions o;
   auto* cmd = app.add_subcommand("logmel", "The audio front-end's log-mel op alone (no decoding, no writing): files/s "
                                            "and us/frame of each CPU variant, or the CUDA op");
-  cmd->add_option("--device", o.device, "cpu, cuda or cuda:N")->capture_default_str();
-  cmd->add_option("--algo", o.algo, "CPU variants: all, fftw or simd8")->capture_default_str();
+  cmd->add_option("--device", o.device, "auto (cuda when a GPU is usable), cpu, cuda or cuda:N")->capture_default_str();
+  cmd->add_option("--algo", o.algo, "CPU variants: all, fftw, simd8 or none (with a GPU: the CUDA op only)")->capture_default_str();
   cmd->add_option("--files", o.files, "Files in the batch (0: 512 on the CPU, 16384 on a GPU)")->capture_default_str();
   cmd->add_option("--sample-rate", o.sample_rate, "Hz")->capture_default_str();
   cmd->add_option("--n-fft", o.n_fft, "FFT size")->capture_default_str();
