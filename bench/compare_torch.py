@@ -33,9 +33,10 @@ batches and epochs; then one trial list of the unseen test speakers (`melforge
 data trials --per-file 10 --seed 0`) scored by `melforge verify` (the final
 checkpoint) and by PyTorch's file embeddings (mean of segment embeddings,
 L2-normalised, cosine), the EER by the same rule (docs/verification.md).
-Reported: each side's steady samples/s and test EER. The dry mode checks
-torch_metric_train's numpy EER against melforge verify's on verify's own
-scores.csv.
+Reported: each side's steady samples/s, test EER and minDCF (P_target 0.05
+and 0.01). The dry mode checks torch_metric_train's numpy EER and minDCF
+against melforge verify's on verify's own scores.csv. Threads: --threads sets
+torch's; melforge's CPU backend follows OMP_NUM_THREADS (recorded in the JSON).
 
 When the melforge binary has no `train` command, the melforge run is skipped
 with a message and the PyTorch runs still happen. Exit status: 0 when every run
@@ -658,12 +659,19 @@ def check_eer_rule(scores_csv, want):
     with open(scores_csv) as f:
         rows = list(csv.DictReader(f))
     got = eer([float(r["score"]) for r in rows], [int(r["label"]) for r in rows])
+    if isinstance(want, dict):  # verify's JSON: the EER and both minDCFs
+        from torch_metric_train import min_dcf
+        sc, lab = [float(r["score"]) for r in rows], [int(r["label"]) for r in rows]
+        dcf_ok = all(abs(min_dcf(sc, lab, p) - want[f"min_dcf_{p}"]) <= 1e-6 for p in (0.05, 0.01))
+        want = want["eer"]
+    else:
+        dcf_ok = True
     # Known answers (worked by hand from the rule): an exact crossing, an
     # interpolated one, ties across the classes (all equal: 0.5).
     known = [eer([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1]) == 0.5,
              abs(eer([0.3, 0.8, 0.9, 0.1, 0.5], [1, 1, 1, 0, 0]) - 1 / 3) < 1e-12,
              eer([0.2] * 4, [0, 1, 0, 1]) == 0.5]
-    return got, abs(got - want) <= 1e-6 and all(known)
+    return got, abs(got - want) <= 1e-6 and all(known) and dcf_ok
 
 
 def melforge_loss_run(args, melforge, d, trials, work_dir, device, precision, model, stack):
@@ -698,10 +706,11 @@ def melforge_loss_run(args, melforge, d, trials, work_dir, device, precision, mo
     ver, scores = melforge_verify(melforge, ckpt, os.path.join(d, "test.h5"), trials, work_dir, args.timeout)
     if ver is None:
         return dict(row, status="failed", reason=scores), {}, True, None
-    row.update(test_eer=ver["eer"], test_trials=ver["trials"], checkpoint=ckpt)
+    row.update(test_eer=ver["eer"], test_min_dcf_005=ver.get("min_dcf_0.05"), test_min_dcf_001=ver.get("min_dcf_0.01"),
+               test_trials=ver["trials"], checkpoint=ckpt)
     det = {"command": cmd, "report": report, "verify": ver}
     if args.dry_run:
-        got, ok = check_eer_rule(scores, ver["eer"])
+        got, ok = check_eer_rule(scores, ver)
         det["eer_rule_check"] = {"numpy": got, "melforge": ver["eer"], "ok": ok}
         print(f"EER rule: numpy {got:.9f} vs melforge verify {ver['eer']:.9f} on verify's scores: "
               f"{'agree' if ok else 'DIFFER'}", flush=True)
@@ -738,6 +747,7 @@ def torch_loss_run(args, d, trials, work_dir, device, model, model_json, threads
         return {"run": "pytorch", "status": "failed", "reason": r["reason"]}, full, True
     return {"run": "pytorch", "status": "ok", "process_wall_s": wall, "process_cpu_s": LAST_CPU_S[0],
             "steady_samples_per_s": r["steady_samples_per_s"], "test_eer": r["test"]["eer"],
+            "test_min_dcf_005": r["test"].get("min_dcf_0.05"), "test_min_dcf_001": r["test"].get("min_dcf_0.01"),
             "test_trials": r["test"]["trials"], "torch_version": full["torch_version"],
             "torch_threads": full["torch_threads"]}, full, False
 
@@ -772,13 +782,14 @@ def run_loss_comparison(args, melforge, out_dir, work_dir, device, precision, de
     else:
         trow, tdet, tfail = torch_loss_run(args, data_dir, trials, work_dir, device, model, model_json, threads)
     rows = [mrow, trow]
-    print(f"\n{'run':<10} {'samples/s':>12} {'test EER':>10} {'trials':>8}")
+    print(f"\n{'run':<10} {'samples/s':>12} {'test EER':>10} {'minDCF.05':>10} {'trials':>8}")
     for r in rows:
         if r["status"] != "ok":
             print(f"{r['run']:<10} ({r['status']}: {r.get('reason', '')})")
             continue
+        dcf = r.get("test_min_dcf_005")
         print(f"{r['run']:<10} {r['steady_samples_per_s'] or float('nan'):>12,.0f} {r['test_eer']:>10.4f} "
-              f"{r['test_trials']:>8}")
+              f"{dcf if dcf is not None else float('nan'):>10.4f} {r['test_trials']:>8}")
     ratio = None
     if all(r["status"] == "ok" and r.get("steady_samples_per_s") for r in rows):
         ratio = mrow["steady_samples_per_s"] / trow["steady_samples_per_s"]
@@ -789,7 +800,7 @@ def run_loss_comparison(args, melforge, out_dir, work_dir, device, precision, de
               "work_dir": work_dir, "dataset": {"dir": data_dir, "generator": generator, "trials": trials},
               "config": {"epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr, "precision": precision,
                          "seed": args.seed, "schedule": "cosine", "warmup_steps": args.warmup_steps, "model": model,
-                         "torch_threads": threads},
+                         "torch_threads": threads, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")},
               "rows": rows, "speedup_vs_pytorch": ratio, "details": {"melforge": mdet, "pytorch": tdet}}
     name = f"compare-{args.loss}-{'dry-' if args.dry_run else ''}{now.strftime('%Y%m%d-%H%M%S')}.json"
     path = os.path.join(out_dir, name)

@@ -18,12 +18,20 @@ the same number of batches per epoch) with numpy's generator: the same
 composition, not the same draws. Init: PyTorch's default (the same
 distributions as melforge's, not the same draws).
 
+Diagnostics (LeakCNN + angleproto): --init melforge gives melforge's initial
+weights for --seed (torch_train.melforge_init) and --order melforge its own
+balanced batches, draw for draw (melforge_balanced_epoch, a port of
+io/balanced_order.cpp): both sides then start from the same point on the same
+batches, and their per-step losses (train_loss_per_step in the JSON) agree to
+~1e-3 for the first ~10 steps before fp32 rounding makes them drift apart.
+
 Evaluation (docs/verification.md): the file embedding of each --test file
 is the mean of its segments' embeddings (model.eval()), L2-normalised; each
 trial of --trials (VoxCeleb format, names as the dataset's /files, or
 #<index>) is scored by the cosine; the EER is model/verification's
 (interpolated on the ROC of distinct scores, = sklearn's roc_curve + brentq),
-computed here in numpy (eer() below).
+computed here in numpy (eer() below), and minDCF at P_target 0.05 and 0.01
+(C_miss = C_fa = 1, normalised; min_dcf() below), as `melforge verify`.
 
   torch_metric_train.py --train train.h5 --test test.h5 --trials trials.txt --loss aam_softmax
                         [--per-class 2] [--embedding 64] [--input-norm] [--channels 8,16,32 --dense 64]
@@ -48,17 +56,16 @@ sys.path.insert(0, HERE)
 from cnn_stack_torch import CnnStack  # noqa: E402
 from leakcnn_torch import LeakCNN, lr_at  # noqa: E402
 from metric_losses_torch import has_class_head  # noqa: E402
-from torch_train import H5Split, batch_rows, epoch_order, stack_decay_names  # noqa: E402
+from torch_train import H5Split, _mix, batch_rows, epoch_order, melforge_init, stack_decay_names  # noqa: E402
 
 METRIC_LOSSES = ("am_softmax", "aam_softmax", "angleproto", "softmaxproto")
 
 
 # ---- the verification metric (model/verification.cpp) ----
 
-def eer(scores, labels):
-    """Interpolated EER (docs/verification.md): ROC points at each distinct
-    score u (accept score >= u) plus threshold +inf; the crossing of
-    P_miss = P_fa on the straight lines between them."""
+def roc_points(scores, labels):
+    """(P_miss, P_fa) at each distinct score u (accept score >= u) plus the
+    threshold +inf (docs/verification.md), in threshold order."""
     s = np.asarray(scores, dtype=np.float64)
     y = np.asarray(labels)
     if not np.all(np.isfinite(s)):
@@ -69,10 +76,25 @@ def eer(scores, labels):
     u = np.unique(s)
     p_miss = np.append(np.searchsorted(tgt, u, side="left") / len(tgt), 1.0)
     p_fa = np.append((len(non) - np.searchsorted(non, u, side="left")) / len(non), 0.0)
+    return p_miss, p_fa
+
+
+def eer(scores, labels):
+    """Interpolated EER (docs/verification.md): the crossing of P_miss = P_fa
+    on the straight lines between the ROC points of roc_points()."""
+    p_miss, p_fa = roc_points(scores, labels)
     d = p_miss - p_fa
     k = int(np.argmax(d >= 0))
     t = d[k - 1] / (d[k - 1] - d[k])
     return float(p_miss[k - 1] + t * (p_miss[k] - p_miss[k - 1]))
+
+
+def min_dcf(scores, labels, p_target):
+    """Normalised minDCF (docs/verification.md, C_miss = C_fa = 1): the minimum
+    over every ROC point of roc_points() (both ends: u_1 accepts everything), of P_miss * P_target +
+    P_fa * (1 - P_target), over min(P_target, 1 - P_target)."""
+    p_miss, p_fa = roc_points(scores, labels)
+    return float(np.min(p_miss * p_target + p_fa * (1 - p_target)) / min(p_target, 1 - p_target))
 
 
 def read_trials(path, names):
@@ -124,6 +146,74 @@ def balanced_epoch(labels, file_of, m, batch, rng):
     return np.array([np.concatenate([b[i] for i in rng.permutation(len(b))][:k]) for b in out])
 
 
+# ---- melforge's own balanced order (io/balanced_order.cpp), draw for draw ----
+
+M64 = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15
+
+
+class _Draw:
+    """io/balanced_order.cpp's Draw: splitmix64 seeded by (seed, epoch, purpose, item)."""
+
+    def __init__(self, seed, epoch, purpose, item):
+        self.state = _mix(seed ^ _mix((epoch * GOLDEN + purpose) & M64) ^ _mix((item + 0x62616C616E636564) & M64))
+
+    def below(self, bound):
+        threshold = ((1 << 64) - bound) % bound
+        while True:
+            r = _mix(self.state)  # splitmix64_next: state += gamma, finalize(state)
+            self.state = (self.state + GOLDEN) & M64
+            if r >= threshold:
+                return r % bound
+
+    def shuffle(self, v):
+        for i in range(len(v), 1, -1):
+            j = self.below(i)
+            v[i - 1], v[j] = v[j], v[i - 1]
+
+
+def melforge_balanced_epoch(labels, file_of, m, batch, seed, epoch):
+    """[batches, batch] rows exactly as io::balanced_epoch_order (the same draws,
+    so PyTorch sees melforge's batches; a diagnostic of --order melforge)."""
+    k = batch // m
+    classes = sorted(set(int(c) for c in labels))
+    groups_n = [int(np.sum(labels == c)) // m for c in classes]
+    nb = 0
+    while sum(min(g, nb + 1) for g in groups_n) >= (nb + 1) * k:
+        nb += 1
+    per = []
+    for c in classes:
+        d = _Draw(seed, epoch, 1, c & 0xFFFFFFFF)
+        segs = np.flatnonzero(labels == c).tolist()
+        files = {}
+        for s_ in segs:
+            files.setdefault(int(file_of[s_]), []).append(s_)
+        lists = []
+        for f_ in sorted(files):
+            v = files[f_]
+            d.shuffle(v)
+            lists.append(v)
+        d.shuffle(lists)
+        out = [l_[r] for r in range(max(len(l_) for l_ in lists)) for l_ in lists if r < len(l_)]
+        g = min(len(out) // m, nb)
+        if g > 0:
+            per.append(out[:g * m])
+    _Draw(seed, epoch, 2, 0).shuffle(per)
+    batches = [[] for _ in range(nb)]
+    t = 0
+    for v in per:
+        for g in range(len(v) // m):
+            if len(batches[t % nb]) < batch:
+                batches[t % nb] += v[g * m:(g + 1) * m]
+            t += 1
+    rows = []
+    for kb, b in enumerate(batches):
+        order = list(range(k))
+        _Draw(seed, epoch, 3, kb).shuffle(order)
+        rows.append(np.concatenate([b[gi * m:(gi + 1) * m] for gi in order]))
+    return np.array(rows, dtype=np.int64)
+
+
 # ---- training and evaluation ----
 
 def build_model(args, train):
@@ -163,7 +253,8 @@ def evaluate(model, test, trials, batch=256):
     names = file_names(test.path, test.files)
     a, b, lab = read_trials(trials, names)
     scores = np.einsum("ij,ij->i", files[a], files[b]).astype(np.float32)
-    return {"eer": eer(scores, lab), "trials": int(len(lab)), "targets": int(lab.sum()), "files": test.files,
+    return {"eer": eer(scores, lab), "min_dcf_0.05": min_dcf(scores, lab, 0.05),
+            "min_dcf_0.01": min_dcf(scores, lab, 0.01), "trials": int(len(lab)), "targets": int(lab.sum()), "files": test.files,
             "embedding_dim": int(files.shape[1])}
 
 
@@ -172,6 +263,10 @@ def train_run(args):
     train = H5Split(args.train)
     test = H5Split(args.test, classes=1)
     model = build_model(args, train)
+    if args.init == "melforge":
+        if args.model_json or args.loss != "angleproto":
+            raise ValueError("--init melforge: LeakCNN with --loss angleproto only (its ParamBuffer order)")
+        melforge_init(model, args.seed)
     decay_names = stack_decay_names(model) - {n for n, _ in model.named_parameters() if n.startswith("loss.")}
     params = list(model.named_parameters())
     opt = torch.optim.AdamW([{"params": [p for n, p in params if n in decay_names], "weight_decay": args.weight_decay},
@@ -183,7 +278,8 @@ def train_run(args):
     if m:
         file_of = np.repeat(np.arange(train.files), train.per_file)
         rng = np.random.default_rng(args.seed)
-        epochs = [balanced_epoch(train.labels, file_of, m, B, rng) for _ in range(args.epochs)]
+        epochs = [melforge_balanced_epoch(train.labels, file_of, m, B, args.seed, e) if args.order == "melforge"
+                  else balanced_epoch(train.labels, file_of, m, B, rng) for e in range(args.epochs)]
     else:
         steps = train.n // B
         epochs = [np.stack([batch_rows(o, k, B) for k in range(steps)])
@@ -191,7 +287,7 @@ def train_run(args):
     steps_per_epoch = len(epochs[0])
     total = steps_per_epoch * args.epochs
     warm = min(args.timing_warmup, max(0, total - 1))
-    it, losses, t_steady = 0, [], None
+    it, losses, step_losses, t_steady = 0, [], [], None
     t0 = time.perf_counter()
     for e, batches in enumerate(epochs):
         loss_sum = 0.0
@@ -208,6 +304,7 @@ def train_run(args):
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_norm)
             opt.step()
             loss_sum += float(loss)
+            step_losses.append(float(loss))
             it += 1
         losses.append(loss_sum / steps_per_epoch)
         if args.verbose:
@@ -218,7 +315,10 @@ def train_run(args):
     return {"status": "ok", "loss": args.loss, "per_class": m, "steps": total, "steps_per_epoch": steps_per_epoch,
             "timing_warmup_steps": warm, "train_s": t_end - t0,
             "steady_samples_per_s": (total - warm) * B / (t_end - t_steady) if t_end > t_steady else None,
-            "train_loss_per_epoch": losses, "test": ver, "eval_s": time.perf_counter() - t_eval,
+            "train_loss_per_epoch": losses, "train_loss_per_step": step_losses,
+            "loss_params": {n: p.detach().flatten().tolist() for n, p in model.loss.named_parameters()
+                            if p.numel() <= 4} if getattr(model, "loss", None) is not None else {},
+            "test": ver, "eval_s": time.perf_counter() - t_eval,
             "parameters": sum(p.numel() for p in model.parameters())}
 
 
@@ -247,6 +347,11 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--timing-warmup", type=int, default=10, help="steps left out of steady samples/s")
+    p.add_argument("--init", default="torch", choices=["torch", "melforge"],
+                   help="torch: PyTorch's default init; melforge: melforge's draws for --seed (diagnostic; LeakCNN "
+                        "+ angleproto)")
+    p.add_argument("--order", default="numpy", choices=["numpy", "melforge"],
+                   help="--per-class batches: numpy's draws of the same rule, or melforge's own draws (diagnostic)")
     p.add_argument("--json")
     p.add_argument("--verbose", action="store_true")
     a = p.parse_args(argv)
