@@ -4,12 +4,17 @@
 // calls soxr with quality 'soxr_hq' and fixes the length.
 #include "audio/decode.hpp"
 
+#include <fcntl.h>
 #include <sndfile.h>
 #include <soxr.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <system_error>
@@ -32,6 +37,79 @@ struct SndFile {
   ~SndFile() {
     if (f != nullptr) sf_close(f);
   }
+};
+
+// A regular file as libsndfile's virtual I/O sees it: its first kHeadBytes
+// (the whole of a typical clip) read with one read() when opened, anything
+// past them with pread() on demand. libsndfile's own file I/O reads a WAV
+// header and data in ~16 reads and ~11 seeks (27 system calls for a one-second
+// clip); this is open, fstat, one read, close. The head buffer is the calling
+// thread's, reused from file to file.
+class FileSource {
+ public:
+  static constexpr std::int64_t kHeadBytes = std::int64_t(1) << 20;
+
+  // Opens path; false (errno set) when it cannot be opened or is not a
+  // regular file (those go through sf_open, which reports them).
+  bool open(const fs::path& path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) return false;
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+    size_ = std::int64_t(st.st_size);
+    thread_local std::vector<char> head;
+    head.resize(std::size_t(std::min(size_, kHeadBytes)));
+    head_ = head.data();
+    while (head_len_ < std::int64_t(head.size())) {  // one read unless interrupted or cut short
+      const ssize_t got = ::read(fd_, head_ + head_len_, head.size() - std::size_t(head_len_));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) break;  // a read error or a file shrinking under us: libsndfile sees the bytes there are
+      head_len_ += got;
+    }
+    return true;
+  }
+  ~FileSource() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  std::int64_t size() const { return size_; }
+
+  static SF_VIRTUAL_IO io() {
+    SF_VIRTUAL_IO v{};
+    v.get_filelen = [](void* self) -> sf_count_t { return static_cast<FileSource*>(self)->size_; };
+    v.seek = [](sf_count_t offset, int whence, void* self) -> sf_count_t {
+      auto& f = *static_cast<FileSource*>(self);
+      const std::int64_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? f.pos_ : f.size_;
+      f.pos_ = std::max<std::int64_t>(0, base + offset);
+      return f.pos_;
+    };
+    v.read = [](void* ptr, sf_count_t count, void* self) -> sf_count_t {
+      return static_cast<FileSource*>(self)->read(static_cast<char*>(ptr), count);
+    };
+    v.write = [](const void*, sf_count_t, void*) -> sf_count_t { return 0; };
+    v.tell = [](void* self) -> sf_count_t { return static_cast<FileSource*>(self)->pos_; };
+    return v;
+  }
+
+ private:
+  sf_count_t read(char* dst, sf_count_t count) {
+    sf_count_t done = 0;
+    if (pos_ < head_len_) {  // from the head
+      done = std::min<sf_count_t>(count, head_len_ - pos_);
+      std::memcpy(dst, head_ + pos_, std::size_t(done));
+    }
+    while (done < count) {  // past the head
+      const ssize_t got = ::pread(fd_, dst + done, std::size_t(count - done), off_t(pos_ + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) break;
+      done += got;
+    }
+    pos_ += done;
+    return done;
+  }
+
+  int fd_ = -1;
+  std::int64_t size_ = 0, pos_ = 0, head_len_ = 0;
+  char* head_ = nullptr;
 };
 
 // Bytes per sample of the sample encodings whose size is fixed (0 otherwise).
@@ -155,24 +233,28 @@ constexpr float kMaxAbsSample = 4294967296.0f;  // 2^32
 // the frames actually read (reserved up to one per byte of the file, at least
 // what any uncompressed format holds) and the read buffer holds at most
 // kBlockSamples samples whatever the channel count.
-std::vector<float> read_mono(const fs::path& path, SNDFILE* f, const SF_INFO& info, std::int64_t frames) {
+// file_bytes: the file's size, or -1 when unknown. A mono file is read
+// straight into the output; several channels through a block buffer kept
+// per thread.
+std::vector<float> read_mono(const fs::path& path, SNDFILE* f, const SF_INFO& info, std::int64_t frames,
+                             std::int64_t file_bytes) {
   constexpr std::int64_t kBlockSamples = 1 << 16;
   const int channels = info.channels;
   const std::int64_t block = std::max<std::int64_t>(1, kBlockSamples / channels);
-  std::error_code ec;
-  const auto file_bytes = std::int64_t(fs::file_size(path, ec));
   std::vector<float> out;
-  out.reserve(std::size_t(std::min(frames, ec ? block : file_bytes)));
-  std::vector<float> buf(std::size_t(std::min(frames, block)) * std::size_t(channels));
+  out.reserve(std::size_t(std::min(frames, file_bytes < 0 ? block : file_bytes)));
+  thread_local std::vector<float> block_buffer;
+  if (channels > 1) block_buffer.resize(std::size_t(std::min(frames, block)) * std::size_t(channels));
   for (std::int64_t start = 0; start < frames; start += block) {
     const std::int64_t want = std::min(block, frames - start);
-    const sf_count_t got = sf_readf_float(f, buf.data(), want);
+    out.resize(std::size_t(start + want));
+    float* const buf = channels == 1 ? out.data() + start : block_buffer.data();
+    const sf_count_t got = sf_readf_float(f, buf, want);
     if (got != want)
       MF_AUDIO_FAIL(path, "truncated or unreadable: read {} of the {} frames its header declares ({})",
                     start + std::max<sf_count_t>(got, 0), info.frames, sf_strerror(f));
-    out.resize(std::size_t(start + want));
     for (std::int64_t i = 0; i < want; ++i) {
-      const float* frame = buf.data() + i * channels;
+      const float* frame = buf + i * channels;
       for (int c = 0; c < channels; ++c) {
         if (std::abs(frame[c]) <= kMaxAbsSample) continue;  // false for NaN too
         if (!std::isfinite(frame[c]))
@@ -182,8 +264,7 @@ std::vector<float> read_mono(const fs::path& path, SNDFILE* f, const SF_INFO& in
                       "values overflow float32 in resampling and in the power spectrum)",
                       frame[c], start + i, c);
       }
-      out[std::size_t(start + i)] =
-          channels == 1 ? frame[0] : numpy_pairwise_sum(frame, channels) / float(channels);
+      if (channels > 1) out[std::size_t(start + i)] = numpy_pairwise_sum(frame, channels) / float(channels);
     }
   }
   return out;
@@ -194,13 +275,20 @@ std::vector<float> read_mono(const fs::path& path, SNDFILE* f, const SF_INFO& in
 template <class MaxFrames>
 MonoAudio decode(const fs::path& path, MaxFrames max_frames_for) {
   SF_INFO info{};
+  FileSource source;  // outlives the SNDFILE reading through it (destroyed after `file`)
   SndFile file;
+  const bool regular = source.open(path);
   {
     // libsndfile keeps the reason an open failed in one process-wide slot
     // (sf_error(NULL)): opens are serialized so that each failure reads its own.
     static std::mutex open_mutex;
     const std::lock_guard<std::mutex> lock(open_mutex);
-    file.f = sf_open(path.c_str(), SFM_READ, &info);
+    if (regular) {
+      SF_VIRTUAL_IO io = FileSource::io();
+      file.f = sf_open_virtual(&io, SFM_READ, &info, &source);
+    } else {  // missing, unreadable or not a regular file: libsndfile's own open says why
+      file.f = sf_open(path.c_str(), SFM_READ, &info);
+    }
     if (file.f == nullptr) {
       if (sf_error(nullptr) == SF_ERR_UNRECOGNISED_FORMAT)
         MF_AUDIO_FAIL(path, "not an audio format libsndfile reads ({})", sf_strerror(nullptr));
@@ -218,7 +306,7 @@ MonoAudio decode(const fs::path& path, MaxFrames max_frames_for) {
   const std::int64_t limit = max_frames_for(std::int64_t(info.samplerate));
   const std::int64_t frames = limit >= 0 ? std::min<std::int64_t>(limit, info.frames) : info.frames;
   MonoAudio a;
-  a.samples = read_mono(path, file.f, info, frames);
+  a.samples = read_mono(path, file.f, info, frames, regular ? source.size() : -1);
   a.sample_rate = info.samplerate;
   a.channels = info.channels;
   a.file_frames = info.frames;

@@ -4,6 +4,7 @@
 #include <variant>
 #include <utility>
 
+#include "engine/float_convert.hpp"
 #include "io/h5_error.hpp"
 #include "io/h5_write.hpp"
 
@@ -120,9 +121,9 @@ void H5Writer::write_rows(std::int64_t first_row, std::int64_t rows, const float
   H5Sselect_hyperslab(fs, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
   const hid_t ms = H5Screate_simple(int(count.size()), count.data(), nullptr);
   if (spec_.dtype == DType::f16) {
-    std::vector<f16> h(static_cast<std::size_t>(rows * elems));
-    for (std::size_t i = 0; i < h.size(); ++i) h[i] = f16(values[i]);
-    MF_H5_CHECK(H5Dwrite(dset_, ftype_, ms, fs, H5P_DEFAULT, h.data()), "{}: writing /segments", path_);
+    if (half_.size() < std::size_t(rows * elems)) half_.resize(std::size_t(rows * elems));
+    convert_floats(values, DType::f32, half_.data(), DType::f16, rows * elems, /*check=*/false);
+    MF_H5_CHECK(H5Dwrite(dset_, ftype_, ms, fs, H5P_DEFAULT, half_.data()), "{}: writing /segments", path_);
   } else {
     MF_H5_CHECK(H5Dwrite(dset_, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, values), "{}: writing /segments", path_);
   }

@@ -66,6 +66,7 @@ class H5Writer {
   long long file_ = -1, dset_ = -1, ftype_ = -1;
   std::int64_t seg_per_row_ = 1;
   std::int64_t rows_ = 0;  // rows in the dataset (appendable: appended so far)
+  std::vector<f16> half_;  // f16 staging, reused by every write (no allocation per batch)
 
   void write_rows(std::int64_t first_row, std::int64_t rows, const float* values);
   void write_tables(const std::vector<std::int64_t>& labels, const std::vector<std::uint8_t>& leak,
