@@ -39,26 +39,24 @@ inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof v); }
 inline v8f splat8(float x) { return v8f{x, x, x, x, x, x, x, x}; }
 
 // r[0..7] (rows) become its columns: afterwards r[i][j] is the old r[j][i].
-// Three shuffle stages (pairs, quads, 128-bit halves), 24 two-input shuffles.
+// Three shuffle stages (pairs, quads, 128-bit halves), 24 two-input shuffles
+// (__builtin_shufflevector: GCC >= 12 and Clang).
 inline void transpose8x8(v8f r[8]) {
-  const v8i lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
   v8f t[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = __builtin_shuffle(r[i], r[i + 1], lo);
-    t[i + 1] = __builtin_shuffle(r[i], r[i + 1], hi);
+  for (int i = 0; i < 8; i += 2) {  // pairs: unpacklo / unpackhi
+    t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
   }
-  const v8i lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
   v8f s[8];
-  for (int i = 0; i < 8; i += 4) {
-    s[i] = __builtin_shuffle(t[i], t[i + 2], lo2);
-    s[i + 1] = __builtin_shuffle(t[i], t[i + 2], hi2);
-    s[i + 2] = __builtin_shuffle(t[i + 1], t[i + 3], lo2);
-    s[i + 3] = __builtin_shuffle(t[i + 1], t[i + 3], hi2);
+  for (int i = 0; i < 8; i += 4) {  // quads
+    s[i] = __builtin_shufflevector(t[i], t[i + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+    s[i + 1] = __builtin_shufflevector(t[i], t[i + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+    s[i + 2] = __builtin_shufflevector(t[i + 1], t[i + 3], 0, 1, 8, 9, 4, 5, 12, 13);
+    s[i + 3] = __builtin_shufflevector(t[i + 1], t[i + 3], 2, 3, 10, 11, 6, 7, 14, 15);
   }
-  const v8i first = {0, 1, 2, 3, 8, 9, 10, 11}, second = {4, 5, 6, 7, 12, 13, 14, 15};
-  for (int i = 0; i < 4; ++i) {
-    r[i] = __builtin_shuffle(s[i], s[i + 4], first);
-    r[i + 4] = __builtin_shuffle(s[i], s[i + 4], second);
+  for (int i = 0; i < 4; ++i) {  // 128-bit halves
+    r[i] = __builtin_shufflevector(s[i], s[i + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    r[i + 4] = __builtin_shufflevector(s[i], s[i + 4], 4, 5, 6, 7, 12, 13, 14, 15);
   }
 }
 
