@@ -90,8 +90,8 @@ struct FeaturePipeline::Impl {
       op = make_logmel_cpu(p, /*threaded=*/false);  // one file at a time on each decode thread
     }
     for (auto& s : slots) {
-      s.wave = PinnedBuffer(std::size_t(K * W) * sizeof(float));
-      s.feat = PinnedBuffer(std::size_t(K * E) * sizeof(float));
+      s.wave = PinnedBuffer(std::size_t(K * W) * sizeof(float), /*pin=*/gpu);
+      s.feat = PinnedBuffer(std::size_t(K * E) * sizeof(float), /*pin=*/gpu);
       if (gpu) {
         s.d_wave = static_cast<float*>(device_alloc(std::size_t(K * W) * sizeof(float), opt.device.index, compute));
         s.d_feat = static_cast<float*>(device_alloc(std::size_t(K * E) * sizeof(float), opt.device.index, compute));

@@ -75,9 +75,9 @@ void reset_device_pool_high_water(int device) {
   MF_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
 }
 
-PinnedBuffer::PinnedBuffer(std::size_t bytes) : bytes_(bytes) {
+PinnedBuffer::PinnedBuffer(std::size_t bytes, bool pin) : bytes_(bytes) {
   if (bytes == 0) return;
-  if (gpu_available()) {
+  if (pin && gpu_available()) {
     MF_CUDA_CHECK(cudaHostAlloc(&ptr_, bytes, cudaHostAllocPortable));
     pinned_ = true;
   } else {

@@ -36,11 +36,13 @@ PoolStats device_pool_stats(int device);
 void reset_device_pool_high_water(int device);
 
 // A page-locked host buffer (allocated once, reused for every batch). Falls
-// back to aligned pageable memory when no GPU is present.
+// back to aligned pageable memory when no GPU is present, or when pin is false
+// (a caller that will not copy to a GPU: then the CUDA runtime is not touched,
+// which saves its start-up on CPU-only runs).
 class PinnedBuffer {
  public:
   PinnedBuffer() = default;
-  explicit PinnedBuffer(std::size_t bytes);
+  explicit PinnedBuffer(std::size_t bytes, bool pin = true);
   ~PinnedBuffer();
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
