@@ -1,5 +1,7 @@
 #include "io/h5_writer.hpp"
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <variant>
 #include <utility>
@@ -109,6 +111,27 @@ void H5Writer::append(std::int64_t rows, const float* values) {
   MF_H5_CHECK(H5Dset_extent(dset_, dims.data()), "{}: growing /segments to {} rows", path_, rows_ + rows);
   rows_ += rows;
   write_rows(rows_ - rows, rows, values);
+  unsynced_bytes_ += rows * seg_per_row_ * spec_.shape[spec_.shape.size() - 2] * spec_.shape.back() *
+                     std::int64_t(dtype_size(spec_.dtype));
+  if (unsynced_bytes_ >= kWritebackBytes) {
+    start_writeback();
+    unsynced_bytes_ = 0;
+  }
+}
+
+// Asks the kernel to start writing the file's dirty pages to disk now, without
+// waiting (Linux sync_file_range, SYNC_FILE_RANGE_WRITE), every kWritebackBytes
+// appended. A file built batch by batch is then mostly on disk when
+// write_file_atomic's fsync comes, which otherwise waited for all of it at once
+// (~80 ms for a 110 MB train.h5, with every core idle).
+// Best effort: HDF5's own caches are flushed at close as before, and any
+// failure here is left to that fsync to report.
+void H5Writer::start_writeback() {
+#if defined(__linux__)
+  void* handle = nullptr;
+  if (H5Fget_vfd_handle(file_, H5P_DEFAULT, &handle) >= 0 && handle != nullptr)
+    (void)::sync_file_range(*static_cast<int*>(handle), 0, 0, SYNC_FILE_RANGE_WRITE);
+#endif
 }
 
 void H5Writer::write_rows(std::int64_t first_row, std::int64_t rows, const float* values) {

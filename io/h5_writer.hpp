@@ -67,8 +67,11 @@ class H5Writer {
   std::int64_t seg_per_row_ = 1;
   std::int64_t rows_ = 0;  // rows in the dataset (appendable: appended so far)
   std::vector<f16> half_;  // f16 staging, reused by every write (no allocation per batch)
+  static constexpr std::int64_t kWritebackBytes = std::int64_t(8) << 20;
+  std::int64_t unsynced_bytes_ = 0;  // appended since the last start_writeback()
 
   void write_rows(std::int64_t first_row, std::int64_t rows, const float* values);
+  void start_writeback();
   void write_tables(const std::vector<std::int64_t>& labels, const std::vector<std::uint8_t>& leak,
                     const std::vector<std::string>& files);
 };
