@@ -5,8 +5,13 @@
 // test_dense_gpu.cpp.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstring>
 #include <tuple>
 #include <vector>
+
+#include "engine/parallel.hpp"
+#include "kernels/dense.hpp"
 
 #include "kernels/ops.hpp"
 #include "tests/kernels/tolerance.hpp"
@@ -110,4 +115,42 @@ TEST_CASE("dense backward: float64 reference and finite differences (fp32)") {
 TEST_CASE("dense validates shapes and dtypes with the op's name") {
   Tensor x = Tensor::zeros({2, 3}, DType::f32), w = Tensor::zeros({4, 5}, DType::f32), b = Tensor::zeros({4}, DType::f32), y = Tensor::zeros({2, 4}, DType::f32);
   CHECK_THROWS_WITH_AS(ops::dense_forward(x, w, b, false, y), doctest::Contains("dense_forward"), Error);
+}
+
+TEST_CASE("gemm_cpu: the bits of a plain f32 loop over k in order, every tile path, stride and thread count") {
+  // Shapes cover 4x16 register tiles, row and column edges, several k panels
+  // (kKB = 128) and column panels (kNB = 256); strides: both operands plain,
+  // B transposed (a weight read as W^T), A transposed (dz^T).
+  const std::tuple<std::int64_t, std::int64_t, std::int64_t> shapes[] = {
+      {1, 1, 1}, {4, 16, 3}, {5, 17, 129}, {37, 300, 260}, {64, 48, 1000}, {3, 520, 7}};
+  const int threads = cpu_threads();
+  for (const auto& [M, N, K] : shapes)
+    for (int layout = 0; layout < 3; ++layout)
+      for (DType t : {DType::f32, DType::bf16}) {
+        CAPTURE(M);
+        CAPTURE(N);
+        CAPTURE(K);
+        CAPTURE(layout);
+        const auto af = testing::random_floats(std::size_t(M * K), 11, -2, 2);
+        const auto bf = testing::random_floats(std::size_t(K * N), 12, -2, 2);
+        const Tensor a = Tensor::from_floats(af, {M * K}, t), b = Tensor::from_floats(bf, {K * N}, t);
+        const std::vector<float> ar = a.to_floats(), br = b.to_floats();  // as rounded to t
+        // A(m,k) and B(k,n) element offsets for this layout.
+        const std::int64_t a_rs = layout == 2 ? 1 : K, a_cs = layout == 2 ? M : 1;
+        const std::int64_t b_rs = layout == 1 ? 1 : N, b_cs = layout == 1 ? K : 1;
+        std::vector<float> want(std::size_t(M * N));
+        for (std::int64_t m = 0; m < M; ++m)
+          for (std::int64_t n = 0; n < N; ++n) {
+            float s = 0.f;
+            for (std::int64_t k = 0; k < K; ++k) s += ar[std::size_t(m * a_rs + k * a_cs)] * br[std::size_t(k * b_rs + n * b_cs)];
+            want[std::size_t(m * N + n)] = s;
+          }
+        for (int th : {1, 2}) {
+          set_cpu_threads(th);
+          std::vector<float> got(std::size_t(M * N), NAN);
+          kernels::gemm_cpu(M, N, K, t, a.raw(), a_rs, a_cs, b.raw(), b_rs, b_cs, got.data());
+          CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+        }
+      }
+  set_cpu_threads(threads);
 }
