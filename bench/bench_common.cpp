@@ -96,4 +96,13 @@ double time_cuda_ms(const std::function<void()>& fn, cudaStream_t stream, int wa
   return ms[ms.size() / 2];
 }
 
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 }  // namespace mf::bench

@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace mf::bench {
 
@@ -34,6 +35,11 @@ class L2Flusher {
   void* buf_ = nullptr;
   std::size_t bytes_ = 0;
 };
+
+// Seconds on the steady clock (for host-timed loops).
+double now_s();
+// The median of v (the upper middle for an even count).
+double median(std::vector<double> v);
 
 // Median milliseconds of `reps` runs of fn, each after an L2 flush, timed with
 // CUDA events on `stream` (after `warmup` untimed runs).

@@ -48,15 +48,6 @@ struct LogmelOptions {
   int threads = 0;
 };
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 audio::FrontendParams frontend(const LogmelOptions& o) {
   audio::FrontendParams p;
   p.sample_rate = o.sample_rate;

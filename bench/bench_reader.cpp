@@ -51,10 +51,6 @@ struct Opts {
   bool skip_h5py = false;
 };
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 std::vector<int> parse_threads(const std::string& s) {
   std::vector<int> v;
   std::size_t pos = 0;

@@ -67,15 +67,6 @@ struct VerifyOptions {
   int threads = 0;
 };
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 model::ModelConfig verify_model(const VerifyOptions& o) {
   model::ModelConfig m;
   m.in_mels = o.mels;
