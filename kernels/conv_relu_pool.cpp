@@ -34,6 +34,7 @@
 #include "engine/error.hpp"
 #include "engine/log.hpp"
 #include "engine/parallel.hpp"
+#include "engine/vec8.hpp"
 #include "kernels/conv_relu_pool_cuda.cuh"
 
 namespace mf::kernels {
@@ -89,34 +90,14 @@ constexpr int kCB = 8;  // output channels per micro-tile
 
 inline std::int64_t round_up(std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; }
 
-// The two hot loops get an AVX2 clone picked at run time on x86-64 (the build
-// itself targets the baseline ISA). No FMA contraction (ISO C++ mode), so every
-// clone performs the same f32 operations in the same order: same bits.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MF_HOT_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define MF_HOT_CLONES
-#endif
-
-// 8 f32 lanes (GCC vector extension): one AVX register, two SSE registers.
-// Only file-local inline helpers pass them by value, so the ABI note is moot.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
-typedef float v8f __attribute__((vector_size(32)));
-inline v8f load8(const float* p) {
-  v8f v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof v); }
+// v8f/v8i, load8/store8 and the AVX2 clones (same bits in every clone): engine/vec8.hpp.
 static_assert(kCB == 8);
 
 // out[ow][co] = bias[co] + sum_{r,s,ci} rows[r][(ow + s) * cin + ci] * wt[((r*k + s)*cin + ci)*coutp + co]
 // for ow < wout_p (a multiple of kPB) and co < coutp (a multiple of kCB).
 // rows[r] holds wout_p + k - 1 pixels of cin floats. Per output: the sum runs
 // over r, s, ci in that order.
-MF_HOT_CLONES void conv_row(const float* const* rows, int cin, int k, const float* wt, int coutp,
+MF_SIMD_CLONES void conv_row(const float* const* rows, int cin, int k, const float* wt, int coutp,
                             const float* bias, int wout_p, float* out) {
   for (int ow = 0; ow < wout_p; ow += kPB) {
     for (int cb = 0; cb < coutp; cb += kCB) {
@@ -154,7 +135,7 @@ inline void dw_channels(const float* xr, int cin, int ci, const float* g, int co
 
 // dwt[((r*k + s)*cin + ci)*coutp + co] += sum_ow rows[r][(ow + s)*cin + ci] * g[ow*coutp + co]
 // and db[co] += sum_ow g[ow*coutp + co] (sums over ow in order).
-MF_HOT_CLONES void dw_row(const float* const* rows, int cin, int k, const float* g, int coutp, int wout_p,
+MF_SIMD_CLONES void dw_row(const float* const* rows, int cin, int k, const float* g, int coutp, int wout_p,
                           float* dwt, float* db) {
   for (int r = 0; r < k; ++r) {
     for (int s = 0; s < k; ++s) {
@@ -220,8 +201,7 @@ void grad_row(const ConvReluPoolDims& d, const T* dy_n, const std::uint8_t* code
 // strictly greater wins (ties keep the first), NaN always wins. Branch-free
 // (the scalar loop's branches mispredicted on real data: a third of a CPU
 // step's forward); each lane makes the same comparisons in the same order.
-MF_HOT_CLONES void pool_window(const float* win, int p, std::int64_t row, int pixel, float* best_out, int* pos_out) {
-  typedef std::int32_t v8i __attribute__((vector_size(32)));
+MF_SIMD_CLONES void pool_window(const float* win, int p, std::int64_t row, int pixel, float* best_out, int* pos_out) {
   v8f best = load8(win);
   v8i pos = v8i{};
   for (int dr = 0; dr < p; ++dr)
