@@ -31,10 +31,12 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/cpu_kernels.hpp"
 #include "engine/error.hpp"
 #include "engine/log.hpp"
 #include "engine/parallel.hpp"
 #include "engine/vec8.hpp"
+#include "kernels/conv_cpu_avx512.hpp"
 #include "kernels/conv_relu_pool_cuda.cuh"
 
 namespace mf::kernels {
@@ -244,12 +246,36 @@ std::vector<float> flipped_weights(const ConvReluPoolDims& d, const T* w, int ci
   return wf;
 }
 
+// The micro-kernels one CPU variant runs, and the paddings they need.
+struct CpuPath {
+  int pixel_block;    // conv row widths are padded to a multiple of this
+  int channel_block;  // output channel counts are padded to a multiple of this
+  bool avx512;
+  void conv(const float* const* rows, int cin, int k, const float* wt, int coutp, const float* bias, int wout_p,
+            float* out) const {
+    if (avx512) return conv_row_avx512(rows, cin, k, wt, coutp, bias, wout_p, out);
+    conv_row(rows, cin, k, wt, coutp, bias, wout_p, out);
+  }
+  // dw/db for nconv consecutive conv rows of one image (dw_rows_avx512's contract).
+  void dw(const float* const* xrows, int nconv, int cin, int k, const float* const* g, int coutp, int wout_p,
+          float* dwt, float* db) const {
+    if (avx512) return dw_rows_avx512(xrows, nconv, cin, k, g, coutp, wout_p, dwt, db);
+    for (int j = 0; j < nconv; ++j) dw_row(xrows + j, cin, k, g[j], coutp, wout_p, dwt, db);
+  }
+};
+
+CpuPath cpu_path() {
+  if (use_avx512_kernels()) return {8, 16, true};
+  return {kPB, kCB, false};
+}
+
 template <class T>
 void forward(const ConvReluPoolDims& d, const T* x, const T* w, const T* b, T* y, std::uint8_t* code) {
   const int p = d.pool, k = d.k, pad = k / 2, ph_n = d.ph(), pw_n = d.pw();
   if (d.n == 0 || ph_n == 0 || pw_n == 0) return;
-  const int coutp = int(round_up(d.cout, kCB));
-  const int wc_p = int(round_up(std::int64_t(pw_n) * p, kPB));  // conv columns computed
+  const CpuPath path = cpu_path();
+  const int coutp = int(round_up(d.cout, path.channel_block));
+  const int wc_p = int(round_up(std::int64_t(pw_n) * p, path.pixel_block));  // conv columns computed
   const int in_w = wc_p + k - 1;
   const std::vector<float> wt = transpose_weights(d, w, coutp);
   std::vector<float> bias(coutp, 0.f);
@@ -269,8 +295,8 @@ void forward(const ConvReluPoolDims& d, const T* x, const T* w, const T* b, T* y
                  in.data() + std::size_t(i) * in_w * d.cin);
       for (int dr = 0; dr < p; ++dr) {
         for (int r = 0; r < k; ++r) rows[r] = in.data() + std::size_t(dr + r) * in_w * d.cin;
-        conv_row(rows.data(), d.cin, k, wt.data(), coutp, bias.data(), wc_p,
-                 out.data() + std::size_t(dr) * wc_p * coutp);
+        path.conv(rows.data(), d.cin, k, wt.data(), coutp, bias.data(), wc_p,
+                  out.data() + std::size_t(dr) * wc_p * coutp);
       }
       const std::int64_t obase = (n * ph_n + ph) * pw_n * d.cout;
       float best[kCB];
@@ -292,6 +318,10 @@ void forward(const ConvReluPoolDims& d, const T* x, const T* w, const T* b, T* y
 
 // The fixed number of dw/db partials: a function of the shape only.
 constexpr std::int64_t kMaxWeightChunks = 64;
+// dw works on up to this many consecutive conv rows of one image at a time
+// (their input rows loaded once; the avx512 path keeps its sums in registers
+// across all of them).
+constexpr int kDwGroup = 8;
 
 template <class T>
 void backward(const ConvReluPoolDims& d, const T* x, const T* w, const T* dy, const std::uint8_t* code,
@@ -300,11 +330,12 @@ void backward(const ConvReluPoolDims& d, const T* x, const T* w, const T* dy, co
   const int hc = ph_n * p;  // conv rows/cols that reach an output
   const std::int64_t wsize = std::int64_t(d.cout) * k * k * d.cin;
   const std::int64_t y_img = std::int64_t(ph_n) * pw_n * d.cout;
+  const CpuPath path = cpu_path();
 
   // ---- dx: full correlation of g with the flipped weights ----
   if (dx) {
-    const int cinp = int(round_up(d.cin, kCB));
-    const int wx_p = int(round_up(d.w, kPB));
+    const int cinp = int(round_up(d.cin, path.channel_block));
+    const int wx_p = int(round_up(d.w, path.pixel_block));
     const int gw = wx_p + k - 1;
     const std::vector<float> wf = flipped_weights(d, w, cinp);
     parallel_for(d.n * d.h, [&](std::int64_t begin, std::int64_t end) {
@@ -324,7 +355,7 @@ void backward(const ConvReluPoolDims& d, const T* x, const T* w, const T* dy, co
           grad_row(d, dy + n * y_img, code + n * y_img, ih + r - pad, pad, gw, d.cout, gr);
           rows[r] = gr;
         }
-        conv_row(rows.data(), d.cout, k, wf.data(), cinp, nullptr, wx_p, out.data());
+        path.conv(rows.data(), d.cout, k, wf.data(), cinp, nullptr, wx_p, out.data());
         for (int iw = 0; iw < d.w; ++iw)
           for (int ci = 0; ci < d.cin; ++ci)
             dxr[std::int64_t(iw) * d.cin + ci] = from_f32<T>(out[std::size_t(iw) * cinp + ci]);
@@ -333,32 +364,39 @@ void backward(const ConvReluPoolDims& d, const T* x, const T* w, const T* dy, co
   }
 
   // ---- dw, db: fixed chunks of conv rows, partials summed in chunk order ----
-  const int coutp = int(round_up(d.cout, kCB));
+  const int coutp = int(round_up(d.cout, path.channel_block));
   const std::int64_t units = d.n * hc;
   const std::int64_t chunks = std::min(units, kMaxWeightChunks);
   const std::int64_t part = std::int64_t(k) * k * d.cin * coutp + coutp;  // dwt then db
   std::vector<float> partials(std::size_t(std::max<std::int64_t>(chunks, 0) * part), 0.f);
   if (chunks > 0) {
-    const int wc_p = int(round_up(std::int64_t(pw_n) * p, kPB));
+    const int wc_p = int(round_up(std::int64_t(pw_n) * p, path.pixel_block));
     const int in_w = wc_p + k - 1;
     parallel_for(chunks, [&](std::int64_t cbeg, std::int64_t cend) {
-      std::vector<float> in(std::size_t(k) * in_w * d.cin);
-      std::vector<float> g(std::size_t(wc_p) * coutp);
-      std::vector<const float*> rows(k);
+      std::vector<float> in(std::size_t(kDwGroup + k - 1) * in_w * d.cin);
+      std::vector<float> g(std::size_t(kDwGroup) * wc_p * coutp);
+      std::vector<const float*> xrows(kDwGroup + k - 1), grows(kDwGroup);
       for (std::int64_t c = cbeg; c < cend; ++c) {
         float* dwt = partials.data() + c * part;
         float* dbp = dwt + part - coutp;
-        for (std::int64_t u = units * c / chunks; u < units * (c + 1) / chunks; ++u) {
+        const std::int64_t uend = units * (c + 1) / chunks;
+        for (std::int64_t u = units * c / chunks; u < uend;) {  // groups of conv rows of one image
           const std::int64_t n = u / hc;
-          const int oh = int(u % hc);
-          grad_row(d, dy + n * y_img, code + n * y_img, oh, 0, wc_p, coutp, g.data());
-          const T* xn = x + n * d.h * d.w * d.cin;
-          for (int r = 0; r < k; ++r) {
-            float* ir = in.data() + std::size_t(r) * in_w * d.cin;
-            load_row(xn, d.h, d.w, d.cin, oh - pad + r, pad, in_w, ir);
-            rows[r] = ir;
+          const int oh0 = int(u % hc);
+          const int nconv = int(std::min<std::int64_t>({kDwGroup, uend - u, hc - oh0}));
+          for (int j = 0; j < nconv; ++j) {
+            float* gr = g.data() + std::size_t(j) * wc_p * coutp;
+            grad_row(d, dy + n * y_img, code + n * y_img, oh0 + j, 0, wc_p, coutp, gr);
+            grows[j] = gr;
           }
-          dw_row(rows.data(), d.cin, k, g.data(), coutp, wc_p, dwt, dbp);
+          const T* xn = x + n * d.h * d.w * d.cin;
+          for (int i = 0; i < nconv + k - 1; ++i) {
+            float* ir = in.data() + std::size_t(i) * in_w * d.cin;
+            load_row(xn, d.h, d.w, d.cin, oh0 - pad + i, pad, in_w, ir);
+            xrows[i] = ir;
+          }
+          path.dw(xrows.data(), nconv, d.cin, k, grows.data(), coutp, wc_p, dwt, dbp);
+          u += nconv;
         }
       }
     });

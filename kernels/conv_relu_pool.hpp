@@ -53,7 +53,10 @@ void conv_relu_pool_backward_cpu(const ConvReluPoolDims& d, DType dtype, const v
                                  const void* dy, const std::uint8_t* code, void* dx, float* dw,
                                  float* db, cudaStream_t stream);
 
-// Which CUDA implementation conv_relu_pool_*_cuda runs (the CPU twin has one).
+// The CPU implementation (twin, or avx512 micro-kernels) follows the
+// process-wide choice of engine/cpu_kernels.hpp (MELFORGE_CPU_KERNELS).
+
+// Which CUDA implementation conv_relu_pool_*_cuda runs.
 // Process-wide; the environment variable MELFORGE_CONV_ALGO (auto, direct,
 // tiled, mma, cin1, resident) sets the initial value. What each variant needs
 // (checked by its launcher, which refuses otherwise):

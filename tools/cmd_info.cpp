@@ -1,6 +1,7 @@
 // `melforge info`: what melforge sees on this machine.
 #include <fmt/format.h>
 
+#include "engine/cpu_kernels.hpp"
 #include "engine/device.hpp"
 #include "engine/parallel.hpp"
 #include "tools/commands.hpp"
@@ -12,6 +13,8 @@ void register_info(CLI::App& app) {
   cmd->callback([] {
     fmt::print("melforge 0.1.0\n");
     fmt::print("cpu threads: {}\n", cpu_threads());
+    fmt::print("cpu kernels: {} (MELFORGE_CPU_KERNELS: auto, twin or avx512; this CPU {} AVX-512 with FMA)\n",
+               cpu_kernels_name(resolve_cpu_kernels(cpu_kernels())), cpu_has_avx512() ? "has" : "lacks");
     const GpuInfo& g = gpu_info();
     if (g.count == 0) {
       fmt::print("gpus: none ({}); the CPU backend will be used\n", g.why_none);

@@ -1,7 +1,9 @@
-// conv_relu_pool CPU twin: against a naive float64 loop (random shapes incl.
-// batch 1, odd H/W, Cin 1 and 3, k 1/3/5, pool 1/2/3), exact small-integer
-// cases (ties included, zero tolerance), finite-difference gradients, NaN
-// propagation, thread-count independence, and the dispatch's argument checks.
+// conv_relu_pool on the CPU, each variant this CPU runs (the twin, and avx512
+// where the CPU has it): against a naive float64 loop (random shapes incl.
+// batch 1, odd H/W, Cin 1 and 3, k 1/3/5, pool 1/2/3, and LeakCNN's layer
+// shapes), exact small-integer cases (ties included, zero tolerance),
+// finite-difference gradients, NaN propagation, thread-count independence,
+// and the dispatch's argument checks.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -131,60 +133,81 @@ void check_against_reference(const ConvReluPoolDims& d, DType dt, std::uint64_t 
 
 }  // namespace
 
-TEST_CASE("conv_relu_pool CPU twin matches a float64 loop over random shapes") {
-  std::mt19937_64 rng(2024);
-  const ConvReluPoolDims fixed[] = {
-      {1, 7, 9, 1, 5, 3, 2},   {2, 8, 8, 3, 8, 3, 2},  {1, 5, 5, 3, 4, 5, 2},   {3, 9, 7, 2, 9, 1, 2},
-      {2, 6, 10, 4, 16, 3, 1}, {1, 1, 1, 1, 3, 3, 1},  {1, 3, 4, 3, 2, 3, 2},   {2, 11, 13, 1, 32, 3, 2},
-      {1, 7, 7, 5, 3, 5, 3},   {4, 16, 16, 1, 32, 3, 2}, {2, 8, 8, 32, 24, 3, 2},
-      {1, 1, 3, 2, 3, 3, 2},   // H < p: no output; dx, dw, db are zeros
-  };
-  std::uint64_t seed = 100;
-  for (DType dt : {DType::f32, DType::bf16, DType::f16})
-    for (const auto& d : fixed) check_against_reference(d, dt, seed++);
-  // Fresh random shapes.
-  std::uniform_int_distribution<int> hw(1, 12), ch(1, 12), ks(0, 2), pl(1, 2), nb(1, 3);
-  for (int i = 0; i < 12; ++i) {
-    ConvReluPoolDims d;
-    d.n = nb(rng);
-    d.h = hw(rng);
-    d.w = hw(rng);
-    d.cin = (i % 3 == 0) ? 1 : (i % 3 == 1 ? 3 : ch(rng));
-    d.cout = ch(rng);
-    d.k = 1 + 2 * ks(rng);
-    d.pool = pl(rng);
-    check_against_reference(d, i % 2 ? DType::f32 : DType::bf16, seed++);
+TEST_CASE("conv_relu_pool CPU variants match a float64 loop over random shapes") {
+  for (const auto variant : testing::cpu_kernel_variants()) {
+    const testing::CpuKernelsScope scope(variant);
+    INFO("CPU variant ", cpu_kernels_name(variant));
+    std::mt19937_64 rng(2024);
+    const ConvReluPoolDims fixed[] = {
+        {1, 7, 9, 1, 5, 3, 2},   {2, 8, 8, 3, 8, 3, 2},  {1, 5, 5, 3, 4, 5, 2},   {3, 9, 7, 2, 9, 1, 2},
+        {2, 6, 10, 4, 16, 3, 1}, {1, 1, 1, 1, 3, 3, 1},  {1, 3, 4, 3, 2, 3, 2},   {2, 11, 13, 1, 32, 3, 2},
+        {1, 7, 7, 5, 3, 5, 3},   {4, 16, 16, 1, 32, 3, 2}, {2, 8, 8, 32, 24, 3, 2},
+        {1, 1, 3, 2, 3, 3, 2},   // H < p: no output; dx, dw, db are zeros
+    };
+    std::uint64_t seed = 100;
+    for (DType dt : {DType::f32, DType::bf16, DType::f16})
+      for (const auto& d : fixed) check_against_reference(d, dt, seed++);
+    // Fresh random shapes.
+    std::uniform_int_distribution<int> hw(1, 12), ch(1, 12), ks(0, 2), pl(1, 2), nb(1, 3);
+    for (int i = 0; i < 12; ++i) {
+      ConvReluPoolDims d;
+      d.n = nb(rng);
+      d.h = hw(rng);
+      d.w = hw(rng);
+      d.cin = (i % 3 == 0) ? 1 : (i % 3 == 1 ? 3 : ch(rng));
+      d.cout = ch(rng);
+      d.k = 1 + 2 * ks(rng);
+      d.pool = pl(rng);
+      check_against_reference(d, i % 2 ? DType::f32 : DType::bf16, seed++);
+    }
+  }
+}
+
+TEST_CASE("conv_relu_pool CPU variants match a float64 loop on LeakCNN-64's layer shapes") {
+  // Cin 1 -> 32 at 64 x 64, 32 -> 64 at 32 x 32, 64 -> 128 at 16 x 16 (batch 2),
+  // and a Cout that is not a multiple of 16 or 32.
+  const ConvReluPoolDims shapes[] = {
+      {2, 64, 64, 1, 32, 3, 2}, {2, 32, 32, 32, 64, 3, 2}, {2, 16, 16, 64, 128, 3, 2}, {3, 12, 20, 24, 48, 3, 2}};
+  std::uint64_t seed = 5000;
+  for (const auto variant : testing::cpu_kernel_variants()) {
+    const testing::CpuKernelsScope scope(variant);
+    INFO("CPU variant ", cpu_kernels_name(variant));
+    for (const auto& d : shapes) check_against_reference(d, DType::f32, seed++);
+    check_against_reference(shapes[1], DType::bf16, seed++);
   }
 }
 
 TEST_CASE("conv_relu_pool exact small-integer cases (ties, zeros) with zero tolerance") {
   const ConvReluPoolDims shapes[] = {{2, 7, 9, 1, 4, 3, 2}, {1, 8, 6, 3, 5, 3, 2}, {2, 5, 5, 1, 4, 5, 2},
                                      {1, 6, 7, 3, 4, 3, 1}, {3, 4, 4, 2, 3, 1, 2}};
-  std::uint64_t seed = 900;
-  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
-    for (const auto& d : shapes) {
-      INFO("dtype ", dtype_name(dt), " n ", d.n, " h ", d.h, " w ", d.w, " cin ", d.cin, " k ", d.k, " p ", d.pool);
-      const Case c = make_case(d, dt, seed++, /*small_ints=*/true);
-      const Shape ys{d.n, d.ph(), d.pw(), d.cout};
-      Tensor y = Tensor::empty(ys, dt, Device::cpu(), Layout::nhwc);
-      Tensor code = Tensor::empty(ys, DType::u8);
-      ops::conv_relu_pool_forward(c.x, c.w, c.b, d.pool, y, &code);
-      const auto ref = testing::conv_ref_forward(d, c.xf, c.wf, c.bf);
-      const auto yv = y.to_floats();
-      const auto codes = bytes_of(code);
-      int ybad = 0, cbad = 0;
-      for (std::size_t i = 0; i < yv.size(); ++i) {
-        ybad += double(yv[i]) != ref.y[i];
-        cbad += codes[i] != ref.code[i];
+  for (const auto variant : testing::cpu_kernel_variants()) {
+    const testing::CpuKernelsScope scope(variant);
+    std::uint64_t seed = 900;
+    for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+      for (const auto& d : shapes) {
+        INFO("variant ", cpu_kernels_name(variant), " dtype ", dtype_name(dt), " n ", d.n, " h ", d.h, " w ", d.w, " cin ", d.cin, " k ", d.k, " p ", d.pool);
+        const Case c = make_case(d, dt, seed++, /*small_ints=*/true);
+        const Shape ys{d.n, d.ph(), d.pw(), d.cout};
+        Tensor y = Tensor::empty(ys, dt, Device::cpu(), Layout::nhwc);
+        Tensor code = Tensor::empty(ys, DType::u8);
+        ops::conv_relu_pool_forward(c.x, c.w, c.b, d.pool, y, &code);
+        const auto ref = testing::conv_ref_forward(d, c.xf, c.wf, c.bf);
+        const auto yv = y.to_floats();
+        const auto codes = bytes_of(code);
+        int ybad = 0, cbad = 0;
+        for (std::size_t i = 0; i < yv.size(); ++i) {
+          ybad += double(yv[i]) != ref.y[i];
+          cbad += codes[i] != ref.code[i];
+        }
+        CHECK(ybad == 0);
+        CHECK(cbad == 0);  // ties go to the first element in row-major order, <= 0 is kNoGrad
+        const Tensor dy = Tensor::from_floats(testing::random_small_ints(yv.size(), seed++, -2, 2), ys, dt);
+        const Grads g = run_backward(c, dy, code);
+        const auto gref = testing::conv_ref_backward(d, c.xf, c.wf, dy.to_floats(), ref.code);
+        CHECK(testing::rel_l2(g.dx.to_floats(), gref.dx) == 0.0);
+        CHECK(testing::rel_l2(g.dw.to_floats(), gref.dw) == 0.0);
+        CHECK(testing::rel_l2(g.db.to_floats(), gref.db) == 0.0);
       }
-      CHECK(ybad == 0);
-      CHECK(cbad == 0);  // ties go to the first element in row-major order, <= 0 is kNoGrad
-      const Tensor dy = Tensor::from_floats(testing::random_small_ints(yv.size(), seed++, -2, 2), ys, dt);
-      const Grads g = run_backward(c, dy, code);
-      const auto gref = testing::conv_ref_backward(d, c.xf, c.wf, dy.to_floats(), ref.code);
-      CHECK(testing::rel_l2(g.dx.to_floats(), gref.dx) == 0.0);
-      CHECK(testing::rel_l2(g.dw.to_floats(), gref.dw) == 0.0);
-      CHECK(testing::rel_l2(g.db.to_floats(), gref.db) == 0.0);
     }
   }
 }
@@ -245,46 +268,58 @@ TEST_CASE("conv_relu_pool gradients match finite differences of the float64 forw
 }
 
 TEST_CASE("conv_relu_pool propagates NaN like PyTorch") {
-  const ConvReluPoolDims d{1, 6, 6, 2, 3, 3, 2};
-  Case c = make_case(d, DType::f32, 77);
-  c.xf[((0 * d.h + 2) * d.w + 3) * d.cin + 1] = NAN;
-  c.x = Tensor::from_floats(c.xf, c.x.shape(), DType::f32, Layout::nhwc);
-  const Shape ys{d.n, d.ph(), d.pw(), d.cout};
-  Tensor y = Tensor::empty(ys, DType::f32), code = Tensor::empty(ys, DType::u8);
-  ops::conv_relu_pool_forward(c.x, c.w, c.b, d.pool, y, &code);
-  const auto ref = testing::conv_ref_forward(d, c.xf, c.wf, c.bf);
-  const auto yv = y.to_floats();
-  int nan_mismatch = 0, nans = 0;
-  for (std::size_t i = 0; i < yv.size(); ++i) {
-    nans += std::isnan(yv[i]);
-    if (std::isnan(yv[i]) != std::isnan(ref.y[i])) ++nan_mismatch;
-    else if (!std::isnan(yv[i])) CHECK(std::abs(yv[i] - ref.y[i]) <= 1e-5);
+  for (const auto variant : testing::cpu_kernel_variants()) {
+    const testing::CpuKernelsScope scope(variant);
+    INFO("CPU variant ", cpu_kernels_name(variant));
+    const ConvReluPoolDims d{1, 6, 6, 2, 3, 3, 2};
+    Case c = make_case(d, DType::f32, 77);
+    c.xf[((0 * d.h + 2) * d.w + 3) * d.cin + 1] = NAN;
+    c.x = Tensor::from_floats(c.xf, c.x.shape(), DType::f32, Layout::nhwc);
+    const Shape ys{d.n, d.ph(), d.pw(), d.cout};
+    Tensor y = Tensor::empty(ys, DType::f32), code = Tensor::empty(ys, DType::u8);
+    ops::conv_relu_pool_forward(c.x, c.w, c.b, d.pool, y, &code);
+    const auto ref = testing::conv_ref_forward(d, c.xf, c.wf, c.bf);
+    const auto yv = y.to_floats();
+    int nan_mismatch = 0, nans = 0;
+    for (std::size_t i = 0; i < yv.size(); ++i) {
+      nans += std::isnan(yv[i]);
+      if (std::isnan(yv[i]) != std::isnan(ref.y[i])) ++nan_mismatch;
+      else if (!std::isnan(yv[i])) CHECK(std::abs(yv[i] - ref.y[i]) <= 1e-5);
+    }
+    CHECK(nans > 0);
+    CHECK(nan_mismatch == 0);
   }
-  CHECK(nans > 0);
-  CHECK(nan_mismatch == 0);
 }
 
 TEST_CASE("conv_relu_pool CPU results do not depend on the thread count") {
-  const ConvReluPoolDims d{5, 12, 10, 3, 12, 3, 2};
-  const Case c = make_case(d, DType::bf16, 555);
-  const Shape ys{d.n, d.ph(), d.pw(), d.cout};
-  const Tensor dy = Tensor::from_floats(testing::random_floats(std::size_t(shape_numel(ys)), 556), ys, DType::bf16);
-  std::vector<std::vector<std::uint8_t>> runs;
-  const int threads = cpu_threads();
-  for (int t : {1, 2, 3, 1}) {
-    set_cpu_threads(t);
-    Tensor y = Tensor::empty(ys, DType::bf16), code = Tensor::empty(ys, DType::u8);
-    ops::conv_relu_pool_forward(c.x, c.w, c.b, d.pool, y, &code);
-    const Grads g = run_backward(c, dy, code);
-    std::vector<std::uint8_t> all = bytes_of(y);
-    for (const Tensor* t2 : {static_cast<const Tensor*>(&code), &g.dx, &g.dw, &g.db}) {
-      const auto b2 = bytes_of(*t2);
-      all.insert(all.end(), b2.begin(), b2.end());
+  // The second shape has more conv rows than dw chunks: groups of rows inside
+  // a chunk, and chunks that cross images.
+  const ConvReluPoolDims shapes[] = {{5, 12, 10, 3, 12, 3, 2}, {20, 16, 16, 16, 32, 3, 2}};
+  for (const auto variant : testing::cpu_kernel_variants()) {
+    for (const auto& d : shapes) {
+      const testing::CpuKernelsScope scope(variant);
+      INFO("CPU variant ", cpu_kernels_name(variant), " n ", d.n);
+      const Case c = make_case(d, DType::bf16, 555);
+      const Shape ys{d.n, d.ph(), d.pw(), d.cout};
+      const Tensor dy = Tensor::from_floats(testing::random_floats(std::size_t(shape_numel(ys)), 556), ys, DType::bf16);
+      std::vector<std::vector<std::uint8_t>> runs;
+      const int threads = cpu_threads();
+      for (int t : {1, 2, 3, 1}) {
+        set_cpu_threads(t);
+        Tensor y = Tensor::empty(ys, DType::bf16), code = Tensor::empty(ys, DType::u8);
+        ops::conv_relu_pool_forward(c.x, c.w, c.b, d.pool, y, &code);
+        const Grads g = run_backward(c, dy, code);
+        std::vector<std::uint8_t> all = bytes_of(y);
+        for (const Tensor* t2 : {static_cast<const Tensor*>(&code), &g.dx, &g.dw, &g.db}) {
+          const auto b2 = bytes_of(*t2);
+          all.insert(all.end(), b2.begin(), b2.end());
+        }
+        runs.push_back(std::move(all));
+      }
+      set_cpu_threads(threads);
+      for (std::size_t i = 1; i < runs.size(); ++i) CHECK(runs[i] == runs[0]);
     }
-    runs.push_back(std::move(all));
   }
-  set_cpu_threads(threads);
-  for (std::size_t i = 1; i < runs.size(); ++i) CHECK(runs[i] == runs[0]);
 }
 
 TEST_CASE("conv_relu_pool without dx and without code") {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/cpu_kernels.hpp"
 #include "engine/error.hpp"
 
 namespace mf::testing {
@@ -94,6 +95,23 @@ inline int run_oracle(const std::string& script, const std::string& args) {
   const int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
+
+// The CPU kernel variants this machine runs (engine/cpu_kernels.hpp): the
+// twins always, avx512 where the CPU has it. Tests of ops with variants loop
+// over them, each inside a CpuKernelsScope.
+inline std::vector<CpuKernels> cpu_kernel_variants() {
+  std::vector<CpuKernels> v{CpuKernels::twin};
+  if (cpu_has_avx512()) v.push_back(CpuKernels::avx512);
+  return v;
+}
+// Selects `k` for the scope's lifetime, then restores the previous choice.
+struct CpuKernelsScope {
+  CpuKernels saved = cpu_kernels();
+  explicit CpuKernelsScope(CpuKernels k) { set_cpu_kernels(k); }
+  ~CpuKernelsScope() { set_cpu_kernels(saved); }
+  CpuKernelsScope(const CpuKernelsScope&) = delete;
+  CpuKernelsScope& operator=(const CpuKernelsScope&) = delete;
+};
 
 // Runs the audio front-end's oracle (librosa in .venv-audio/, made by
 // tools/audio-oracle-venv.sh) on a script under tests/oracle/; returns its exit
