@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "engine/cpu_kernels.hpp"
@@ -175,24 +176,43 @@ void load_row(const T* src, int h, int w, int c, int ih, int pad, int width_p, f
   }
 }
 
+// o[co] = dyf[co] where code[co] == pos, else 0, for co < n: 8 channels at a
+// time with a vector select (codes follow the data: a branch mispredicts).
+MF_SIMD_CLONES void route_channels(const std::uint8_t* code, const float* dyf, int pos, int n, float* o) {
+  const v8i want = v8i{} + pos;
+  int co = 0;
+  for (; co + 8 <= n; co += 8) {
+    v8i c;
+    for (int i = 0; i < 8; ++i) c[i] = code[co + i];
+    store8(o + co, c == want ? load8(dyf + co) : v8f{});
+  }
+  for (; co < n; ++co) o[co] = code[co] == pos ? dyf[co] : 0.f;
+}
+
 // g for conv row `oh` of image n: width_p pixels of `cs` floats, pixel j holds
 // conv column j - shift; dy routed to the winning position, zeros elsewhere.
+// dyf: scratch for one pooled row of dy as f32 (pw * cout floats; unused for f32).
 template <class T>
 void grad_row(const ConvReluPoolDims& d, const T* dy_n, const std::uint8_t* code_n, int oh,
-              int shift, int width_p, int cs, float* dst) {
+              int shift, int width_p, int cs, float* dst, float* dyf) {
   std::fill(dst, dst + std::int64_t(width_p) * cs, 0.f);
   const int p = d.pool, ph_n = d.ph(), pw_n = d.pw();
   if (oh < 0 || oh >= ph_n * p) return;
   const int ph = oh / p, dyo = oh % p;
+  const std::int64_t row = std::int64_t(ph) * pw_n * d.cout;
+  const float* dyr;
+  if constexpr (std::is_same_v<T, float>) {
+    dyr = dy_n + row;
+  } else {
+    for (std::int64_t i = 0; i < std::int64_t(pw_n) * d.cout; ++i) dyf[i] = to_f32(dy_n[row + i]);
+    dyr = dyf;
+  }
   for (int pw = 0; pw < pw_n; ++pw) {
-    const std::int64_t base = (std::int64_t(ph) * pw_n + pw) * d.cout;
     for (int dxo = 0; dxo < p; ++dxo) {
       const int j = pw * p + dxo + shift;
       if (j < 0 || j >= width_p) continue;
-      const std::uint8_t pos = std::uint8_t(dyo * p + dxo);
-      float* o = dst + std::int64_t(j) * cs;
-      for (int co = 0; co < d.cout; ++co)
-        if (code_n[base + co] == pos) o[co] = to_f32(dy_n[base + co]);
+      route_channels(code_n + row + std::int64_t(pw) * d.cout, dyr + std::int64_t(pw) * d.cout, dyo * p + dxo,
+                     d.cout, dst + std::int64_t(j) * cs);
     }
   }
 }
@@ -328,7 +348,6 @@ void backward(const ConvReluPoolDims& d, const T* x, const T* w, const T* dy, co
               T* dx, float* dw, float* db) {
   const int p = d.pool, k = d.k, pad = k / 2, ph_n = d.ph(), pw_n = d.pw();
   const int hc = ph_n * p;  // conv rows/cols that reach an output
-  const std::int64_t wsize = std::int64_t(d.cout) * k * k * d.cin;
   const std::int64_t y_img = std::int64_t(ph_n) * pw_n * d.cout;
   const CpuPath path = cpu_path();
 
@@ -339,7 +358,11 @@ void backward(const ConvReluPoolDims& d, const T* x, const T* w, const T* dy, co
     const int gw = wx_p + k - 1;
     const std::vector<float> wf = flipped_weights(d, w, cinp);
     parallel_for(d.n * d.h, [&](std::int64_t begin, std::int64_t end) {
-      std::vector<float> g(std::size_t(k) * gw * d.cout);
+      // g rows cached by conv row: slot oh mod k holds (slot_n, slot_oh), so
+      // consecutive input rows compute one new g row each, not k.
+      std::vector<float> g(std::size_t(k) * gw * d.cout), dyf(std::size_t(pw_n) * d.cout);
+      std::vector<std::int64_t> slot_n(k, -1);
+      std::vector<int> slot_oh(k, 0);
       std::vector<float> out(std::size_t(wx_p) * cinp);
       std::vector<const float*> rows(k);
       for (std::int64_t u = begin; u < end; ++u) {
@@ -351,8 +374,13 @@ void backward(const ConvReluPoolDims& d, const T* x, const T* w, const T* dy, co
           continue;
         }
         for (int r = 0; r < k; ++r) {
-          float* gr = g.data() + std::size_t(r) * gw * d.cout;
-          grad_row(d, dy + n * y_img, code + n * y_img, ih + r - pad, pad, gw, d.cout, gr);
+          const int oh = ih + r - pad, slot = ((oh % k) + k) % k;
+          float* gr = g.data() + std::size_t(slot) * gw * d.cout;
+          if (slot_n[slot] != n || slot_oh[slot] != oh) {
+            grad_row(d, dy + n * y_img, code + n * y_img, oh, pad, gw, d.cout, gr, dyf.data());
+            slot_n[slot] = n;
+            slot_oh[slot] = oh;
+          }
           rows[r] = gr;
         }
         path.conv(rows.data(), d.cout, k, wf.data(), cinp, nullptr, wx_p, out.data());
@@ -374,7 +402,7 @@ void backward(const ConvReluPoolDims& d, const T* x, const T* w, const T* dy, co
     const int in_w = wc_p + k - 1;
     parallel_for(chunks, [&](std::int64_t cbeg, std::int64_t cend) {
       std::vector<float> in(std::size_t(kDwGroup + k - 1) * in_w * d.cin);
-      std::vector<float> g(std::size_t(kDwGroup) * wc_p * coutp);
+      std::vector<float> g(std::size_t(kDwGroup) * wc_p * coutp), dyf(std::size_t(pw_n) * d.cout);
       std::vector<const float*> xrows(kDwGroup + k - 1), grows(kDwGroup);
       for (std::int64_t c = cbeg; c < cend; ++c) {
         float* dwt = partials.data() + c * part;
@@ -386,7 +414,7 @@ void backward(const ConvReluPoolDims& d, const T* x, const T* w, const T* dy, co
           const int nconv = int(std::min<std::int64_t>({kDwGroup, uend - u, hc - oh0}));
           for (int j = 0; j < nconv; ++j) {
             float* gr = g.data() + std::size_t(j) * wc_p * coutp;
-            grad_row(d, dy + n * y_img, code + n * y_img, oh0 + j, 0, wc_p, coutp, gr);
+            grad_row(d, dy + n * y_img, code + n * y_img, oh0 + j, 0, wc_p, coutp, gr, dyf.data());
             grows[j] = gr;
           }
           const T* xn = x + n * d.h * d.w * d.cin;
@@ -401,20 +429,23 @@ void backward(const ConvReluPoolDims& d, const T* x, const T* w, const T* dy, co
       }
     });
   }
-  parallel_for(wsize + d.cout, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) {
-      std::int64_t src;  // offset inside one partial
-      if (i < wsize) {   // i indexes dw[co][r][s][ci]
-        const std::int64_t ci = i % d.cin, rs = (i / d.cin) % (k * k), co = i / (std::int64_t(d.cin) * k * k);
-        src = (rs * d.cin + ci) * coutp + co;
-      } else {
-        src = part - coutp + (i - wsize);
-      }
-      float acc = 0.f;
-      for (std::int64_t c = 0; c < chunks; ++c) acc += partials[std::size_t(c * part + src)];
-      if (i < wsize) dw[i] = acc; else db[i - wsize] = acc;
+  // Partials summed in chunk order into partial 0 (contiguous, vectorizes),
+  // then dwt [k][k][Cin][Coutp] transposed to dw [Cout][k][k][Cin].
+  float* sum = partials.data();
+  parallel_for(part, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t c = 1; c < chunks; ++c) {
+      const float* src = partials.data() + c * part;
+      for (std::int64_t i = begin; i < end; ++i) sum[i] += src[i];
     }
-  }, 256);
+  }, 4096);
+  parallel_for(d.cout, [&](std::int64_t co0, std::int64_t co1) {
+    for (std::int64_t co = co0; co < co1; ++co) {
+      for (std::int64_t rs = 0; rs < std::int64_t(k) * k; ++rs)
+        for (std::int64_t ci = 0; ci < d.cin; ++ci)
+          dw[(co * k * k + rs) * d.cin + ci] = chunks > 0 ? sum[(rs * d.cin + ci) * coutp + co] : 0.f;
+      db[co] = chunks > 0 ? sum[part - coutp + co] : 0.f;
+    }
+  });
 }
 
 }  // namespace

@@ -1,15 +1,22 @@
 // CPU twin of dense: operand panels are converted to f32 and packed, then a
-// cache-blocked kernel (4 x 16 register tiles, an AVX2 clone; a row loop for
-// the edges) accumulates each C element over k in increasing order, so every
-// path gives the same bits. Blocks of C rows are split over threads.
+// cache-blocked kernel accumulates each C element over k in increasing order,
+// so every tile path gives the same bits. Blocks of C rows are split over
+// threads. Two kernels (engine/cpu_kernels.hpp): the twin's (4 x 16 register
+// tiles, an AVX2 clone, no FMA; a row loop for the edges: s += a*b, two
+// roundings per step) and avx512's (kernels/gemm_cpu_avx512.hpp: 8 x 32 tiles,
+// s = fma(a, b, s), one rounding per step).
 #include "kernels/dense.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
+#include "engine/cpu_kernels.hpp"
 #include "engine/error.hpp"
+#include "engine/float_convert.hpp"
 #include "engine/parallel.hpp"
 #include "engine/vec8.hpp"
+#include "kernels/gemm_cpu_avx512.hpp"
 
 namespace mf::kernels {
 
@@ -46,19 +53,44 @@ constexpr std::int64_t kKB = 128;  // reduction depth per panel
 constexpr std::int64_t kTR = 4;    // micro-tile rows
 constexpr std::int64_t kTC = 16;   // micro-tile columns (two 8-lane vectors)
 
+template <class T>
+void gather_typed(const T* s, std::int64_t stride, std::int64_t n, float* dst) {
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = to_f32(s[i * stride]);
+}
+
+// dst[i] = element at + i*stride of src (dtype) as f32, for i < n.
+void gather_f32(DType dtype, const void* src, std::int64_t at, std::int64_t stride, std::int64_t n, float* dst) {
+  if (stride == 1) {  // contiguous: the whole-buffer converter (a copy for f32)
+    const auto* s = static_cast<const char*>(src) + at * std::int64_t(dtype_size(dtype));
+    convert_floats(s, dtype, dst, DType::f32, n, false);
+    return;
+  }
+  switch (dtype) {
+    case DType::f32: return gather_typed(static_cast<const float*>(src) + at, stride, n, dst);
+    case DType::f16: return gather_typed(static_cast<const f16*>(src) + at, stride, n, dst);
+    case DType::bf16: return gather_typed(static_cast<const bf16*>(src) + at, stride, n, dst);
+    default: break;
+  }
+  MF_THROW("dense: unsupported dtype {}", dtype_name(dtype));
+}
+
 // B(k, n) for k < kn, n < nn as f32 row-major [kn, ld] at dst. Read in blocks
 // of 64 k along the source's contiguous direction when that is k (b_rs == 1,
 // a transposed weight), so neither side is walked with a stride in the inner loop.
 void pack_b(DType dtype, const void* b, std::int64_t b_rs, std::int64_t b_cs, std::int64_t kn, std::int64_t nn,
             std::int64_t ld, float* dst) {
   if (b_rs == 1 && b_cs != 1) {
-    for (std::int64_t k0 = 0; k0 < kn; k0 += 64)
-      for (std::int64_t j = 0; j < nn; ++j)
-        for (std::int64_t kk = k0; kk < std::min(kn, k0 + 64); ++kk) dst[kk * ld + j] = load(dtype, b, kk + j * b_cs);
+    float col[64];
+    for (std::int64_t k0 = 0; k0 < kn; k0 += 64) {
+      const std::int64_t kb = std::min<std::int64_t>(64, kn - k0);
+      for (std::int64_t j = 0; j < nn; ++j) {
+        gather_f32(dtype, b, k0 + j * b_cs, 1, kb, col);
+        for (std::int64_t kk = 0; kk < kb; ++kk) dst[(k0 + kk) * ld + j] = col[kk];
+      }
+    }
     return;
   }
-  for (std::int64_t kk = 0; kk < kn; ++kk)
-    for (std::int64_t j = 0; j < nn; ++j) dst[kk * ld + j] = load(dtype, b, kk * b_rs + j * b_cs);
+  for (std::int64_t kk = 0; kk < kn; ++kk) gather_f32(dtype, b, kk * b_rs, b_cs, nn, dst + kk * ld);
 }
 
 // c[r][j] += sum over kk < kn, in increasing kk, of ap[r * kKB + kk] * bp[kk * ldb + j],
@@ -115,6 +147,7 @@ void gemm_cpu(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype, const
               std::int64_t a_rs, std::int64_t a_cs, const void* b, std::int64_t b_rs,
               std::int64_t b_cs, float* c) {
   if (m == 0 || n == 0) return;
+  const bool avx512 = use_avx512_kernels();
   // B packed once as f32 row-major [K, N] (shared read-only by all threads).
   std::vector<float> bp(std::size_t(k * n));
   parallel_for((k + 63) / 64, [&](std::int64_t k0, std::int64_t k1) {
@@ -131,9 +164,11 @@ void gemm_cpu(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype, const
       for (std::int64_t kb = 0; kb < k; kb += kKB) {
         const std::int64_t kn = std::min(kKB, k - kb);
         for (std::int64_t i = i0; i < i1; ++i)
-          for (std::int64_t kk = 0; kk < kn; ++kk)
-            ap[std::size_t((i - i0) * kKB + kk)] = load(dtype, a, i * a_rs + (kb + kk) * a_cs);
-        panel(ap.data(), bp.data() + kb * n, n, kn, i1 - i0, c + i0 * n);
+          gather_f32(dtype, a, i * a_rs + kb * a_cs, a_cs, kn, ap.data() + (i - i0) * kKB);
+        if (avx512)
+          gemm_panel_avx512(ap.data(), kKB, bp.data() + kb * n, n, kn, i1 - i0, n, c + i0 * n, n);
+        else
+          panel(ap.data(), bp.data() + kb * n, n, kn, i1 - i0, c + i0 * n);
       }
     }
   });

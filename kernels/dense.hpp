@@ -47,7 +47,8 @@ void dense_backward_cuda(const DenseDims& d, DType dtype, const void* x, const v
 // C[M,N] (f32, row-major, overwritten) = sum_k A(m,k) B(k,n), where A(m,k) =
 // a[m*a_rs + k*a_cs] and B(k,n) = b[k*b_rs + n*b_cs], both of `dtype`.
 // Threaded over blocks of C; cache-blocked; each C element is one f32 sum over k
-// in increasing order (bit-identical for any thread count).
+// in increasing order (bit-identical for any thread count): s += a*b with the
+// twin kernels, s = fma(a, b, s) with avx512 (engine/cpu_kernels.hpp).
 void gemm_cpu(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype, const void* a,
               std::int64_t a_rs, std::int64_t a_cs, const void* b, std::int64_t b_rs,
               std::int64_t b_cs, float* c);

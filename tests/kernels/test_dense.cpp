@@ -118,7 +118,7 @@ TEST_CASE("dense validates shapes and dtypes with the op's name") {
 }
 
 TEST_CASE("gemm_cpu: the bits of a plain f32 loop over k in order, every tile path, stride and thread count") {
-  // Shapes cover 4x16 register tiles, row and column edges, several k panels
+  // Shapes cover 4x16 and 8x32 register tiles, row and column edges, several k panels
   // (kKB = 128) and column panels (kNB = 256); strides: both operands plain,
   // B transposed (a weight read as W^T), A transposed (dz^T).
   const std::tuple<std::int64_t, std::int64_t, std::int64_t> shapes[] = {
@@ -138,18 +138,27 @@ TEST_CASE("gemm_cpu: the bits of a plain f32 loop over k in order, every tile pa
         // A(m,k) and B(k,n) element offsets for this layout.
         const std::int64_t a_rs = layout == 2 ? 1 : K, a_cs = layout == 2 ? M : 1;
         const std::int64_t b_rs = layout == 1 ? 1 : N, b_cs = layout == 1 ? K : 1;
-        std::vector<float> want(std::size_t(M * N));
-        for (std::int64_t m = 0; m < M; ++m)
-          for (std::int64_t n = 0; n < N; ++n) {
-            float s = 0.f;
-            for (std::int64_t k = 0; k < K; ++k) s += ar[std::size_t(m * a_rs + k * a_cs)] * br[std::size_t(k * b_rs + n * b_cs)];
-            want[std::size_t(m * N + n)] = s;
+        for (const CpuKernels variant : testing::cpu_kernel_variants()) {
+          const testing::CpuKernelsScope scope(variant);
+          INFO("CPU kernels ", cpu_kernels_name(variant));
+          // twin: s += a*b (two roundings); avx512: s = fma(a, b, s) (one).
+          const bool fused = variant == CpuKernels::avx512;
+          std::vector<float> want(std::size_t(M * N));
+          for (std::int64_t m = 0; m < M; ++m)
+            for (std::int64_t n = 0; n < N; ++n) {
+              float s = 0.f;
+              for (std::int64_t k = 0; k < K; ++k) {
+                const float x = ar[std::size_t(m * a_rs + k * a_cs)], y = br[std::size_t(k * b_rs + n * b_cs)];
+                s = fused ? std::fma(x, y, s) : s + x * y;
+              }
+              want[std::size_t(m * N + n)] = s;
+            }
+          for (int th : {1, 2}) {
+            set_cpu_threads(th);
+            std::vector<float> got(std::size_t(M * N), NAN);
+            kernels::gemm_cpu(M, N, K, t, a.raw(), a_rs, a_cs, b.raw(), b_rs, b_cs, got.data());
+            CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
           }
-        for (int th : {1, 2}) {
-          set_cpu_threads(th);
-          std::vector<float> got(std::size_t(M * N), NAN);
-          kernels::gemm_cpu(M, N, K, t, a.raw(), a_rs, a_cs, b.raw(), b_rs, b_cs, got.data());
-          CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
         }
       }
   set_cpu_threads(threads);
