@@ -3,8 +3,8 @@
 // run-time clone that gives them AVX2.
 //
 // The build targets the baseline x86-64 ISA; functions marked MF_SIMD_CLONES
-// get an AVX2 clone picked at load time. The project compiles in ISO C++ mode,
-// where GCC does not contract a*b+c into an FMA, and the clones enable no FMA
+// get an AVX2 clone picked at load time. The project compiles with
+// -ffp-contract=off (no a*b+c made an FMA), and the clones enable no FMA
 // anyway: every clone performs the same f32 operations in the same order, so
 // the bits do not depend on which one runs.
 #pragma once

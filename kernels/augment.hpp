@@ -100,7 +100,7 @@ MF_HOST_DEVICE_INLINE std::int64_t augment_int(float u, std::int64_t n) {
 }
 
 // f32 arithmetic without contraction: nvcc fuses a * b + c into one fma by
-// default, the host compilers (ISO C++ mode, x86-64 without FMA) do not; the
+// default, the host compilers (-ffp-contract=off, x86-64 without FMA) do not; the
 // explicit round-to-nearest intrinsics make both sides round twice.
 MF_HOST_DEVICE_INLINE float augment_mul(float a, float b) {
 #ifdef __CUDA_ARCH__

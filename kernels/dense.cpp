@@ -95,7 +95,7 @@ void pack_b(DType dtype, const void* b, std::int64_t b_rs, std::int64_t b_cs, st
 
 // c[r][j] += sum over kk < kn, in increasing kk, of ap[r * kKB + kk] * bp[kk * ldb + j],
 // for r < kTR and j < kTC, in registers: each element's adds happen in the same
-// order as the one-row loop below, so the bits are the same (no FMA: ISO mode).
+// order as the one-row loop below, so the bits are the same (no FMA: -ffp-contract=off).
 MF_SIMD_CLONES void micro_tile(const float* ap, const float* bp, std::int64_t ldb, std::int64_t kn, float* c,
                                std::int64_t ldc) {
   v8f acc[kTR][2];

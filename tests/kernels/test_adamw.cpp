@@ -2,12 +2,13 @@
 // float64 evaluation of torch.optim.AdamW with gradient clipping and a loss
 // scale; weight decay only on [0, decay_end); a non-finite gradient skips the
 // step and backs the FP16 loss scale off; the scale's growth and floor; the
-// learning-rate schedules and the LR the state holds. The CUDA kernel against
-// this twin: test_adamw_gpu.cpp.
+// learning-rate schedules and the LR the state holds; the AVX-512 loops give
+// the twin's bits. The CUDA kernel against this twin: test_adamw_gpu.cpp.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -149,4 +150,43 @@ TEST_CASE("AdamW: LR schedule values (warmup, cosine, linear, constant) and the 
     o.step(c);
     CHECK(o.st().lr == doctest::Approx(kernels::lr_at(c, i)));
   }
+}
+
+TEST_CASE("AdamW: the AVX-512 loops give the twin's bits (norm, state, master, working copy)") {
+  const auto variants = testing::cpu_kernel_variants();
+  if (variants.size() < 2) {
+    MESSAGE("this CPU has no AVX-512: only the twin runs here");
+    return;
+  }
+  // Sizes: below one vector, vector tails, several norm chunks (16384) with a tail;
+  // decay_end inside a vector.
+  for (const std::int64_t n : {std::int64_t(7), std::int64_t(1000), std::int64_t(40000)})
+    for (const DType wt : {DType::f32, DType::bf16, DType::f16}) {
+      CAPTURE(n);
+      INFO("work ", dtype_name(wt));
+      std::vector<std::vector<std::uint8_t>> runs;
+      for (const CpuKernels variant : variants) {
+        const testing::CpuKernelsScope scope(variant);
+        Opt o(n, n * 3 / 5 + 1, 70);
+        Tensor work = Tensor::zeros({n}, wt);
+        kernels::AdamWConfig c;
+        c.lr = 0.01f;
+        c.weight_decay = 0.1f;
+        c.max_grad_norm = 0.5f;
+        for (int step = 0; step < 3; ++step) {
+          o.grad = Tensor::from_floats(testing::random_floats(std::size_t(n), 80 + std::uint64_t(step), -3, 3), {n});
+          o.step(c, wt == DType::f32 ? nullptr : &work);
+        }
+        std::vector<std::uint8_t> all;
+        for (const Tensor* t : {&o.master, &o.m, &o.v, &o.state, &work}) {
+          const auto* b = static_cast<const std::uint8_t*>(t->raw());
+          all.insert(all.end(), b, b + t->nbytes());
+        }
+        runs.push_back(std::move(all));
+      }
+      std::size_t first = 0;
+      while (first < runs[0].size() && runs[0][first] == runs[1][first]) ++first;
+      INFO("first differing byte ", first, " of ", runs[0].size());
+      CHECK(runs[1] == runs[0]);
+    }
 }
