@@ -63,7 +63,27 @@ ROOT = os.path.dirname(HERE)
 # and the tiny one of the dry mode (tiny model too: channels 8,16,32, dense 32).
 SYNTH_FULL = "--files 2000 --long 5 --short 4"
 SYNTH_DRY = "--files 24 --long 2 --short 2 --mels 16 --frames 16 --classes 3"
-DRY_MODEL = {"channels": "8,16,32", "dense": 32}
+DRY_MODEL = {"channels": "8,16,32", "pools": "2,2,2", "dense": 32}
+
+
+def leakcnn_model(args):
+    """The LeakCNN both sides train: the dry mode's tiny one, else LeakCNN-64
+    (channels 32,64,128, pools 2,2,2, dense 256) with --channels/--pools/--dense
+    overriding (e.g. the quickstart's CPU demo: 16,32 / 2,2 / 64)."""
+    if args.dry_run:
+        return dict(DRY_MODEL)
+    channels = args.channels or "32,64,128"
+    pools = args.pools or ",".join(["2"] * len(channels.split(",")))
+    return {"channels": channels, "pools": pools, "dense": args.dense or 256}
+
+
+def melforge_model_args(model):
+    return ["--set", f"model.channels=[{model['channels']}]", "--set", f"model.pools=[{model['pools']}]",
+            "--set", f"model.dense={model['dense']}"]
+
+
+def torch_model_args(model):
+    return ["--channels", model["channels"], "--pools", model["pools"], "--dense", str(model["dense"])]
 # Speaker sets of the metric-loss comparison (--loss): train, val and test
 # speakers disjoint (test_speaker_cli's set; the dry one is smaller).
 SYNTH_SPEAKERS = "--speakers 30 --files-per-speaker 6 --mels 32 --frames 32 --long 1 --short 4 --seed 1"
@@ -353,6 +373,9 @@ def parse_args(argv):
                    help="leakcnn (default), cnn (with --layers-toml) or a preset stack (resnet34se-light)")
     p.add_argument("--layers-toml", help="--arch cnn: a TOML file with [model] arch = \"cnn\" and [[model.layers]]")
     p.add_argument("--model-json", help="a stack's description for PyTorch (default: from melforge's export)")
+    p.add_argument("--channels", help="LeakCNN conv channels, e.g. 16,32 (default 32,64,128: LeakCNN-64)")
+    p.add_argument("--pools", help="LeakCNN pools per conv layer (default 2 each)")
+    p.add_argument("--dense", type=int, help="LeakCNN dense width (default 256)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: every core for a stack on the CPU, else torch's default)")
     p.add_argument("--variants", default="eager,compile,resident")
@@ -465,8 +488,8 @@ def main(argv=None):
                 model.update(layers_toml=args.layers_toml, layers_toml_text=f.read())
         model_args = ["--set", f"model.arch={args.arch}"] + (["--config", args.layers_toml] if args.layers_toml else [])
     else:
-        model = DRY_MODEL if args.dry_run else {"channels": "32,64,128", "dense": 256}
-        model_args = ["--set", f"model.channels=[{model['channels']}]", "--set", f"model.dense={model['dense']}"]
+        model = leakcnn_model(args)
+        model_args = melforge_model_args(model)
     # Stacks: torch on every core by default, as melforge's CPU backend (Debian's
     # torch 1.13 defaults to 1 thread). LeakCNN keeps torch's default unless --threads.
     threads = args.threads if args.threads is not None else (os.cpu_count() if device == "cpu" and stack else None)
@@ -531,7 +554,7 @@ def main(argv=None):
                "--batch-size", str(args.batch_size), "--lr", repr(args.lr), "--precision", precision,
                "--device", device, "--seed", str(args.seed), "--warmup-steps", str(args.warmup_steps),
                "--schedule", "cosine", "--verbose"]
-        cmd += ["--model-json", model_json] if stack else ["--channels", model["channels"], "--dense", str(model["dense"])]
+        cmd += ["--model-json", model_json] if stack else torch_model_args(model)
         if threads:
             cmd += ["--threads", str(threads)]
         if args.workers is not None:
@@ -686,7 +709,7 @@ def melforge_loss_run(args, melforge, d, trials, work_dir, device, precision, mo
     if args.per_class:
         loss_args += ["--set", f"data.per_class={args.per_class}"]
     model_args = (["--set", f"model.arch={args.arch}"] + (["--config", args.layers_toml] if args.layers_toml else [])
-                  if stack else ["--set", f"model.channels=[{model['channels']}]", "--set", f"model.dense={model['dense']}"])
+                  if stack else melforge_model_args(model))
     cmd = [melforge, "train", "--train", os.path.join(d, "train.h5"), "--val", os.path.join(d, "val.h5"),
            "--out", run_dir, "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--lr", repr(args.lr),
            "--precision", precision, "--device", device, "--seed", str(args.seed),
@@ -729,7 +752,7 @@ def torch_loss_run(args, d, trials, work_dir, device, model, model_json, threads
            "--batch-size", str(args.batch_size), "--lr", repr(args.lr), "--warmup-steps", str(args.warmup_steps),
            "--seed", str(args.seed), "--json", js, "--verbose"]
     cmd += ["--input-norm"] if args.input_norm else []
-    cmd += ["--model-json", model_json] if model_json else ["--channels", model["channels"], "--dense", str(model["dense"])]
+    cmd += ["--model-json", model_json] if model_json else torch_model_args(model)
     cmd += ["--threads", str(threads)] if threads else []
     cmd += shlex.split(args.torch_args)
     if device != "cpu":
@@ -765,7 +788,7 @@ def run_loss_comparison(args, melforge, out_dir, work_dir, device, precision, de
             raise SystemExit(f"compare_torch: `melforge data trials` failed (rc {rc}); pass --trials FILE")
     stack = args.arch != "leakcnn"
     model = ({"arch": args.arch} if stack else
-             (DRY_MODEL if args.dry_run else {"channels": "32,64,128", "dense": 256}))
+             leakcnn_model(args))
     model = dict(model, loss=args.loss, per_class=args.per_class, embedding=args.embedding,
                  input_norm=args.input_norm)
     threads = args.threads if args.threads is not None else (os.cpu_count() if device == "cpu" else None)

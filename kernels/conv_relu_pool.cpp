@@ -14,7 +14,7 @@
 //   rebuilt row by row from the saved codes.
 //   dx = the same conv micro-kernel applied to g with the flipped, transposed
 //        weights (a "full" correlation); parallel over (image, row).
-//   dw, db: conv rows are split into a FIXED number of chunks that depends only
+//   dw, db: conv rows are split into a number of chunks that depends only
 //        on the shape (never on the thread count); each chunk accumulates its
 //        own partial in row order, then the partials are summed in chunk
 //        order. Bit-identical for any number of threads.
@@ -223,7 +223,9 @@ void grad_row(const ConvReluPoolDims& d, const T* dy_n, const std::uint8_t* code
 // strictly greater wins (ties keep the first), NaN always wins. Branch-free
 // (the scalar loop's branches mispredicted on real data: a third of a CPU
 // step's forward); each lane makes the same comparisons in the same order.
-MF_SIMD_CLONES void pool_window(const float* win, int p, std::int64_t row, int pixel, float* best_out, int* pos_out) {
+// Then the ReLU, also branch-free: y_out = the max where it is > 0 or NaN,
+// else 0; code_out = its position there, else kNoGrad.
+MF_SIMD_CLONES void pool_window(const float* win, int p, std::int64_t row, int pixel, float* y_out, int* code_out) {
   v8f best = load8(win);
   v8i pos = v8i{};
   for (int dr = 0; dr < p; ++dr)
@@ -234,8 +236,10 @@ MF_SIMD_CLONES void pool_window(const float* win, int p, std::int64_t row, int p
       const int at = dr * p + dc;
       pos = take ? v8i{at, at, at, at, at, at, at, at} : pos;
     }
-  store8(best_out, best);
-  std::memcpy(pos_out, &pos, sizeof pos);
+  const v8i pass = (best > v8f{}) | (best != best);
+  store8(y_out, pass ? best : v8f{});
+  const v8i code = pass ? pos : v8i{} + int(kNoGrad);
+  std::memcpy(code_out, &code, sizeof code);
 }
 
 // wt[((r*k + s)*cin + ci)*coutp + co] = w[co][r][s][ci] (0 for co >= cout).
@@ -319,25 +323,28 @@ void forward(const ConvReluPoolDims& d, const T* x, const T* w, const T* b, T* y
                   out.data() + std::size_t(dr) * wc_p * coutp);
       }
       const std::int64_t obase = (n * ph_n + ph) * pw_n * d.cout;
-      float best[kCB];
-      int bpos[kCB];
+      float yv[kCB];
+      int cv[kCB];
       for (int pw = 0; pw < pw_n; ++pw) {
         for (int cb = 0; cb < d.cout; cb += kCB) {
-          pool_window(out.data() + std::size_t(pw * p) * coutp + cb, p, std::int64_t(wc_p) * coutp, coutp, best, bpos);
-          for (int co = cb; co < std::min(d.cout, cb + kCB); ++co) {
-            const float v = best[co - cb];
-            const bool pass = v > 0.f || std::isnan(v);
-            y[obase + std::int64_t(pw) * d.cout + co] = from_f32<T>(pass ? v : 0.f);
-            if (code) code[obase + std::int64_t(pw) * d.cout + co] = pass ? std::uint8_t(bpos[co - cb]) : kNoGrad;
-          }
+          pool_window(out.data() + std::size_t(pw * p) * coutp + cb, p, std::int64_t(wc_p) * coutp, coutp, yv, cv);
+          const std::int64_t at = obase + std::int64_t(pw) * d.cout;
+          const int nc = std::min(d.cout, cb + kCB) - cb;
+          for (int j = 0; j < nc; ++j) y[at + cb + j] = from_f32<T>(yv[j]);
+          if (code)
+            for (int j = 0; j < nc; ++j) code[at + cb + j] = std::uint8_t(cv[j]);
         }
       }
     }
   });
 }
 
-// The fixed number of dw/db partials: a function of the shape only.
+// The number of dw/db partials: a function of the shape only (at least
+// kMinRowsPerChunk conv rows each, at most kMaxWeightChunks). Each partial
+// costs about as much memory traffic (zeroing, the final sum) as 2-4 conv rows
+// of dw arithmetic, so small batches get fewer, fuller chunks.
 constexpr std::int64_t kMaxWeightChunks = 64;
+constexpr std::int64_t kMinRowsPerChunk = 32;
 // dw works on up to this many consecutive conv rows of one image at a time
 // (their input rows loaded once; the avx512 path keeps its sums in registers
 // across all of them).
@@ -394,7 +401,7 @@ void backward(const ConvReluPoolDims& d, const T* x, const T* w, const T* dy, co
   // ---- dw, db: fixed chunks of conv rows, partials summed in chunk order ----
   const int coutp = int(round_up(d.cout, path.channel_block));
   const std::int64_t units = d.n * hc;
-  const std::int64_t chunks = std::min(units, kMaxWeightChunks);
+  const std::int64_t chunks = units == 0 ? 0 : std::clamp<std::int64_t>(units / kMinRowsPerChunk, 1, kMaxWeightChunks);
   const std::int64_t part = std::int64_t(k) * k * d.cin * coutp + coutp;  // dwt then db
   std::vector<float> partials(std::size_t(std::max<std::int64_t>(chunks, 0) * part), 0.f);
   if (chunks > 0) {

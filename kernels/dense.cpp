@@ -77,15 +77,44 @@ void gather_f32(DType dtype, const void* src, std::int64_t at, std::int64_t stri
 // B(k, n) for k < kn, n < nn as f32 row-major [kn, ld] at dst. Read in blocks
 // of 64 k along the source's contiguous direction when that is k (b_rs == 1,
 // a transposed weight), so neither side is walked with a stride in the inner loop.
+// dst[c * ld + r] = src[r][c] for r, c < 8 (one 8 x 8 block transposed).
+MF_SIMD_CLONES void store_transposed8(const float* const* src, float* dst, std::int64_t ld) {
+  v8f r[8];
+  for (int i = 0; i < 8; ++i) r[i] = load8(src[i]);
+  transpose8x8(r);
+  for (int i = 0; i < 8; ++i) store8(dst + i * ld, r[i]);
+}
+
 void pack_b(DType dtype, const void* b, std::int64_t b_rs, std::int64_t b_cs, std::int64_t kn, std::int64_t nn,
             std::int64_t ld, float* dst) {
   if (b_rs == 1 && b_cs != 1) {
-    float col[64];
+    // Blocks of 64 k x 8 n: eight contiguous k runs (read in place for f32,
+    // else converted), written as 8 x 8 transposes (whole rows of 8 n), the
+    // n edge one element at a time.
+    float col[8][64];
+    const float* run[8];
     for (std::int64_t k0 = 0; k0 < kn; k0 += 64) {
       const std::int64_t kb = std::min<std::int64_t>(64, kn - k0);
-      for (std::int64_t j = 0; j < nn; ++j) {
-        gather_f32(dtype, b, k0 + j * b_cs, 1, kb, col);
-        for (std::int64_t kk = 0; kk < kb; ++kk) dst[(k0 + kk) * ld + j] = col[kk];
+      for (std::int64_t j0 = 0; j0 < nn; j0 += 8) {
+        const std::int64_t jb = std::min<std::int64_t>(8, nn - j0);
+        for (std::int64_t j = 0; j < jb; ++j) {
+          if (dtype == DType::f32) {
+            run[j] = static_cast<const float*>(b) + k0 + (j0 + j) * b_cs;
+          } else {
+            gather_f32(dtype, b, k0 + (j0 + j) * b_cs, 1, kb, col[j]);
+            run[j] = col[j];
+          }
+        }
+        std::int64_t kk = 0;
+        if (jb == 8) {
+          for (; kk + 8 <= kb; kk += 8) {
+            const float* at[8];
+            for (int j = 0; j < 8; ++j) at[j] = run[j] + kk;
+            store_transposed8(at, dst + (k0 + kk) * ld + j0, ld);
+          }
+        }
+        for (; kk < kb; ++kk)
+          for (std::int64_t j = 0; j < jb; ++j) dst[(k0 + kk) * ld + j0 + j] = run[j][kk];
       }
     }
     return;
@@ -127,17 +156,19 @@ MF_SIMD_CLONES void row_tail(const float* arow, const float* bp, std::int64_t ld
   }
 }
 
-// C rows [i0, i1) of one k panel (A packed [rows][kKB], B packed [kn][n]).
-void panel(const float* ap, const float* bp, std::int64_t n, std::int64_t kn, std::int64_t rows, float* c) {
+// C rows [i0, i1) of one k panel (A packed [rows][kKB], B f32 [kn][ldb], C [rows][n]).
+void panel(const float* ap, const float* bp, std::int64_t ldb, std::int64_t n, std::int64_t kn, std::int64_t rows,
+           float* c) {
   for (std::int64_t jb = 0; jb < n; jb += kNB) {
     const std::int64_t jn = std::min(kNB, n - jb), jt = jn - jn % kTC;
     std::int64_t r = 0;
     for (; r + kTR <= rows; r += kTR) {
-      for (std::int64_t j = 0; j < jt; j += kTC) micro_tile(ap + r * kKB, bp + jb + j, n, kn, c + r * n + jb + j, n);
+      for (std::int64_t j = 0; j < jt; j += kTC) micro_tile(ap + r * kKB, bp + jb + j, ldb, kn, c + r * n + jb + j, n);
       if (jt < jn)
-        for (std::int64_t rr = r; rr < r + kTR; ++rr) row_tail(ap + rr * kKB, bp + jb + jt, n, kn, jn - jt, c + rr * n + jb + jt);
+        for (std::int64_t rr = r; rr < r + kTR; ++rr)
+          row_tail(ap + rr * kKB, bp + jb + jt, ldb, kn, jn - jt, c + rr * n + jb + jt);
     }
-    for (; r < rows; ++r) row_tail(ap + r * kKB, bp + jb, n, kn, jn, c + r * n + jb);
+    for (; r < rows; ++r) row_tail(ap + r * kKB, bp + jb, ldb, kn, jn, c + r * n + jb);
   }
 }
 
@@ -148,13 +179,21 @@ void gemm_cpu(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype, const
               std::int64_t b_cs, float* c) {
   if (m == 0 || n == 0) return;
   const bool avx512 = use_avx512_kernels();
-  // B packed once as f32 row-major [K, N] (shared read-only by all threads).
-  std::vector<float> bp(std::size_t(k * n));
-  parallel_for((k + 63) / 64, [&](std::int64_t k0, std::int64_t k1) {
-    const std::int64_t kb = k0 * 64, ke = std::min(k, k1 * 64);
-    pack_b(dtype, static_cast<const char*>(b) + kb * b_rs * std::int64_t(dtype_size(dtype)), b_rs, b_cs, ke - kb, n,
-           n, bp.data() + kb * n);
-  });
+  // B as f32 row-major [K, ldb] (shared read-only by all threads): used in
+  // place when it already is one (f32, rows contiguous), else packed once.
+  std::vector<float> packed;
+  const float* bp = static_cast<const float*>(b);
+  std::int64_t ldb = b_rs;
+  if (dtype != DType::f32 || b_cs != 1) {
+    packed.resize(std::size_t(k * n));
+    parallel_for((k + 63) / 64, [&](std::int64_t k0, std::int64_t k1) {
+      const std::int64_t kb = k0 * 64, ke = std::min(k, k1 * 64);
+      pack_b(dtype, static_cast<const char*>(b) + kb * b_rs * std::int64_t(dtype_size(dtype)), b_rs, b_cs, ke - kb,
+             n, n, packed.data() + kb * n);
+    });
+    bp = packed.data();
+    ldb = n;
+  }
   const std::int64_t row_blocks = (m + kMB - 1) / kMB;
   parallel_for(row_blocks, [&](std::int64_t rb0, std::int64_t rb1) {
     std::vector<float> ap(std::size_t(kMB * kKB));
@@ -166,9 +205,9 @@ void gemm_cpu(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype, const
         for (std::int64_t i = i0; i < i1; ++i)
           gather_f32(dtype, a, i * a_rs + kb * a_cs, a_cs, kn, ap.data() + (i - i0) * kKB);
         if (avx512)
-          gemm_panel_avx512(ap.data(), kKB, bp.data() + kb * n, n, kn, i1 - i0, n, c + i0 * n, n);
+          gemm_panel_avx512(ap.data(), kKB, bp + kb * ldb, ldb, kn, i1 - i0, n, c + i0 * n, n);
         else
-          panel(ap.data(), bp.data() + kb * n, n, kn, i1 - i0, c + i0 * n);
+          panel(ap.data(), bp + kb * ldb, ldb, n, kn, i1 - i0, c + i0 * n);
       }
     }
   });
@@ -177,8 +216,18 @@ void gemm_cpu(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype, const
 void dense_forward_cpu(const DenseDims& d, DType dtype, const void* x, const void* w, const void* b,
                        void* y, cudaStream_t) {
   std::vector<float> acc(std::size_t(d.m * d.n));
-  // C[M,N] = x[M,K] * W^T: B(k, n) = w[n*K + k].
-  gemm_cpu(d.m, d.n, d.k, dtype, x, d.k, 1, w, 1, d.k, acc.data());
+  // C[M,N] = x[M,K] * W^T. gemm_cpu transposes its B while packing, so the
+  // smaller of x and W goes there: C = x W^T (B(k, n) = w[n*K + k]) when the
+  // batch is at least N, else C^T = W x^T, transposed back. Each element is
+  // the same sum over k in the same order either way: the same bits.
+  if (d.m >= d.n) {
+    gemm_cpu(d.m, d.n, d.k, dtype, x, d.k, 1, w, 1, d.k, acc.data());
+  } else {
+    std::vector<float> acc_t(std::size_t(d.n * d.m));
+    gemm_cpu(d.n, d.m, d.k, dtype, w, d.k, 1, x, 1, d.k, acc_t.data());
+    for (std::int64_t i = 0; i < d.m; ++i)
+      for (std::int64_t j = 0; j < d.n; ++j) acc[std::size_t(i * d.n + j)] = acc_t[std::size_t(j * d.m + i)];
+  }
   parallel_for(d.m, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r)
       for (int j = 0; j < d.n; ++j) {

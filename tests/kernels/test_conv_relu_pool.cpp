@@ -292,9 +292,9 @@ TEST_CASE("conv_relu_pool propagates NaN like PyTorch") {
 }
 
 TEST_CASE("conv_relu_pool CPU results do not depend on the thread count") {
-  // The second shape has more conv rows than dw chunks: groups of rows inside
-  // a chunk, and chunks that cross images.
-  const ConvReluPoolDims shapes[] = {{5, 12, 10, 3, 12, 3, 2}, {20, 16, 16, 16, 32, 3, 2}};
+  // The second shape has 360 conv rows in 11 dw chunks: groups of rows inside
+  // a chunk, and chunks that start inside an image.
+  const ConvReluPoolDims shapes[] = {{5, 12, 10, 3, 12, 3, 2}, {30, 12, 16, 16, 32, 3, 2}};
   for (const auto variant : testing::cpu_kernel_variants()) {
     for (const auto& d : shapes) {
       const testing::CpuKernelsScope scope(variant);

@@ -63,6 +63,34 @@ TEST_CASE("dense forward matches a float64 loop (fp32 1e-5, bf16/fp16 operands)"
   }
 }
 
+TEST_CASE("dense forward (f32): each output is the k-order sum plus bias, for a batch below and above N") {
+  // Below N the CPU computes C^T = W x^T and transposes it back: the same bits.
+  for (const auto& [M, K, N] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{5, 300, 40}, {40, 300, 5}}) {
+    CAPTURE(M);
+    const auto x = testing::random_floats(std::size_t(M * K), 21), w = testing::random_floats(std::size_t(N * K), 22),
+               b = testing::random_floats(std::size_t(N), 23);
+    for (const CpuKernels variant : testing::cpu_kernel_variants()) {
+      const testing::CpuKernelsScope scope(variant);
+      INFO("CPU kernels ", cpu_kernels_name(variant));
+      Tensor y = Tensor::empty({M, N}, DType::f32);
+      ops::dense_forward(Tensor::from_floats(x, {M, K}), Tensor::from_floats(w, {N, K}), Tensor::from_floats(b, {N}),
+                         false, y);
+      const auto got = y.to_floats();
+      int bad = 0;
+      for (std::int64_t m = 0; m < M; ++m)
+        for (std::int64_t n = 0; n < N; ++n) {
+          float sum = 0.f;
+          for (std::int64_t k = 0; k < K; ++k) {
+            const float a = x[std::size_t(m * K + k)], c = w[std::size_t(n * K + k)];
+            sum = variant == CpuKernels::avx512 ? std::fma(a, c, sum) : sum + a * c;
+          }
+          bad += got[std::size_t(m * N + n)] != sum + b[std::size_t(n)];
+        }
+      CHECK(bad == 0);
+    }
+  }
+}
+
 TEST_CASE("dense forward with small integers is exact in every precision") {
   const std::int64_t M = 9, K = 40, N = 6;
   const auto x = testing::random_small_ints(std::size_t(M * K), 4), w = testing::random_small_ints(std::size_t(N * K), 5),
