@@ -304,11 +304,11 @@ void run_step_bench_cpu(const StepOptions& o, const model::ModelConfig& mc) {
   nlohmann::json res;
   res["device"] = "cpu";
   res["cpu_threads"] = cpu_threads();
-  res["cpu_kernels"] = cpu_kernels_name(resolve_cpu_kernels(cpu_kernels()));
+  res["cpu_kernels"] = cpu_kernels_name(active_cpu_kernels());
   res["model"] = model_json(o, mc);
   const double train_flops = train::model_flops(mc).train;
   fmt::print("melforge-bench step on the CPU ({} threads, {} kernels): {} {}x{}, {:.3f} GFLOP/sample (training step)\n",
-             cpu_threads(), cpu_kernels_name(resolve_cpu_kernels(cpu_kernels())), model_name(o), mc.in_mels,
+             cpu_threads(), cpu_kernels_name(active_cpu_kernels()), model_name(o), mc.in_mels,
              mc.in_frames, train_flops / 1e9);
   fmt::print("{:<6} {:>6} {:>12} {:>12} {:>10} {:>12}\n", "prec", "batch", "step ms", "samples/s", "GFLOP/s",
              "CPU ms/step");

@@ -15,8 +15,9 @@ CpuKernels from_env() {
   const std::string_view v(e);
   if (v == "auto") return CpuKernels::automatic;
   if (v == "twin") return CpuKernels::twin;
+  if (v == "avx2") return CpuKernels::avx2;
   if (v == "avx512") return CpuKernels::avx512;
-  MF_THROW("MELFORGE_CPU_KERNELS='{}': expected auto, twin or avx512", v);
+  MF_THROW("MELFORGE_CPU_KERNELS='{}': expected auto, twin, avx2 or avx512", v);
 }
 
 std::atomic<int>& slot() {
@@ -35,6 +36,15 @@ bool cpu_has_avx512() {
 #endif
 }
 
+bool cpu_has_avx2_fma() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return have;
+#else
+  return false;
+#endif
+}
+
 void set_cpu_kernels(CpuKernels k) { slot().store(int(k)); }
 CpuKernels cpu_kernels() { return CpuKernels(slot().load()); }
 
@@ -43,18 +53,23 @@ const char* cpu_kernels_name(CpuKernels k) {
     case CpuKernels::automatic: return "auto";
     case CpuKernels::twin: return "twin";
     case CpuKernels::avx512: return "avx512";
+    case CpuKernels::avx2: return "avx2";
   }
   return "?";
 }
 
 CpuKernels resolve_cpu_kernels(CpuKernels requested) {
-  if (requested == CpuKernels::automatic) return cpu_has_avx512() ? CpuKernels::avx512 : CpuKernels::twin;
+  if (requested == CpuKernels::automatic)
+    return cpu_has_avx512() ? CpuKernels::avx512 : cpu_has_avx2_fma() ? CpuKernels::avx2 : CpuKernels::twin;
   if (requested == CpuKernels::avx512 && !cpu_has_avx512())
     MF_THROW("CPU kernels avx512 (MELFORGE_CPU_KERNELS or set_cpu_kernels): this CPU has no AVX-512F with FMA; "
+             "expected auto, twin{}", cpu_has_avx2_fma() ? " or avx2" : "");
+  if (requested == CpuKernels::avx2 && !cpu_has_avx2_fma())
+    MF_THROW("CPU kernels avx2 (MELFORGE_CPU_KERNELS or set_cpu_kernels): this CPU has no AVX2 with FMA; "
              "expected auto or twin");
   return requested;
 }
 
-bool use_avx512_kernels() { return resolve_cpu_kernels(cpu_kernels()) == CpuKernels::avx512; }
+CpuKernels active_cpu_kernels() { return resolve_cpu_kernels(cpu_kernels()); }
 
 }  // namespace mf

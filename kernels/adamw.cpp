@@ -1,7 +1,7 @@
 // CPU twin of adamw. The norm is summed in fixed chunks, each as 8 double
 // lanes (lane l takes every 8th element from l on, the lanes then added in
 // order: the order of an 8-lane vector loop), then over chunks in order, so
-// it does not depend on the thread count. With use_avx512_kernels() both
+// it does not depend on the thread count. With the avx512 CPU kernels both
 // passes run as AVX-512 loops that give the same bits
 // (kernels/adamw_cpu_avx512.hpp).
 #include "kernels/adamw.hpp"
@@ -77,7 +77,7 @@ void adamw_step_cpu(const AdamWDims& d, const AdamWConfig& c, DType work_dtype, 
   const std::int64_t chunks = (d.n + kChunk - 1) / kChunk;
   std::vector<double> part(std::size_t(chunks), 0.0);
   std::vector<long long> bad(std::size_t(chunks), 0);
-  const bool avx512 = use_avx512_kernels();
+  const bool avx512 = active_cpu_kernels() == CpuKernels::avx512;
   parallel_for(chunks, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t ch = c0; ch < c1; ++ch) {
       // double, like the CUDA partials: the clip coefficient scales every gradient

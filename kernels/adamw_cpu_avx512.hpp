@@ -1,5 +1,5 @@
 // AVX-512 loops of the AdamW CPU twin (kernels/adamw.cpp), run when
-// use_avx512_kernels() (engine/cpu_kernels.hpp). Unlike the conv and GEMM
+// the avx512 CPU kernels are active (engine/cpu_kernels.hpp). Unlike the conv and GEMM
 // kernels they give the twin's bits exactly: the same IEEE operations (mul,
 // add, div, sqrt: correctly rounded in every lane) in the same order, no FMA,
 // and the same eight-lane order for the norm's double sums. test_adamw checks

@@ -37,7 +37,7 @@
 #include "engine/log.hpp"
 #include "engine/parallel.hpp"
 #include "engine/vec8.hpp"
-#include "kernels/conv_cpu_avx512.hpp"
+#include "kernels/conv_cpu_simd.hpp"
 #include "kernels/conv_relu_pool_cuda.cuh"
 
 namespace mf::kernels {
@@ -270,27 +270,27 @@ std::vector<float> flipped_weights(const ConvReluPoolDims& d, const T* w, int ci
   return wf;
 }
 
-// The micro-kernels one CPU variant runs, and the paddings they need.
+// The twin's dw for a group of conv rows: dw_row per row, in order.
+void dw_rows_twin(const float* const* xrows, int nconv, int cin, int k, const float* const* g, int coutp, int wout_p,
+                  float* dwt, float* db) {
+  for (int j = 0; j < nconv; ++j) dw_row(xrows + j, cin, k, g[j], coutp, wout_p, dwt, db);
+}
+
+// The micro-kernels one CPU variant runs (engine/cpu_kernels.hpp), and the
+// paddings they need.
 struct CpuPath {
   int pixel_block;    // conv row widths are padded to a multiple of this
   int channel_block;  // output channel counts are padded to a multiple of this
-  bool avx512;
-  void conv(const float* const* rows, int cin, int k, const float* wt, int coutp, const float* bias, int wout_p,
-            float* out) const {
-    if (avx512) return conv_row_avx512(rows, cin, k, wt, coutp, bias, wout_p, out);
-    conv_row(rows, cin, k, wt, coutp, bias, wout_p, out);
-  }
-  // dw/db for nconv consecutive conv rows of one image (dw_rows_avx512's contract).
-  void dw(const float* const* xrows, int nconv, int cin, int k, const float* const* g, int coutp, int wout_p,
-          float* dwt, float* db) const {
-    if (avx512) return dw_rows_avx512(xrows, nconv, cin, k, g, coutp, wout_p, dwt, db);
-    for (int j = 0; j < nconv; ++j) dw_row(xrows + j, cin, k, g[j], coutp, wout_p, dwt, db);
-  }
+  ConvRowFn conv;
+  DwRowsFn dw;        // dw/db for nconv consecutive conv rows of one image
 };
 
 CpuPath cpu_path() {
-  if (use_avx512_kernels()) return {8, 16, true};
-  return {kPB, kCB, false};
+  switch (active_cpu_kernels()) {
+    case CpuKernels::avx512: return {avx512::kPixelBlock, avx512::kChannelBlock, avx512::conv_row, avx512::dw_rows};
+    case CpuKernels::avx2: return {avx2::kPixelBlock, avx2::kChannelBlock, avx2::conv_row, avx2::dw_rows};
+    default: return {kPB, kCB, conv_row, dw_rows_twin};
+  }
 }
 
 template <class T>

@@ -3,8 +3,9 @@
 // so every tile path gives the same bits. Blocks of C rows are split over
 // threads. Two kernels (engine/cpu_kernels.hpp): the twin's (4 x 16 register
 // tiles, an AVX2 clone, no FMA; a row loop for the edges: s += a*b, two
-// roundings per step) and avx512's (kernels/gemm_cpu_avx512.hpp: 8 x 32 tiles,
-// s = fma(a, b, s), one rounding per step).
+// roundings per step) and the FMA ones of avx512 and avx2
+// (kernels/gemm_cpu_simd.hpp: 8 x 32 or 6 x 16 tiles, s = fma(a, b, s), one
+// rounding per step).
 #include "kernels/dense.hpp"
 
 #include <algorithm>
@@ -16,7 +17,7 @@
 #include "engine/float_convert.hpp"
 #include "engine/parallel.hpp"
 #include "engine/vec8.hpp"
-#include "kernels/gemm_cpu_avx512.hpp"
+#include "kernels/gemm_cpu_simd.hpp"
 
 namespace mf::kernels {
 
@@ -178,7 +179,7 @@ void gemm_cpu(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype, const
               std::int64_t a_rs, std::int64_t a_cs, const void* b, std::int64_t b_rs,
               std::int64_t b_cs, float* c) {
   if (m == 0 || n == 0) return;
-  const bool avx512 = use_avx512_kernels();
+  const CpuKernels isa = active_cpu_kernels();
   // B as f32 row-major [K, ldb] (shared read-only by all threads): used in
   // place when it already is one (f32, rows contiguous), else packed once.
   std::vector<float> packed;
@@ -204,8 +205,10 @@ void gemm_cpu(std::int64_t m, std::int64_t n, std::int64_t k, DType dtype, const
         const std::int64_t kn = std::min(kKB, k - kb);
         for (std::int64_t i = i0; i < i1; ++i)
           gather_f32(dtype, a, i * a_rs + kb * a_cs, a_cs, kn, ap.data() + (i - i0) * kKB);
-        if (avx512)
-          gemm_panel_avx512(ap.data(), kKB, bp + kb * ldb, ldb, kn, i1 - i0, n, c + i0 * n, n);
+        if (isa == CpuKernels::avx512)
+          avx512::gemm_panel(ap.data(), kKB, bp + kb * ldb, ldb, kn, i1 - i0, n, c + i0 * n, n);
+        else if (isa == CpuKernels::avx2)
+          avx2::gemm_panel(ap.data(), kKB, bp + kb * ldb, ldb, kn, i1 - i0, n, c + i0 * n, n);
         else
           panel(ap.data(), bp + kb * ldb, ldb, n, kn, i1 - i0, c + i0 * n);
       }

@@ -13,8 +13,9 @@ void register_info(CLI::App& app) {
   cmd->callback([] {
     fmt::print("melforge 0.1.0\n");
     fmt::print("cpu threads: {}\n", cpu_threads());
-    fmt::print("cpu kernels: {} (MELFORGE_CPU_KERNELS: auto, twin or avx512; this CPU {} AVX-512 with FMA)\n",
-               cpu_kernels_name(resolve_cpu_kernels(cpu_kernels())), cpu_has_avx512() ? "has" : "lacks");
+    fmt::print("cpu kernels: {} (MELFORGE_CPU_KERNELS: auto, twin, avx2 or avx512; this CPU: AVX-512 {}, AVX2+FMA {})\n",
+               cpu_kernels_name(active_cpu_kernels()), cpu_has_avx512() ? "yes" : "no",
+               cpu_has_avx2_fma() ? "yes" : "no");
     const GpuInfo& g = gpu_info();
     if (g.count == 0) {
       fmt::print("gpus: none ({}); the CPU backend will be used\n", g.why_none);

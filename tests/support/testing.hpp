@@ -97,10 +97,11 @@ inline int run_oracle(const std::string& script, const std::string& args) {
 }
 
 // The CPU kernel variants this machine runs (engine/cpu_kernels.hpp): the
-// twins always, avx512 where the CPU has it. Tests of ops with variants loop
+// twins always, avx2 and avx512 where the CPU has them. Tests of ops with variants loop
 // over them, each inside a CpuKernelsScope.
 inline std::vector<CpuKernels> cpu_kernel_variants() {
   std::vector<CpuKernels> v{CpuKernels::twin};
+  if (cpu_has_avx2_fma()) v.push_back(CpuKernels::avx2);
   if (cpu_has_avx512()) v.push_back(CpuKernels::avx512);
   return v;
 }

@@ -1,0 +1,15 @@
+// The GEMM panel kernel for avx2 (kernels/gemm_cpu_simd.hpp): the
+// instruction-set prelude, then the shared body.
+#include "kernels/gemm_cpu_simd.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include "kernels/simd_isa_avx2.inc"
+#include "kernels/gemm_cpu_simd.inc"
+#else  // not x86-64 with GCC or Clang: never called (engine/cpu_kernels.hpp says no avx2)
+namespace mf::kernels::avx2 {
+void gemm_panel(const float*, std::int64_t, const float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                float*, std::int64_t) {
+  __builtin_trap();
+}
+}  // namespace mf::kernels::avx2
+#endif
