@@ -1,11 +1,14 @@
-// conv_relu_pool CPU twin: the reference in tests and the engine's CPU backend.
+// conv_relu_pool on the CPU: the twin (the reference in tests) and, around
+// the same loops, the FMA micro-kernels of the avx2 and avx512 CPU kernels
+// (kernels/conv_cpu_simd.hpp; which one runs: engine/cpu_kernels.hpp).
 //
 // Work is cut into conv output rows. Each row is computed by one register-
-// blocked micro-kernel (conv_row: 4 output pixels x 8 output channels held in
-// registers, inner loop over input channels, weights pre-transposed to
-// [k][k][Cin][Cout padded to 8] f32 so the 8-channel vectors are contiguous and
-// auto-vectorize). Inputs are converted to f32 once per row into a zero-padded
-// row buffer, so the kernel has no bounds checks.
+// blocked micro-kernel (the twin's conv_row: 4 output pixels x 8 output
+// channels held in registers, inner loop over input channels, weights
+// pre-transposed to [k][k][Cin][Cout padded] f32 so channel vectors are
+// contiguous; the FMA kernels: wider tiles, the paddings of CpuPath). Inputs
+// are converted to f32 once per row into a zero-padded row buffer, so the
+// kernels have no bounds checks.
 //
 // Forward: parallel over (image, pooled row); conv rows are pooled in f32 and
 //   each output rounded once to T.
@@ -18,8 +21,9 @@
 //        on the shape (never on the thread count); each chunk accumulates its
 //        own partial in row order, then the partials are summed in chunk
 //        order. Bit-identical for any number of threads.
-// Precision: T operands widened to f32, f32 accumulation, one rounding per
-// output. (x * 0 terms are not skipped, so Inf/NaN in inputs propagate as in
+// Precision: T operands widened to f32, f32 accumulation (the twin: a
+// multiply and an add per term; the FMA kernels: one fused op), one rounding
+// per output. (x * 0 terms are not skipped, so Inf/NaN in inputs propagate as in
 // PyTorch.)
 #include "kernels/conv_relu_pool.hpp"
 
