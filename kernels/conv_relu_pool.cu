@@ -36,7 +36,10 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
+#include <mutex>
 #include <type_traits>
+#include <utility>
 
 #include "engine/error.hpp"
 #include "engine/memory.hpp"
@@ -52,6 +55,18 @@ bool gpu_is_sm80_or_newer() {
   MF_CUDA_CHECK(cudaGetDevice(&dev));
   MF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   return major >= 8;
+}
+
+void raise_dynamic_smem_limit(const void* kernel, std::size_t bytes) {
+  static std::mutex mu;
+  static std::map<std::pair<int, const void*>, std::size_t> raised;  // (device, kernel) -> limit set
+  int dev = 0;
+  MF_CUDA_CHECK(cudaGetDevice(&dev));
+  const std::lock_guard<std::mutex> lock(mu);
+  std::size_t& have = raised[{dev, kernel}];
+  if (bytes <= have) return;
+  MF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  have = bytes;
 }
 
 int weight_partial_chunks(const ConvReluPoolDims& d, std::int64_t units, int max_chunks) {

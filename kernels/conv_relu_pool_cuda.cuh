@@ -23,6 +23,12 @@ inline bool aligned_to(const void* p, std::uintptr_t bytes) {
 }
 // Whether the current GPU has mma.sync m16n8k16, ldmatrix and cp.async (sm_80+).
 bool gpu_is_sm80_or_newer();
+// Raises `kernel`'s dynamic shared-memory limit on the current GPU to at least
+// `bytes` (call before a launch that needs more than 48 KB); never lowers it.
+// The limit belongs to the kernel, not to a launch: setting it to each launch's
+// size would let layer 2's launch lower it under layer 3's node of a captured
+// CUDA graph, which replays without these host calls. Thread-safe.
+void raise_dynamic_smem_limit(const void* kernel, std::size_t bytes);
 
 // ---- dw and db through per-chunk partials (every variant's backward) -------
 //

@@ -560,8 +560,7 @@ void launch_nt(const Args<D>& a, const DeviceLimits& lim, cudaStream_t stream) {
   const std::size_t smem = smem_bytes(K, NT, a.row_w);
   auto* kernel = resident_kernel<D, K, P, NT, M>;
   const void* entry = reinterpret_cast<const void*>(kernel);
-  if (smem > 48 * 1024)
-    MF_CUDA_CHECK(cudaFuncSetAttribute(entry, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  if (smem > 48 * 1024) raise_dynamic_smem_limit(entry, smem);
   // The whole unified L1/shared array as shared memory, then the persistent
   // grid from what the runtime says fits (registers included), not from our
   // model alone: a grid sized for 2 blocks per SM where 1 fits runs in 2 waves.

@@ -126,9 +126,12 @@ int pick_units(int cout) {
   return 0;
 }
 
+// A layer with no pooled output (H or W below the pool) is refused: its tile
+// geometry would divide by a zero width or height; the fallbacks write the
+// zero dw and db.
 bool shape_ok(const ConvReluPoolDims& d) {
   return d.cin == 1 && d.k == 3 && (d.pool == 1 || d.pool == 2) && d.cout % 16 == 0 && d.cout >= 16 &&
-         d.cout <= 256 && pick_units(d.cout) > 0;
+         d.cout <= 256 && pick_units(d.cout) > 0 && d.ph() > 0 && d.pw() > 0;
 }
 
 

@@ -288,8 +288,7 @@ void launch_dw(const ConvReluPoolDims& d, const D* x, const D* dy, const std::ui
     const int ci_tiles = (d.cin + kCi - 1) / kCi, co_tiles = (d.cout + kCo - 1) / kCo;
     constexpr std::size_t smem = sizeof(DwSmem<D, K, P>);
     if (smem > 48 * 1024)  // all sizes fit every sm_80+ opt-in limit (99 KB and up)
-      MF_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(resident_dw_kernel<D, K, P>),
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      raise_dynamic_smem_limit(reinterpret_cast<const void*>(resident_dw_kernel<D, K, P>), smem);
     resident_dw_kernel<D, K, P><<<dim3(unsigned(chunks), unsigned(co_tiles * ci_tiles)), kThreads, smem, stream>>>(
         d, x, dy, code, chunks, ci_tiles, part);
     MF_CUDA_CHECK_LAUNCH();

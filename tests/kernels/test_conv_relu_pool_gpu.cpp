@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -245,4 +246,32 @@ TEST_CASE("the CUDA backward without dx (the first layer's) gives the same dw an
       }
     }
   }
+}
+
+TEST_CASE("a layer with no pooled output (H or W below the pool): every variant writes zero dw, db and dx") {
+  // resident's Cin = 1 dw once divided by a zero tile width or height here.
+  Stream s(Device::cuda(0), "conv-test");
+  const ConvReluPoolDims shapes[] = {{2, 1, 8, 1, 16, 3, 2}, {2, 8, 1, 1, 16, 3, 2}, {2, 1, 8, 16, 32, 3, 2}};
+  for (ConvAlgo a : kAlgos)
+    for (DType dt : kTypes)
+      for (const auto& d : shapes) {
+        INFO("algo ", std::string(kernels::conv_algo_name(a)), " dtype ", dtype_name(dt), " h ", d.h, " w ", d.w,
+             " cin ", d.cin);
+        AlgoGuard guard(a);
+        const Inputs in = make_inputs(d, dt, fresh_seed(), false);
+        const Outputs full = run(in, Device::cuda(0), s);  // with dx
+        const Tensor x = in.x.to(Device::cuda(0), s), w = in.w.to(Device::cuda(0), s),
+                     dy = in.dy.to(Device::cuda(0), s);
+        Tensor dw = Tensor::empty(w.shape(), DType::f32, Device::cuda(0), Layout::plain, s);
+        Tensor db = Tensor::empty({d.cout}, DType::f32, Device::cuda(0), Layout::plain, s);
+        dw.fill_bytes(0xff, s);
+        db.fill_bytes(0xff, s);
+        ops::conv_relu_pool_backward(x, w, dy, full.code, d.pool, nullptr, dw, db, s);  // without dx
+        MF_CUDA_CHECK(cudaStreamSynchronize(s));
+        const Tensor* outs[] = {&dw, &db, &full.dw, &full.db, &full.dx};
+        for (const Tensor* t : outs) {
+          const auto v = t->to_floats();
+          CHECK(std::count(v.begin(), v.end(), 0.f) == std::ptrdiff_t(v.size()));
+        }
+      }
 }
