@@ -13,7 +13,7 @@
 #   SANITIZE=on            also build with AddressSanitizer + UBSan
 #                          (MELFORGE_SANITIZE, sm_90 only) in $BUILD_DIR-asan
 #                          and run the CPU suites there; any report fails; off
-#   FUZZ_SECONDS=60        then run every fuzz target (fuzz/run.sh: clang-19 +
+#   FUZZ_SECONDS=45        then run every fuzz target (fuzz/run.sh: clang-19 +
 #                          libFuzzer build in $BUILD_DIR-fuzz) this long; any
 #                          crash, hang or sanitizer report fails; 0 skips. Seven
 #                          targets (dataset checkpoint safetensors run_config
@@ -64,7 +64,7 @@ if [[ $SANITIZE == on ]]; then
     ctest --output-on-failure --timeout 1800 -LE gpu --parallel "$(nproc)")
 fi
 
-FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+FUZZ_SECONDS=${FUZZ_SECONDS:-45}
 if ((FUZZ_SECONDS > 0)); then
   # A short coverage-guided run of each reader's fuzz target (docs/fuzzing.md);
   # a finding's input is left in $BUILD_DIR-fuzz/fuzz-artifacts/TARGET/.
