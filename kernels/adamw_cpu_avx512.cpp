@@ -1,9 +1,10 @@
 // AdamW's CPU loops in AVX-512 (contract: adamw_cpu_avx512.hpp). AVX-512 only
-// inside this file's target-attributed functions, as in conv_cpu_avx512.cpp.
+// inside this file's target-attributed functions: the target attribute and
+// the lane masks are the AVX-512 prelude's (kernels/simd_isa_avx512.inc).
 #include "kernels/adamw_cpu_avx512.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
+#include "kernels/simd_isa_avx512.inc"
 
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12 flags the _mm512_undefined_* placeholder inside _mm512_sqrt_ps,
@@ -11,16 +12,11 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-#define MF_AVX512 __attribute__((target("avx512f,avx2,fma")))
-
 namespace mf::kernels {
-namespace {
 
-MF_AVX512 __mmask16 lanes(std::int64_t n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1); }
+using avx512::lanes;
 
-}  // namespace
-
-MF_AVX512 void adamw_sumsq_avx512(const float* grad, std::int64_t n, float inv_scale, double* sumsq,
+MF_ISA_TARGET void adamw_sumsq_avx512(const float* grad, std::int64_t n, float inv_scale, double* sumsq,
                                   long long* nonfinite) {
   const __m512 scale = _mm512_set1_ps(inv_scale), fmax = _mm512_set1_ps(3.40282347e+38f);
   __m512d acc = _mm512_setzero_pd();
@@ -45,7 +41,7 @@ MF_AVX512 void adamw_sumsq_avx512(const float* grad, std::int64_t n, float inv_s
   *nonfinite = bad;
 }
 
-MF_AVX512 void adamw_update_avx512(const AdamWLaneScalars& s, std::int64_t begin, std::int64_t end,
+MF_ISA_TARGET void adamw_update_avx512(const AdamWLaneScalars& s, std::int64_t begin, std::int64_t end,
                                    std::int64_t decay_end, float* master, const float* grad, float* m, float* v) {
   const __m512 coef = _mm512_set1_ps(s.coef), decay = _mm512_set1_ps(s.decay_factor);
   const __m512 b1 = _mm512_set1_ps(s.beta1), omb1 = _mm512_set1_ps(s.one_minus_beta1);
@@ -54,7 +50,7 @@ MF_AVX512 void adamw_update_avx512(const AdamWLaneScalars& s, std::int64_t begin
   for (std::int64_t i = begin; i < end; i += 16) {
     const __mmask16 in = lanes(end - i);
     const std::int64_t nd = decay_end - i;
-    const __mmask16 dec = nd <= 0 ? __mmask16(0) : lanes(nd);
+    const __mmask16 dec = lanes(nd);  // none when nd <= 0
     const __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(in, grad + i), coef);
     __m512 p = _mm512_maskz_loadu_ps(in, master + i);
     p = _mm512_mask_mul_ps(p, dec, p, decay);

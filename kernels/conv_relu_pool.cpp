@@ -350,7 +350,7 @@ void forward(const ConvReluPoolDims& d, const T* x, const T* w, const T* b, T* y
 constexpr std::int64_t kMaxWeightChunks = 64;
 constexpr std::int64_t kMinRowsPerChunk = 32;
 // dw works on up to this many consecutive conv rows of one image at a time
-// (their input rows loaded once; the avx512 path keeps its sums in registers
+// (their input rows loaded once; the FMA kernels keep their sums in registers
 // across all of them).
 constexpr int kDwGroup = 8;
 

@@ -9,7 +9,6 @@
 #include "kernels/dense.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "engine/cpu_kernels.hpp"
@@ -75,9 +74,6 @@ void gather_f32(DType dtype, const void* src, std::int64_t at, std::int64_t stri
   MF_THROW("dense: unsupported dtype {}", dtype_name(dtype));
 }
 
-// B(k, n) for k < kn, n < nn as f32 row-major [kn, ld] at dst. Read in blocks
-// of 64 k along the source's contiguous direction when that is k (b_rs == 1,
-// a transposed weight), so neither side is walked with a stride in the inner loop.
 // dst[c * ld + r] = src[r][c] for r, c < 8 (one 8 x 8 block transposed).
 MF_SIMD_CLONES void store_transposed8(const float* const* src, float* dst, std::int64_t ld) {
   v8f r[8];
@@ -85,6 +81,10 @@ MF_SIMD_CLONES void store_transposed8(const float* const* src, float* dst, std::
   transpose8x8(r);
   for (int i = 0; i < 8; ++i) store8(dst + i * ld, r[i]);
 }
+
+// B(k, n) for k < kn, n < nn as f32 row-major [kn, ld] at dst. Read in blocks
+// of 64 k along the source's contiguous direction when that is k (b_rs == 1,
+// a transposed weight), so neither side is walked with a stride in the inner loop.
 
 void pack_b(DType dtype, const void* b, std::int64_t b_rs, std::int64_t b_cs, std::int64_t kn, std::int64_t nn,
             std::int64_t ld, float* dst) {
