@@ -146,6 +146,18 @@ void validate(std::shared_ptr<const io::Dataset> ds, const io::ReaderConfig& c) 
 
 // h5py reading the reader's batches of epoch 0 one segment at a time (what a
 // PyTorch Dataset does), through bench/h5py_reader.py.
+// bench/h5py_reader.py: beside an installed melforge-bench
+// (PREFIX/share/melforge/bench, cmake/packaging.cmake), else in the source tree.
+std::string h5py_reader_script() {
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const auto installed = exe.parent_path().parent_path() / "share/melforge/bench/h5py_reader.py";
+    if (std::filesystem::exists(installed, ec)) return installed.string();
+  }
+  return std::string(MELFORGE_SOURCE_DIR) + "/bench/h5py_reader.py";
+}
+
 void time_h5py(const std::shared_ptr<const io::Dataset>& ds, const io::ReaderConfig& base, const std::string& path,
                std::int64_t bpe, double limit, nlohmann::json& res) {
   const double seg_bytes = double(ds->info().segment_bytes());
@@ -161,8 +173,8 @@ void time_h5py(const std::shared_ptr<const io::Dataset>& ds, const io::ReaderCon
     }
   }
   const char* py = std::getenv("MELFORGE_PYTHON");  // a python3 with h5py (tools/gpu-check.sh sets it)
-  const std::string cmd = fmt::format("{} {}/bench/h5py_reader.py {} {} {}", py && *py ? py : "/usr/bin/python3",
-                                      MELFORGE_SOURCE_DIR, path, idx_path, batch);
+  const std::string cmd = fmt::format("{} {} {} {} {}", py && *py ? py : "/usr/bin/python3",
+                                      h5py_reader_script(), path, idx_path, batch);
   std::string out;
   if (FILE* p = popen(cmd.c_str(), "r")) {
     char buf[512];

@@ -29,6 +29,14 @@ const GpuInfo& gpu_info() {
   return info;
 }
 
+CudaVersions cuda_versions() {
+  CudaVersions v;
+  if (cudaRuntimeGetVersion(&v.runtime) != cudaSuccess) v.runtime = 0;
+  if (cudaDriverGetVersion(&v.driver) != cudaSuccess) v.driver = 0;
+  (void)cudaGetLastError();  // a failed query leaves no error for a later check to find
+  return v;
+}
+
 Device parse_device(std::string_view spec) {
   if (spec == "cpu") return Device::cpu();
   if (spec == "auto") return gpu_available() ? Device::cuda(0) : Device::cpu();

@@ -36,6 +36,15 @@ const GpuInfo& gpu_info();
 inline int cuda_device_count() { return gpu_info().count; }
 inline bool gpu_available() { return gpu_info().count > 0; }
 
+// The CUDA versions this process runs with, encoded as CUDA does (1000 * major
+// + 10 * minor): the CUDA runtime linked, and the newest CUDA the installed
+// NVIDIA driver supports, 0 when no driver is installed. Never throws.
+struct CudaVersions {
+  int runtime = 0;
+  int driver = 0;
+};
+CudaVersions cuda_versions();
+
 struct DeviceProperties {
   std::string name;
   int sm_major = 0, sm_minor = 0, sm_count = 0;

@@ -9,6 +9,7 @@
 #   fuzz/run.sh --no-build ...          use the build as it is (no cmake)
 #   BUILD=build-fuzz CUDAARCHS=90       the build folder (kept between runs, so
 #                                       the corpus grows) and CUDA architecture
+#   FUZZ_JOBS=2                         targets run at once (default: nproc)
 #   FUZZ_SEED=1                         libFuzzer's -seed (unset: a new one each
 #                                       run); tools/test.sh fixes it so CI tries
 #                                       the same inputs every time
@@ -17,6 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/cuda/bin"
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 SECONDS_PER_TARGET=60
 BUILD=${BUILD:-build-fuzz}
 BUILD_IT=1
@@ -78,25 +80,41 @@ if ((!seeds_done)); then
   touch "$BUILD/fuzz-seeds/.complete"
 fi
 
-failed=()
-summary=()
-for t in "${targets[@]}"; do
-  corpus="$BUILD/fuzz-corpus/$t" artifacts="$BUILD/fuzz-artifacts/$t" log="$BUILD/fuzz-logs/$t.log"
+# fuzz_one TARGET: one target's run; its exit status is left in the log folder.
+fuzz_one() {
+  local t=$1 corpus="$BUILD/fuzz-corpus/$1" artifacts="$BUILD/fuzz-artifacts/$1" log="$BUILD/fuzz-logs/$1.log"
   mkdir -p "$corpus" "$artifacts" "$(dirname "$log")"
-  echo "fuzz/run.sh: $t for ${SECONDS_PER_TARGET} s (log $log)"
   # -timeout: an input that runs longer is a hang; -rss_limit_mb/-malloc_limit_mb:
   # an allocation sized from what a file declares is an out-of-memory finding.
-  rc=0
+  local rc=0
   "$BUILD/fuzz/fuzz_$t" -max_total_time="$SECONDS_PER_TARGET" -timeout=20 -rss_limit_mb=2560 \
     -malloc_limit_mb=1024 -print_final_stats=1 -artifact_prefix="$artifacts/" ${FUZZ_SEED:+-seed=$FUZZ_SEED} \
     "$corpus" "$BUILD/fuzz-seeds/$t" > "$log" 2>&1 || rc=$?
+  echo "$rc" > "$BUILD/fuzz-logs/$t.rc"
+}
+
+# libFuzzer runs one thread: FUZZ_JOBS targets at once (default: one per core).
+JOBS=${FUZZ_JOBS:-$(nproc)}
+for t in "${targets[@]}"; do
+  while (($(jobs -rp | wc -l) >= JOBS)); do wait -n || true; done
+  echo "fuzz/run.sh: $t for ${SECONDS_PER_TARGET} s (log $BUILD/fuzz-logs/$t.log)"
+  rm -f "$BUILD/fuzz-logs/$t.rc"
+  fuzz_one "$t" &
+done
+wait
+
+failed=()
+summary=()
+for t in "${targets[@]}"; do
+  log="$BUILD/fuzz-logs/$t.log" artifacts="$BUILD/fuzz-artifacts/$t"
+  rc=$(cat "$BUILD/fuzz-logs/$t.rc" 2>/dev/null || echo "?")
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-  if ((rc != 0)); then
+  if [[ $rc != 0 ]]; then
     failed+=("$t")
     summary+=("$t: FAILED after ${execs:-?} executions (exit $rc): $(ls "$artifacts" | tail -1)")
     grep -E "ERROR|SUMMARY|fuzz $t|deadly|timeout|out-of-memory" "$log" | head -8 >&2 || true
   else
-    summary+=("$t: ${execs:-?} executions, $(ls "$corpus" | wc -l) corpus inputs, no finding")
+    summary+=("$t: ${execs:-?} executions, $(ls "$BUILD/fuzz-corpus/$t" | wc -l) corpus inputs, no finding")
   fi
 done
 printf 'fuzz/run.sh: %s\n' "${summary[@]}"

@@ -5,13 +5,14 @@
 #include "engine/device.hpp"
 #include "engine/parallel.hpp"
 #include "tools/commands.hpp"
+#include "tools/version_report.hpp"
 
 namespace mf::cli {
 
 void register_info(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "Show the GPUs (or why there are none) and CPU threads");
   cmd->callback([] {
-    fmt::print("melforge 0.1.0\n");
+    fmt::print("{}\n", version_line());
     fmt::print("cpu threads: {}\n", cpu_threads());
     fmt::print("cpu kernels: {} (MELFORGE_CPU_KERNELS: auto, twin, avx2 or avx512; this CPU: AVX-512 {}, AVX2+FMA {})\n",
                cpu_kernels_name(active_cpu_kernels()), cpu_has_avx512() ? "yes" : "no",

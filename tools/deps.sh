@@ -1,13 +1,26 @@
 #!/usr/bin/env bash
-# Installs what melforge needs to build and test on Debian/Ubuntu (as root, or
-# through sudo), skipping what is already there. The CUDA toolkit itself (nvcc,
-# cuBLAS, cuDNN, NVTX3) is expected system-wide, as on the machines we target.
+# Installs what melforge needs on Debian/Ubuntu (as root, or through sudo),
+# skipping what is already there. The CUDA toolkit itself (nvcc, cuBLAS, cuFFT;
+# cuDNN and NVTX3 for the benchmarks) is expected system-wide, as on the
+# machines we target.
+#   tools/deps.sh          what building and running melforge needs (the
+#                          quickstart): compilers, CMake, Ninja, ccache, the libraries
+#   tools/deps.sh --test   also what the test suite needs (tools/test.sh): the
+#                          PyTorch oracle, clang-19 and libFuzzer
 set -euo pipefail
 
-pkgs=(cmake ninja-build g++ pkg-config git
-      libhdf5-dev zlib1g-dev libsndfile1-dev libsoxr-dev libfftw3-dev libfmt-dev doctest-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
-      python3 python3-venv python3-numpy python3-h5py python3-torch   # python3-venv: lizard (tools/check-function-length.sh)
-      clang-19 libclang-rt-19-dev libomp-19-dev)   # the fuzz targets (libFuzzer; docs/fuzzing.md)
+build_pkgs=(cmake ninja-build g++ pkg-config git ccache
+            libhdf5-dev zlib1g-dev libsndfile1-dev libsoxr-dev libfftw3-dev libfmt-dev
+            libcli11-dev libtomlplusplus-dev nlohmann-json3-dev doctest-dev python3)
+test_pkgs=(python3-venv python3-numpy python3-h5py python3-torch   # python3-venv: lizard (tools/check-function-length.sh)
+           clang-19 libclang-rt-19-dev libomp-19-dev)   # the fuzz targets (libFuzzer; docs/fuzzing.md)
+
+pkgs=("${build_pkgs[@]}")
+case ${1:-} in
+  "") ;;
+  --test) pkgs+=("${test_pkgs[@]}") ;;
+  *) echo "tools/deps.sh: unknown argument '$1' (expected nothing, or --test for the test suite's needs)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${pkgs[@]}"; do

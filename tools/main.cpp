@@ -4,13 +4,16 @@
 
 #include "engine/error.hpp"
 #include "tools/commands.hpp"
+#include "tools/version_report.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"melforge: trains small convolutional networks on mel-spectrogram HDF5 datasets\n"
                "with hand-written CUDA kernels (or the CPU when no GPU is present)."};
   app.require_subcommand(1);
   app.fallthrough();
-  app.set_version_flag("--version", "melforge 0.1.0");
+  // Computed only when asked: it loads and queries libraries (tools/version_report.hpp).
+  app.set_version_flag("--version", [] { return mf::cli::version_report(); },
+                       "Print the version, the build and the libraries found at run time, then exit");
   // Room for `--option TYPE=DEFAULT` before the description (subcommands share this formatter).
   app.get_formatter()->column_width(36);
   mf::cli::register_info(app);

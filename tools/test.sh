@@ -1,67 +1,105 @@
 #!/usr/bin/env bash
-# The whole test suite from scratch: installs what is missing, configures a
-# fresh build, builds and runs ctest. GPU suites (label `gpu`) run for real on
-# a machine with a GPU and show as skipped elsewhere.
+# The whole test suite from scratch: installs what is missing, configures fresh
+# builds, builds and runs ctest. GPU suites (label `gpu`) run for real on a
+# machine with a GPU and show as skipped elsewhere. docs/testing.md lists the
+# stages and what each costs on 2 cores.
 #   BUILD_DIR=build-test   where to build (removed first)
-#   CUDAARCHS=90           CUDA architectures (default: the GPU present, else
-#                          the documented list in CMakeLists.txt)
+#   CUDAARCHS=90           CUDA architectures of the first build (default: the
+#                          GPU present, else 80-real;90-real;120-real: the
+#                          oldest supported, the one GPU sessions run, the newest)
 #   BUILD_TYPE=Release
 #   CUDA_EMU=auto          auto: where no GPU is usable, also build the CUDA
 #                          paths against the CPU emulator of CUDA
 #                          (MELFORGE_CUDA_EMU, tests/cudaemu) in $BUILD_DIR-emu
 #                          and run the GPU suites there; on | off
-#   SANITIZE=on            also build with AddressSanitizer + UBSan
-#                          (MELFORGE_SANITIZE, sm_90 only) in $BUILD_DIR-asan
-#                          and run the CPU suites there; any report fails; off
+#   SANITIZE=on            also build the CPU suites with AddressSanitizer +
+#                          UBSan (MELFORGE_SANITIZE, sm_90 only) in
+#                          $BUILD_DIR-asan and run them there; any report
+#                          fails; off
 #   FUZZ_SECONDS=45        then run every fuzz target (fuzz/run.sh: clang-19 +
-#                          libFuzzer build in $BUILD_DIR-fuzz) this long; any
-#                          crash, hang or sanitizer report fails; 0 skips. Seven
-#                          targets (dataset checkpoint safetensors run_config
-#                          audio_decode audio_csv trials): 7 min at 60 s
+#                          libFuzzer build in $BUILD_DIR-fuzz) this long, one
+#                          per core at a time; any crash, hang or sanitizer
+#                          report fails; 0 skips. Seven targets (dataset
+#                          checkpoint safetensors run_config audio_decode
+#                          audio_csv trials)
+# Every compile goes through ccache (CMakeLists.txt), so builds the same files
+# with the same flags (the library in the first and emulated builds) compile once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/cuda/bin"
-tools/deps.sh
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+JOBS=$(nproc)
+
+# Stage timings, printed at the end (and when a stage fails).
+stage_names=() stage_seconds=()
+stage_start=$SECONDS
+stage_done() { stage_names+=("$1"); stage_seconds+=($((SECONDS - stage_start))); stage_start=$SECONDS; }
+print_stage_times() {
+  local i
+  echo "tools/test.sh: stage times on $JOBS cores ($(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)):"
+  for i in "${!stage_names[@]}"; do
+    printf '  %-34s %4d s\n' "${stage_names[$i]}" "${stage_seconds[$i]}"
+  done
+  printf '  %-34s %4d s\n' "total" "$SECONDS"
+}
+trap print_stage_times EXIT
+
+tools/deps.sh --test
 tools/audio-oracle-venv.sh   # librosa: the audio front-end's oracle (tests/audio)
 # No function over 150 lines outside tests (docs/decisions.md, "Function length").
 tools/check-function-length.sh
+stage_done "dependencies, function length"
+
+gpu_present=0
+nvidia-smi -L > /dev/null 2>&1 && gpu_present=1
+if [[ -z ${CUDAARCHS:-} ]] && ((!gpu_present)); then
+  export CUDAARCHS="80-real;90-real;120-real"
+fi
 
 BUILD_DIR=${BUILD_DIR:-build-test}
 BUILD_TYPE=${BUILD_TYPE:-Release}
 rm -rf "$BUILD_DIR"
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" -DMELFORGE_WERROR=ON
-cmake --build "$BUILD_DIR" --parallel "$(nproc)"
-(cd "$BUILD_DIR" && ctest --output-on-failure --timeout 1200 --parallel "$(nproc)" "$@")
+cmake --build "$BUILD_DIR" --parallel "$JOBS"
+stage_done "suite: build (${CUDAARCHS:-local GPU})"
+(cd "$BUILD_DIR" && ctest --output-on-failure --timeout 1200 --parallel "$JOBS" "$@")
+stage_done "suite: ctest"
 
 CUDA_EMU=${CUDA_EMU:-auto}
 if [[ $CUDA_EMU == auto ]]; then
-  if nvidia-smi -L > /dev/null 2>&1; then CUDA_EMU=off; else CUDA_EMU=on; fi
+  if ((gpu_present)); then CUDA_EMU=off; else CUDA_EMU=on; fi
 fi
 if [[ $CUDA_EMU == on ]]; then
   # Every kernel, the runtime calls, graph capture and the GPU trainer path,
   # run on the CPU emulator: the GPU suites (label gpu) plus the emulator's own.
+  # The same build type as the first build: its library objects come from ccache.
   rm -rf "$BUILD_DIR-emu"
-  cmake -S . -B "$BUILD_DIR-emu" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMELFORGE_WERROR=ON -DMELFORGE_CUDA_EMU=ON
-  cmake --build "$BUILD_DIR-emu" --parallel "$(nproc)" --target melforge_gpu_tests
-  (cd "$BUILD_DIR-emu" && ctest --output-on-failure --timeout 1800 -L gpu --parallel "$(nproc)")
+  cmake -S . -B "$BUILD_DIR-emu" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" -DMELFORGE_WERROR=ON -DMELFORGE_CUDA_EMU=ON
+  cmake --build "$BUILD_DIR-emu" --parallel "$JOBS" --target melforge_gpu_tests
+  stage_done "CUDA emulator: build"
+  (cd "$BUILD_DIR-emu" && ctest --output-on-failure --timeout 1800 -L gpu --parallel "$JOBS")
+  stage_done "CUDA emulator: ctest -L gpu"
 fi
 
 SANITIZE=${SANITIZE:-on}
 if [[ $SANITIZE == on ]]; then
   # The host code under AddressSanitizer + UndefinedBehaviorSanitizer: every CPU
-  # suite (ctest -LE gpu; the GPU suites ran above, on the GPU or the emulator).
-  # nvcc's .cu files are built for one architecture and are not instrumented.
-  # A report aborts the test (-fno-sanitize-recover=all, halt_on_error), leaks
-  # included; protect_shadow_gap=0 lets the CUDA runtime map its memory on a
-  # machine with a GPU.
+  # suite (ctest -LE gpu; the GPU suites ran above, on the GPU or the emulator),
+  # so only those are built. nvcc's .cu files are built for one architecture
+  # and are not instrumented. A report aborts the test
+  # (-fno-sanitize-recover=all, halt_on_error), leaks included;
+  # protect_shadow_gap=0 lets the CUDA runtime map its memory on a machine
+  # with a GPU.
   rm -rf "$BUILD_DIR-asan"
   cmake -S . -B "$BUILD_DIR-asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMELFORGE_SANITIZE=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90
-  cmake --build "$BUILD_DIR-asan" --parallel "$(nproc)"
+  cmake --build "$BUILD_DIR-asan" --parallel "$JOBS" --target melforge_cpu_tests
+  stage_done "sanitizers: build"
   (cd "$BUILD_DIR-asan" &&
     ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:halt_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --output-on-failure --timeout 1800 -LE gpu --parallel "$(nproc)")
+    ctest --output-on-failure --timeout 1800 -LE gpu --parallel "$JOBS")
+  stage_done "sanitizers: ctest -LE gpu"
 fi
 
 FUZZ_SECONDS=${FUZZ_SECONDS:-45}
@@ -72,4 +110,5 @@ if ((FUZZ_SECONDS > 0)); then
   # A fixed seed: CI explores the same inputs on every run (a finding is then a
   # change in the code, not luck); campaigns (docs/fuzzing.md) use fresh seeds.
   FUZZ_SEED=${FUZZ_SEED:-1} BUILD="$BUILD_DIR-fuzz" fuzz/run.sh --seconds "$FUZZ_SECONDS"
+  stage_done "fuzzing: build and ${FUZZ_SECONDS} s a target"
 fi

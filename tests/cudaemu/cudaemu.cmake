@@ -12,7 +12,11 @@ add_library(melforge_cudaemu STATIC
   ${CMAKE_CURRENT_LIST_DIR}/emu_core.cpp ${CMAKE_CURRENT_LIST_DIR}/emu_runtime.cpp
   ${CMAKE_CURRENT_LIST_DIR}/emu_cublaslt.cpp ${CMAKE_CURRENT_LIST_DIR}/emu_async.cpp
   ${CMAKE_CURRENT_LIST_DIR}/emu_cufft.cpp)
-target_include_directories(melforge_cudaemu PUBLIC ${PROJECT_SOURCE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
+# The toolkit's headers as system headers, as CUDA::cudart gives them to the
+# real build: host C++ that is not a kernel then preprocesses to the same text
+# in both builds, and ccache compiles it once for both (tools/test.sh).
+target_include_directories(melforge_cudaemu PUBLIC ${PROJECT_SOURCE_DIR})
+target_include_directories(melforge_cudaemu SYSTEM PUBLIC ${CUDAToolkit_INCLUDE_DIRS})
 target_link_libraries(melforge_cudaemu PUBLIC Threads::Threads PRIVATE melforge_warnings)
 
 target_link_libraries(melforge_cudart INTERFACE melforge_cudaemu)
@@ -49,5 +53,5 @@ function(melforge_cuda_sources target)
     endif()
   endforeach()
   set_property(TARGET ${target} PROPERTY SOURCES ${out_srcs})
-  target_include_directories(${target} PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+  target_include_directories(${target} SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
 endfunction()

@@ -330,6 +330,17 @@ cudaError_t cudaGetDeviceCount(int* count) {
   return cudaSuccess;
 }
 
+// The emulator stands in for both the runtime and the driver: each reports the
+// CUDA version of the headers the emulator was compiled against.
+cudaError_t cudaRuntimeGetVersion(int* version) {
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+cudaError_t cudaDriverGetVersion(int* version) {
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   if (cudaError_t e = check_device(device)) return e;
   std::memset(p, 0, sizeof *p);

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -37,6 +38,39 @@ TEST_CASE("a bad device is an error with a message, not a crash") {
   const CliResult r = run("smoke --device tpu");
   CHECK(r.code == 1);
   CHECK(r.out.find("expected cpu, cuda, cuda:N or auto") != std::string::npos);
+}
+
+TEST_CASE("melforge --version names the version, the commit, the build and the libraries found") {
+  const CliResult r = run("--version");
+  INFO(r.out);
+  CHECK(r.code == 0);
+  std::istringstream in(r.out);
+  std::string first;
+  std::getline(in, first);
+  CHECK(first == "melforge " MELFORGE_PROJECT_VERSION);  // CMake's PROJECT_VERSION (tests/CMakeLists.txt)
+  // The other lines: "label:" padded to one column, then the value.
+  std::map<std::string, std::string> value_of;
+  for (std::string line; std::getline(in, line);) {
+    const std::size_t colon = line.find(':');
+    REQUIRE(colon != std::string::npos);
+    constexpr std::size_t kValueColumn = 13;
+    REQUIRE(line.size() > kValueColumn);
+    CHECK(line.find_first_not_of(' ', colon + 1) == kValueColumn);
+    value_of[line.substr(0, colon)] = line.substr(kValueColumn);
+  }
+  for (const char* label : {"commit", "build type", "cuda archs", "cuda", "cudnn", "hdf5", "sndfile", "fftw", "soxr"}) {
+    INFO(label);
+    CHECK(value_of.count(label) == 1);
+  }
+  CHECK(value_of.size() == 9);
+  CHECK(std::regex_match(value_of["commit"], std::regex("[0-9a-f]{7,}(-dirty)?|unknown")));
+  CHECK(std::regex_search(value_of["cuda"], std::regex("^runtime [0-9]+\\.[0-9]+, driver")));
+  CHECK(std::regex_match(value_of["hdf5"], std::regex("[0-9]+\\.[0-9]+\\.[0-9]+")));
+  CHECK(value_of["cudnn"].find("optional") != std::string::npos);
+
+  const CliResult info = run("info");
+  CHECK(info.code == 0);
+  CHECK(info.out.starts_with(first + "\n"));  // the same version line
 }
 
 TEST_CASE("melforge-bench without a GPU says so and exits 0") {
