@@ -12,16 +12,14 @@
 #                          paths against the CPU emulator of CUDA
 #                          (MELFORGE_CUDA_EMU, tests/cudaemu) in $BUILD_DIR-emu
 #                          and run the GPU suites there; on | off
-#   SANITIZE=on            also build the CPU suites with AddressSanitizer +
-#                          UBSan (MELFORGE_SANITIZE, sm_90 only) in
-#                          $BUILD_DIR-asan and run them there; any report
-#                          fails; off
-#   FUZZ_SECONDS=45        then run every fuzz target (fuzz/run.sh: clang-19 +
-#                          libFuzzer build in $BUILD_DIR-fuzz) this long, one
-#                          per core at a time; any crash, hang or sanitizer
-#                          report fails; 0 skips. Seven targets (dataset
-#                          checkpoint safetensors run_config audio_decode
-#                          audio_csv trials)
+#   SANITIZE=on            also build the CPU suites with clang-19,
+#                          AddressSanitizer + UBSan in $BUILD_DIR-san and run
+#                          them there; any report fails; off
+#   FUZZ_SECONDS=45        then run every fuzz target (fuzz/run.sh; the same
+#                          $BUILD_DIR-san build) this long, one per core at a
+#                          time; any crash, hang or sanitizer report fails; 0
+#                          skips. Seven targets (dataset checkpoint safetensors
+#                          run_config audio_decode audio_csv trials)
 # Every compile goes through ccache (CMakeLists.txt), so builds the same files
 # with the same flags (the library in the first and emulated builds) compile once.
 set -euo pipefail
@@ -82,33 +80,40 @@ if [[ $CUDA_EMU == on ]]; then
 fi
 
 SANITIZE=${SANITIZE:-on}
+FUZZ_SECONDS=${FUZZ_SECONDS:-45}
+if [[ $SANITIZE == on ]] || ((FUZZ_SECONDS > 0)); then
+  # One clang-19 build for both (docs/decisions.md, "CI time"): all host C++
+  # with AddressSanitizer + UndefinedBehaviorSanitizer and libFuzzer's
+  # coverage (MELFORGE_FUZZ), the CPU suites and the fuzz targets linked from
+  # the same objects. nvcc's .cu files are built for sm_90 and not instrumented.
+  rm -rf "$BUILD_DIR-san"
+  cmake -S . -B "$BUILD_DIR-san" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-19 \
+    -DCMAKE_CXX_COMPILER=clang++-19 -DMELFORGE_FUZZ=ON -DMELFORGE_BUILD_TESTS=ON -DCMAKE_CUDA_ARCHITECTURES=90
+  targets=(melforge)
+  [[ $SANITIZE == on ]] && targets+=(melforge_cpu_tests)
+  ((FUZZ_SECONDS > 0)) && targets+=(melforge_fuzzers)
+  cmake --build "$BUILD_DIR-san" --parallel "$JOBS" --target "${targets[@]}"
+  stage_done "sanitizers and fuzz targets: build"
+fi
 if [[ $SANITIZE == on ]]; then
-  # The host code under AddressSanitizer + UndefinedBehaviorSanitizer: every CPU
-  # suite (ctest -LE gpu; the GPU suites ran above, on the GPU or the emulator),
-  # so only those are built. nvcc's .cu files are built for one architecture
-  # and are not instrumented. A report aborts the test
+  # Every CPU suite (ctest -LE gpu; the GPU suites ran above, on the GPU or the
+  # emulator) under the sanitizers. A report aborts the test
   # (-fno-sanitize-recover=all, halt_on_error), leaks included;
   # protect_shadow_gap=0 lets the CUDA runtime map its memory on a machine
-  # with a GPU.
-  rm -rf "$BUILD_DIR-asan"
-  cmake -S . -B "$BUILD_DIR-asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMELFORGE_SANITIZE=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90
-  cmake --build "$BUILD_DIR-asan" --parallel "$JOBS" --target melforge_cpu_tests
-  stage_done "sanitizers: build"
-  (cd "$BUILD_DIR-asan" &&
-    ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:halt_on_error=1 \
+  # with a GPU; detect_stack_use_after_return=0 (GCC's default, not clang's):
+  # its fake stacks cannot be mapped in the child processes that test_io
+  # starts with little address space on purpose.
+  (cd "$BUILD_DIR-san" &&
+    ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=0 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --output-on-failure --timeout 1800 -LE gpu --parallel "$JOBS")
   stage_done "sanitizers: ctest -LE gpu"
 fi
-
-FUZZ_SECONDS=${FUZZ_SECONDS:-45}
 if ((FUZZ_SECONDS > 0)); then
   # A short coverage-guided run of each reader's fuzz target (docs/fuzzing.md);
-  # a finding's input is left in $BUILD_DIR-fuzz/fuzz-artifacts/TARGET/.
-  rm -rf "$BUILD_DIR-fuzz"
+  # a finding's input is left in $BUILD_DIR-san/fuzz-artifacts/TARGET/.
   # A fixed seed: CI explores the same inputs on every run (a finding is then a
   # change in the code, not luck); campaigns (docs/fuzzing.md) use fresh seeds.
-  FUZZ_SEED=${FUZZ_SEED:-1} BUILD="$BUILD_DIR-fuzz" fuzz/run.sh --seconds "$FUZZ_SECONDS"
-  stage_done "fuzzing: build and ${FUZZ_SECONDS} s a target"
+  FUZZ_SEED=${FUZZ_SEED:-1} BUILD="$BUILD_DIR-san" fuzz/run.sh --no-build --seconds "$FUZZ_SECONDS"
+  stage_done "fuzzing: ${FUZZ_SECONDS} s a target, $(nproc) at a time"
 fi
