@@ -4,27 +4,26 @@
 #                                      P/share/doc/melforge (README, LICENSE, docs/),
 #                                      P/share/melforge/examples (configurations),
 #                                      P/share/melforge/bench (the PyTorch references)
-#   cd build && cpack -G DEB           melforge_<version>_<arch>.deb, installing under /usr
+#   cd build && cpack -G DEB           melforge_<version>_<arch>.deb (the program, docs,
+#                                      examples) and melforge-bench_<version>_<arch>.deb
+#                                      (the benchmarks, which link cuDNN), under /usr
 # The installed programs find the CUDA runtime libraries where they were linked
 # (their RUNPATH keeps the toolkit's library folder; the build tree is dropped).
-# The package's Depends are read from the built programs at packaging time
+# Each package's Depends are read from the built programs at packaging time
 # (cmake/deb_depends.cmake.in): the Debian package that owns each shared library
 # they load, and NVIDIA's package names for a toolkit installed outside dpkg.
 include(GNUInstallDirs)
 
-set(_mf_programs melforge)
-if(TARGET melforge-bench)
-  list(APPEND _mf_programs melforge-bench)
-endif()
-set_target_properties(${_mf_programs} PROPERTIES INSTALL_RPATH_USE_LINK_PATH TRUE)
-install(TARGETS ${_mf_programs} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(FILES README.md LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR})
-install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs)
-install(DIRECTORY examples/ DESTINATION ${CMAKE_INSTALL_DATADIR}/melforge/examples)
-# melforge-bench's reader suite runs h5py_reader.py from here; leakcnn_torch.py
-# and cnn_stack_torch.py load exported models in PyTorch.
+set_target_properties(melforge melforge-bench PROPERTIES INSTALL_RPATH_USE_LINK_PATH TRUE)
+install(TARGETS melforge RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT melforge)
+install(TARGETS melforge-bench RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT bench)
+install(FILES README.md LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT melforge)
+install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs COMPONENT melforge)
+install(DIRECTORY examples/ DESTINATION ${CMAKE_INSTALL_DATADIR}/melforge/examples COMPONENT melforge)
+# leakcnn_torch.py and cnn_stack_torch.py load exported models in PyTorch;
+# melforge-bench's reader suite runs h5py_reader.py from here.
 file(GLOB _mf_bench_python CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/bench/*.py)
-install(FILES ${_mf_bench_python} DESTINATION ${CMAKE_INSTALL_DATADIR}/melforge/bench)
+install(FILES ${_mf_bench_python} DESTINATION ${CMAKE_INSTALL_DATADIR}/melforge/bench COMPONENT melforge)
 
 set(CPACK_PACKAGE_NAME melforge)
 set(CPACK_PACKAGE_VENDOR "melforge")
@@ -37,11 +36,16 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION science)
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_GENERATOR DEB)
-# Read by cpack before it packages: computes CPACK_DEBIAN_PACKAGE_DEPENDS.
-set(_mf_program_files)
-foreach(p IN LISTS _mf_programs)
-  list(APPEND _mf_program_files "$<TARGET_FILE:${p}>")
-endforeach()
+# One package per component: melforge, and melforge-bench (which needs melforge's
+# files and cuDNN, so a machine that only trains does not install cuDNN).
+set(CPACK_DEB_COMPONENT_INSTALL ON)
+set(CPACK_COMPONENTS_ALL melforge bench)
+set(CPACK_DEBIAN_MELFORGE_PACKAGE_NAME melforge)
+set(CPACK_DEBIAN_BENCH_PACKAGE_NAME melforge-bench)
+set(CPACK_DEBIAN_BENCH_DESCRIPTION "melforge-bench: melforge's microbenchmarks (against cuDNN and cuBLAS on a GPU)")
+# Read by cpack before it packages: computes each package's Depends.
+set(_mf_melforge_file "$<TARGET_FILE:melforge>")
+set(_mf_bench_file "$<TARGET_FILE:melforge-bench>")
 set(MELFORGE_CUDA_DEB_SUFFIX "${CUDAToolkit_VERSION_MAJOR}-${CUDAToolkit_VERSION_MINOR}")
 configure_file(${CMAKE_CURRENT_LIST_DIR}/deb_depends.cmake.in ${PROJECT_BINARY_DIR}/deb_depends.cmake.in @ONLY)
 file(GENERATE OUTPUT ${PROJECT_BINARY_DIR}/deb_depends.cmake INPUT ${PROJECT_BINARY_DIR}/deb_depends.cmake.in)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The Debian package and the install rules (cmake/packaging.cmake), as a user
-# gets them: cpack builds melforge's .deb from this build, it is unpacked into
-# a fresh folder, and the programs run from there: --version, a tiny dataset
+# The Debian packages and the install rules (cmake/packaging.cmake), as a user
+# gets them: cpack builds melforge's and melforge-bench's .deb from this build,
+# they are unpacked into a fresh folder, and the programs run from there: --version, a tiny dataset
 # and a one-epoch train on the CPU with an installed example configuration.
 # Then `cmake --install --prefix` into another folder, checked the same way.
 #   tests/tools/test_package.sh BUILD_DIR VERSION
@@ -13,15 +13,24 @@ fail() { echo "test_package: $*" >&2; exit 1; }
 
 (cd "$build" && cpack -G DEB -B "$work/pkg" > "$work/cpack.log" 2>&1) || { cat "$work/cpack.log" >&2; fail "cpack -G DEB failed"; }
 deb=$(ls "$work"/pkg/melforge_*.deb 2>/dev/null | head -1)
-[[ -n $deb ]] || fail "cpack made no melforge_*.deb in $work/pkg: $(ls "$work/pkg")"
-[[ $(dpkg-deb -f "$deb" Package) == melforge ]] || fail "package name: expected melforge, found $(dpkg-deb -f "$deb" Package)"
-[[ $(dpkg-deb -f "$deb" Version) == "$version" ]] || fail "package version: expected $version, found $(dpkg-deb -f "$deb" Version)"
-depends=$(dpkg-deb -f "$deb" Depends)
-echo "test_package: Depends: $depends"
-# Every library the programs link, by the package Debian (or NVIDIA) ships it in.
-for want in libhdf5 libsndfile libsoxr libfftw3-single libfmt libgomp1 libstdc++6 libc6 cuda-cudart- libcufft- libcublas-; do
-  [[ ", $depends" == *", $want"* ]] || fail "Depends lacks $want: $depends"
+bench_deb=$(ls "$work"/pkg/melforge-bench_*.deb 2>/dev/null | head -1)
+[[ -n $deb && -n $bench_deb ]] || fail "cpack made no melforge_*.deb and melforge-bench_*.deb in $work/pkg: $(ls "$work/pkg")"
+for d in "$deb" "$bench_deb"; do
+  [[ $(dpkg-deb -f "$d" Version) == "$version" ]] || fail "$(basename "$d"): version $(dpkg-deb -f "$d" Version), expected $version"
 done
+[[ $(dpkg-deb -f "$deb" Package) == melforge ]] || fail "package name: expected melforge, found $(dpkg-deb -f "$deb" Package)"
+depends=$(dpkg-deb -f "$deb" Depends) bench_depends=$(dpkg-deb -f "$bench_deb" Depends)
+echo "test_package: melforge Depends: $depends"
+echo "test_package: melforge-bench Depends: $bench_depends"
+# Every library melforge links or loads, by the package Debian (or NVIDIA) ships it in; cuDNN only for the benchmarks.
+for want in libhdf5 libsndfile libsoxr libfftw3-single libfmt libgomp1 libstdc++6 libc6 cuda-cudart- libcufft- libcublas-; do
+  [[ ", $depends" == *", $want"* ]] || fail "melforge's Depends lacks $want: $depends"
+done
+[[ $depends != *cudnn* ]] || fail "melforge depends on cuDNN, which only melforge-bench links: $depends"
+for want in "melforge (= $version)" libcudnn libcublas-; do
+  [[ ", $bench_depends" == *", $want"* ]] || fail "melforge-bench's Depends lacks $want: $bench_depends"
+done
+dpkg-deb -c "$deb" | grep -q '/usr/bin/melforge-bench$' && fail "melforge_*.deb holds melforge-bench"
 
 # run_installed ROOT: the installed programs work from ROOT, with nothing of the build tree.
 run_installed() {
@@ -46,7 +55,8 @@ run_installed() {
 }
 
 dpkg-deb -x "$deb" "$work/root"
+dpkg-deb -x "$bench_deb" "$work/root"
 run_installed "$work/root/usr"
 cmake --install "$build" --prefix "$work/prefix" > /dev/null
 run_installed "$work/prefix"
-echo "test_package: $(basename "$deb") installs and runs: $(head -1 "$work/version.txt")"
+echo "test_package: $(basename "$deb") and $(basename "$bench_deb") install and run: $(head -1 "$work/version.txt")"
