@@ -36,9 +36,9 @@ print_stage_times() {
   local i
   echo "tools/test.sh: stage times on $JOBS cores ($(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)):"
   for i in "${!stage_names[@]}"; do
-    printf '  %-34s %4d s\n' "${stage_names[$i]}" "${stage_seconds[$i]}"
+    printf '  %-42s %5d s\n' "${stage_names[$i]}" "${stage_seconds[$i]}"
   done
-  printf '  %-34s %4d s\n' "total" "$SECONDS"
+  printf '  %-42s %5d s\n' "total" "$SECONDS"
 }
 trap print_stage_times EXIT
 
