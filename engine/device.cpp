@@ -12,18 +12,30 @@ std::string Device::str() const {
   return is_cpu() ? std::string("cpu") : fmt::format("cuda:{}", index);
 }
 
+std::string no_gpu_reason(int status, int driver_version, int runtime_version) {
+  const auto version = [](int v) { return fmt::format("{}.{}", v / 1000, v % 1000 / 10); };
+  const auto st = static_cast<cudaError_t>(status);
+  if (driver_version == 0) return "no NVIDIA driver found";
+  if (st == cudaErrorInsufficientDriver)
+    return fmt::format("the NVIDIA driver supports CUDA up to {}, older than the CUDA {} runtime melforge was "
+                       "built with: update the driver",
+                       version(driver_version), version(runtime_version));
+  if (st == cudaSuccess || st == cudaErrorNoDevice) return "no NVIDIA GPU found";
+  return fmt::format("{} ({})", cudaGetErrorName(st), cudaGetErrorString(st));
+}
+
 const GpuInfo& gpu_info() {
   static const GpuInfo info = [] {
     GpuInfo g;
     int n = 0;
     const cudaError_t st = cudaGetDeviceCount(&n);
-    if (st != cudaSuccess) {
-      g.why_none = fmt::format("{} ({})", cudaGetErrorName(st), cudaGetErrorString(st));
-      (void)cudaGetLastError();  // clear the sticky-free error state
+    (void)cudaGetLastError();  // clear the sticky-free error state
+    if (st == cudaSuccess && n > 0) {
+      g.count = n;
       return g;
     }
-    g.count = n;
-    if (n == 0) g.why_none = "the CUDA runtime reports no device";
+    const CudaVersions v = cuda_versions();
+    g.why_none = no_gpu_reason(st, v.driver, v.runtime);
     return g;
   }();
   return info;

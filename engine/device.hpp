@@ -28,8 +28,15 @@ Device parse_device(std::string_view spec);
 
 struct GpuInfo {
   int count = 0;           // 0 when there is no usable GPU
-  std::string why_none;    // the runtime's reason when count == 0
+  std::string why_none;    // why, in a user's words, when count == 0 (no_gpu_reason)
 };
+
+// Why the CUDA runtime offers no GPU, in a user's words: "no NVIDIA driver
+// found" (driver_version 0), a driver too old for the runtime (with both
+// versions and what to do), "no NVIDIA GPU found", else the runtime's error
+// name and text. status: what cudaGetDeviceCount returned (a cudaError_t);
+// versions as CUDA encodes them (1000 * major + 10 * minor).
+std::string no_gpu_reason(int status, int driver_version, int runtime_version);
 
 // Cached after the first call; never throws.
 const GpuInfo& gpu_info();

@@ -19,7 +19,7 @@ void register_info(CLI::App& app) {
                cpu_has_avx2_fma() ? "yes" : "no");
     const GpuInfo& g = gpu_info();
     if (g.count == 0) {
-      fmt::print("gpus: none ({}); the CPU backend will be used\n", g.why_none);
+      fmt::print("gpus: none: {}; the CPU backend is used\n", g.why_none);
       return;
     }
     for (int i = 0; i < g.count; ++i) {

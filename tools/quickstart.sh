@@ -4,12 +4,13 @@
 # generates the synthetic leak-detection dataset, trains LeakCNN on it and
 # prints the final file-level metrics and where the report and the plots are.
 #   On a GPU: LeakCNN-64 (64x64 log-mel segments, 4 classes), bf16, with the
-#   kernels compiled for that GPU's architecture.
+#   kernels compiled for that GPU's architecture (examples/leakcnn-64-gpu.toml).
 #   Without one: the kernels are compiled for sm_90 only (say so, and how to
 #   build for other GPUs), and a smaller demo trains on the CPU (32x32
-#   segments, 6000 files of 8 segments, a narrower model, 8 epochs) reaching a
-#   file-level macro-F1 of about 0.91 (0.899-0.913 over 3 seeds) on the 900
-#   held-out test files (bench/results/cpu-demo-and-batch-rule.md).
+#   segments, 6000 files of 8 segments, a narrower model, 8 epochs:
+#   examples/leakcnn-cpu-demo.toml), reaching a file-level macro-F1 of about
+#   0.91 (0.899-0.913 over 3 seeds) on the 900 held-out test files
+#   (bench/results/cpu-demo-and-batch-rule.md).
 # Clone to final metrics on a fresh 2-core machine without a GPU: docs/testing.md.
 # Environment: BUILD_DIR (build), DATA_DIR (data), RUN_DIR (runs/quickstart-{gpu,cpu}),
 # EPOCHS (override the number of epochs), CUDAARCHS (the CUDA architectures to
@@ -44,17 +45,16 @@ MF="$BUILD_DIR/tools/melforge"
 if "$MF" info | grep -q '^cuda:'; then
   MODE=gpu
   SYNTH=(--files 1500 --classes 4 --mels 64 --frames 64 --long 4 --short 8)
-  TRAIN=(--device cuda --precision bf16 --epochs "${EPOCHS:-20}" --batch-size 512 --lr 2e-3
-         --set optim.warmup_steps=100)
+  TRAIN=(--config examples/leakcnn-64-gpu.toml)
 else
   MODE=cpu
   echo "quickstart: no GPU: training the smaller CPU demo configuration"
   # Many distinct files (scenes) so the small model learns leaks, not files;
   # 8 segments a file (4 long segments vote) for file-level decisions.
   SYNTH=(--files 6000 --classes 4 --mels 32 --frames 32 --long 4 --short 2)
-  TRAIN=(--device cpu --epochs "${EPOCHS:-8}" --batch-size 32 --lr 2e-3 --set optim.warmup_steps=50
-         --set model.channels=[16,32] --set model.pools=[2,2] --set model.dense=64)
+  TRAIN=(--config examples/leakcnn-cpu-demo.toml)
 fi
+[ -z "${EPOCHS:-}" ] || TRAIN+=(--epochs "$EPOCHS")
 DATA="${DATA_DIR:-data}/synth-$MODE"
 RUN="${RUN_DIR:-runs/quickstart-$MODE}"
 # The dataset is made again when the arguments or the generator changed (a

@@ -30,6 +30,18 @@ TEST_CASE("MF_CHECK formats its message and records where it was raised") {
   }
 }
 
+TEST_CASE("no GPU is explained in a user's words, not as a CUDA error") {
+  // No driver at all: the runtime says cudaErrorInsufficientDriver, which reads as "upgrade".
+  CHECK(no_gpu_reason(cudaErrorInsufficientDriver, 0, 13000) == "no NVIDIA driver found");
+  CHECK(no_gpu_reason(cudaErrorNoDevice, 0, 13000) == "no NVIDIA driver found");
+  CHECK(no_gpu_reason(cudaErrorInsufficientDriver, 12040, 13000) ==
+        "the NVIDIA driver supports CUDA up to 12.4, older than the CUDA 13.0 runtime melforge was built with: "
+        "update the driver");
+  CHECK(no_gpu_reason(cudaErrorNoDevice, 13000, 13000) == "no NVIDIA GPU found");
+  CHECK(no_gpu_reason(cudaSuccess, 13000, 13000) == "no NVIDIA GPU found");
+  CHECK(no_gpu_reason(cudaErrorDevicesUnavailable, 13000, 13000).find("cudaErrorDevicesUnavailable") == 0);
+}
+
 TEST_CASE("device queries never throw without a GPU, and bad device names are explained") {
   const GpuInfo& g = gpu_info();
   if (g.count == 0) {
