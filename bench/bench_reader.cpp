@@ -144,8 +144,6 @@ void validate(std::shared_ptr<const io::Dataset> ds, const io::ReaderConfig& c) 
   }
 }
 
-// h5py reading the reader's batches of epoch 0 one segment at a time (what a
-// PyTorch Dataset does), through bench/h5py_reader.py.
 // bench/h5py_reader.py: beside an installed melforge-bench
 // (PREFIX/share/melforge/bench, cmake/packaging.cmake), else in the source tree.
 std::string h5py_reader_script() {
@@ -158,6 +156,8 @@ std::string h5py_reader_script() {
   return std::string(MELFORGE_SOURCE_DIR) + "/bench/h5py_reader.py";
 }
 
+// h5py reading the reader's batches of epoch 0 one segment at a time (what a
+// PyTorch Dataset does), through bench/h5py_reader.py.
 void time_h5py(const std::shared_ptr<const io::Dataset>& ds, const io::ReaderConfig& base, const std::string& path,
                std::int64_t bpe, double limit, nlohmann::json& res) {
   const double seg_bytes = double(ds->info().segment_bytes());

@@ -12,14 +12,15 @@ std::string Device::str() const {
   return is_cpu() ? std::string("cpu") : fmt::format("cuda:{}", index);
 }
 
+std::string cuda_version_string(int version) { return fmt::format("{}.{}", version / 1000, version % 1000 / 10); }
+
 std::string no_gpu_reason(int status, int driver_version, int runtime_version) {
-  const auto version = [](int v) { return fmt::format("{}.{}", v / 1000, v % 1000 / 10); };
   const auto st = static_cast<cudaError_t>(status);
   if (driver_version == 0) return "no NVIDIA driver found";
   if (st == cudaErrorInsufficientDriver)
     return fmt::format("the NVIDIA driver supports CUDA up to {}, older than the CUDA {} runtime melforge was "
                        "built with: update the driver",
-                       version(driver_version), version(runtime_version));
+                       cuda_version_string(driver_version), cuda_version_string(runtime_version));
   if (st == cudaSuccess || st == cudaErrorNoDevice) return "no NVIDIA GPU found";
   return fmt::format("{} ({})", cudaGetErrorName(st), cudaGetErrorString(st));
 }

@@ -51,6 +51,8 @@ struct CudaVersions {
   int driver = 0;
 };
 CudaVersions cuda_versions();
+// A version in CUDA's encoding as "major.minor", e.g. 13000 -> "13.0".
+std::string cuda_version_string(int version);
 
 struct DeviceProperties {
   std::string name;

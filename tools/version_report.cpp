@@ -14,9 +14,6 @@
 namespace mf::cli {
 namespace {
 
-// CUDA's encoding (1000 * major + 10 * minor) as "13.0".
-std::string cuda_version(int v) { return fmt::format("{}.{}", v / 1000, v % 1000 / 10); }
-
 std::string cuda_archs() {
   if (build_info::cuda_emulated())
     return "none: the CUDA code runs on the CPU emulator of CUDA (MELFORGE_CUDA_EMU, for tests only)";
@@ -24,15 +21,15 @@ std::string cuda_archs() {
                      build_info::cuda_architectures());
 }
 
+// Why there is no GPU is gpu_info()'s reason (engine/device.hpp, no_gpu_reason).
 std::string cuda() {
   const CudaVersions v = cuda_versions();
-  const std::string runtime = "runtime " + cuda_version(v.runtime);
-  if (v.driver == 0) return runtime + ", driver: no NVIDIA driver found (the CPU backend is used)";
-  const std::string driver = "driver " + cuda_version(v.driver);
-  if (build_info::cuda_emulated()) return fmt::format("{}, {} (both the CPU emulator's)", runtime, driver);
+  const std::string versions = fmt::format("runtime {}, driver {}", cuda_version_string(v.runtime),
+                                           v.driver == 0 ? "none" : cuda_version_string(v.driver));
+  if (build_info::cuda_emulated()) return versions + " (both the CPU emulator's)";
   const GpuInfo& g = gpu_info();
-  if (g.count == 0) return fmt::format("{}, {}; no usable GPU: {}", runtime, driver, g.why_none);
-  return fmt::format("{}, {}", runtime, driver);
+  if (g.count == 0) return fmt::format("{}; {}: the CPU backend is used", versions, g.why_none);
+  return versions;
 }
 
 // melforge links no cuDNN: the one the dynamic loader finds (LD_LIBRARY_PATH,
