@@ -128,8 +128,8 @@ double bf16_gemm_peak_tflops(cudaStream_t s) {
 // kBenchMixupAlpha; its cost does not depend on alpha either.
 constexpr float kBenchMixupAlpha = 0.4f;
 
-kernels::AugmentDims augment_bench_dims() {
-  kernels::AugmentDims d;
+kernels::AugmentArgs augment_bench_dims() {
+  kernels::AugmentArgs d;
   d.time_masks = 2;
   d.time_mask_width = 8;
   d.freq_masks = 2;
@@ -163,7 +163,7 @@ double ulp(double v, int bits) {  // of a float with `bits` significand bits (24
 // round apart), as in tests/kernels/test_augment_gpu.cpp. Returns the largest
 // error in units of that bound (<= 1: pass).
 double check_augment(cudaStream_t s) {
-  kernels::AugmentDims d = augment_bench_dims();
+  kernels::AugmentArgs d = augment_bench_dims();
   d.batch = 512;
   d.mels = 64;
   d.frames = 64;
@@ -379,7 +379,7 @@ void run_step_bench(const StepOptions& o) {
     fmt::print("model: {} {}x{}, {:.3f} GFLOP/sample (training step, train/perf.hpp model_flops)\n", model_name(o),
                mc.in_mels, mc.in_frames, train::model_flops(mc).train / 1e9);
   if (o.augment) {
-    const kernels::AugmentDims a = augment_bench_dims();
+    const kernels::AugmentArgs a = augment_bench_dims();
     const double check = check_augment(s);
     fmt::print("augment: time_masks {} x {}, freq_masks {} x {}, time_shift {}, gain_db {}, {} noise segments at "
                "[{}, {}] dB SNR, mixup_alpha {}; augment kernel vs CPU twin: largest error {:.3f} of the bound ({})\n",

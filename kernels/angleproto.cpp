@@ -69,7 +69,7 @@ Row forward_row(int N, int D, int i, const float* qn, const float* pn, float w_e
 }
 
 template <class T>
-void loss_impl(const AngleProtoDims& d, const T* emb, const float* wb, const float* loss_scale, T* demb, float* dwb,
+void loss_impl(const AngleProtoArgs& d, const T* emb, const float* wb, const float* loss_scale, T* demb, float* dwb,
                float* sums, std::int32_t* counts, float* step_loss) {
   const int N = d.classes, M = d.per_class, D = d.dim;
   const std::size_t ND = std::size_t(N) * std::size_t(D), NN = std::size_t(N) * std::size_t(N);
@@ -164,7 +164,7 @@ void loss_impl(const AngleProtoDims& d, const T* emb, const float* wb, const flo
 
 }  // namespace
 
-void angleproto_loss_cpu(const AngleProtoDims& d, DType dtype, const void* emb, const float* wb,
+void angleproto_loss_cpu(const AngleProtoArgs& d, DType dtype, const void* emb, const float* wb,
                          const float* loss_scale, void* demb, float* dwb, float* sums, std::int32_t* counts,
                          float* step_loss, float*, cudaStream_t) {
   switch (dtype) {

@@ -66,7 +66,7 @@ __device__ float clamp_norm(float ss) {
 
 // Block c: q_c, p_c, their clamped norms and qn_c, pn_c.
 template <class T>
-__global__ void __launch_bounds__(kPrepThreads) prep_kernel(AngleProtoDims d, const T* __restrict__ emb, Scratch sc) {
+__global__ void __launch_bounds__(kPrepThreads) prep_kernel(AngleProtoArgs d, const T* __restrict__ emb, Scratch sc) {
   __shared__ float sh[kPrepThreads];
   const std::int64_t c = blockIdx.x;
   const int M = d.per_class, D = d.dim;
@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(AngleProtoDims d, co
 }
 
 // Query row i: cos_ij, the loss, g_ij and the row's partial sums.
-__global__ void __launch_bounds__(kFwdThreads) forward_kernel(AngleProtoDims d, const float* __restrict__ wb,
+__global__ void __launch_bounds__(kFwdThreads) forward_kernel(AngleProtoArgs d, const float* __restrict__ wb,
                                                               const float* __restrict__ loss_scale, Scratch sc) {
   __shared__ float shv[kFwdThreads];
   __shared__ int shi[kFwdThreads];
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kFwdThreads) forward_kernel(AngleProtoDims d, 
 // u_j = sum_i g_ij cos_ij, divided by M-1 into rows j*M+1 .. j*M+M-1.
 // A clamped norm passes no radial term (the contract).
 template <class T>
-__global__ void __launch_bounds__(kGradThreads) grad_kernel(AngleProtoDims d, Scratch sc, T* __restrict__ demb) {
+__global__ void __launch_bounds__(kGradThreads) grad_kernel(AngleProtoArgs d, Scratch sc, T* __restrict__ demb) {
   const int N = d.classes, M = d.per_class, D = d.dim;
   const bool query = int(blockIdx.x) < N;
   const std::int64_t c = query ? blockIdx.x : blockIdx.x - N;
@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(kGradThreads) grad_kernel(AngleProtoDims d, Sc
   }
 }
 
-__global__ void finalize_kernel(AngleProtoDims d, const float* __restrict__ wb, Scratch sc, float* dwb, float* sums,
+__global__ void finalize_kernel(AngleProtoArgs d, const float* __restrict__ wb, Scratch sc, float* dwb, float* sums,
                                 std::int32_t* counts, float* step_loss) {
   if (threadIdx.x != 0) return;
   const int N = d.classes;
@@ -212,7 +212,7 @@ __global__ void finalize_kernel(AngleProtoDims d, const float* __restrict__ wb, 
 }
 
 template <class T>
-void launch(const AngleProtoDims& d, const void* emb_v, const float* wb, const float* loss_scale, void* demb_v,
+void launch(const AngleProtoArgs& d, const void* emb_v, const float* wb, const float* loss_scale, void* demb_v,
             float* dwb, float* sums, std::int32_t* counts, float* step_loss, float* scratch, cudaStream_t stream) {
   using Dt = cuda::device_t<T>;
   const Scratch sc = split_scratch(scratch, d.classes, d.dim);
@@ -229,7 +229,7 @@ void launch(const AngleProtoDims& d, const void* emb_v, const float* wb, const f
 
 }  // namespace
 
-void angleproto_loss_cuda(const AngleProtoDims& d, DType dtype, const void* emb, const float* wb,
+void angleproto_loss_cuda(const AngleProtoArgs& d, DType dtype, const void* emb, const float* wb,
                           const float* loss_scale, void* demb, float* dwb, float* sums, std::int32_t* counts,
                           float* step_loss, float* scratch, cudaStream_t stream) {
   switch (dtype) {

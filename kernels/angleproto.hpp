@@ -20,7 +20,7 @@
 // unclamped norm: gradients of such degenerate rows differ from torch's.
 // dw passes the clamp's gradient only where w >= 1e-6 (torch.clamp's rule);
 // db = sum_ij dz_ij (0 up to rounding: softmax rows sum to 1).
-// Outputs (gradients carry S = (*loss_scale) * grad_scale, as leak_loss's):
+// Outputs (gradients carry S = (*loss_scale) * grad_scale, as class_leak_loss's):
 //   demb [N*M, D] T (overwritten) = d loss / d emb * S; rows k >= 1 of class j
 //     all get d loss / d p_j / (M - 1) * S
 //   dwb f32 [2] (overwritten) = (d loss / d w, d loss / d b) * S
@@ -50,7 +50,7 @@
 
 namespace mf::kernels {
 
-struct AngleProtoDims {
+struct AngleProtoArgs {
   int classes = 2;         // N (classes in the micro-batch)
   int per_class = 2;       // M (consecutive segments per class, >= 2)
   int dim = 1;             // D
@@ -68,10 +68,10 @@ inline std::int64_t angleproto_scratch_elems(std::int64_t n, std::int64_t d) {
   return 2 * n * d + 2 * n + 2 * n * n + 5 * n;
 }
 
-void angleproto_loss_cpu(const AngleProtoDims& d, DType dtype, const void* emb, const float* wb,
+void angleproto_loss_cpu(const AngleProtoArgs& d, DType dtype, const void* emb, const float* wb,
                          const float* loss_scale, void* demb, float* dwb, float* sums, std::int32_t* counts,
                          float* step_loss, float* scratch, cudaStream_t stream);
-void angleproto_loss_cuda(const AngleProtoDims& d, DType dtype, const void* emb, const float* wb,
+void angleproto_loss_cuda(const AngleProtoArgs& d, DType dtype, const void* emb, const float* wb,
                           const float* loss_scale, void* demb, float* dwb, float* sums, std::int32_t* counts,
                           float* step_loss, float* scratch, cudaStream_t stream);
 

@@ -29,7 +29,7 @@ float augment_lane_sum(int n, F value) {
 // Steps 1-4 on sample `b` of x (x points at the sample), with `buf` (mels *
 // frames floats) as its working copy.
 template <class T>
-void augment_sample(const AugmentDims& d, T* x, const float* noise, std::uint32_t ctr, std::int64_t b,
+void augment_sample(const AugmentArgs& d, T* x, const float* noise, std::uint32_t ctr, std::int64_t b,
                     float* buf) {
   const int M = int(d.mels), F = int(d.frames), N = M * F;
   const std::int64_t sample = d.first_sample + b;
@@ -69,7 +69,7 @@ void augment_sample(const AugmentDims& d, T* x, const float* noise, std::uint32_
 }
 
 template <class T>
-void augment_all(const AugmentDims& d, T* x, const float* noise, std::uint32_t ctr) {
+void augment_all(const AugmentArgs& d, T* x, const float* noise, std::uint32_t ctr) {
   const std::int64_t n = d.mels * d.frames;
   parallel_for(d.batch, [&](std::int64_t b0, std::int64_t b1) {
     std::vector<float> buf(static_cast<std::size_t>(n));
@@ -79,7 +79,7 @@ void augment_all(const AugmentDims& d, T* x, const float* noise, std::uint32_t c
 
 }  // namespace
 
-void augment_cpu(const AugmentDims& d, DType dtype, void* x, const float* noise, const std::int32_t* counter,
+void augment_cpu(const AugmentArgs& d, DType dtype, void* x, const float* noise, const std::int32_t* counter,
                  cudaStream_t) {
   if (!d.any() || d.batch == 0) return;
   const std::uint32_t ctr = std::uint32_t(*counter);

@@ -34,7 +34,7 @@ __device__ void augment_block_sum(float (*red)[kAugmentThreads], int arrays, int
 
 template <class T>
 __global__ void __launch_bounds__(kAugmentThreads)
-    augment_kernel(AugmentDims d, T* __restrict__ x, const float* __restrict__ noise,
+    augment_kernel(AugmentArgs d, T* __restrict__ x, const float* __restrict__ noise,
                    const std::int32_t* __restrict__ counter) {
   __shared__ float stage[kAugmentStageFloats];
   __shared__ float red[2][kAugmentThreads];
@@ -109,14 +109,14 @@ __global__ void __launch_bounds__(kAugmentThreads)
 }
 
 template <class T>
-void launch(const AugmentDims& d, void* x, const float* noise, const std::int32_t* counter, cudaStream_t stream) {
+void launch(const AugmentArgs& d, void* x, const float* noise, const std::int32_t* counter, cudaStream_t stream) {
   const unsigned grid = unsigned(d.batch < kAugmentMaxBlocks ? d.batch : kAugmentMaxBlocks);
   augment_kernel<<<grid, kAugmentThreads, 0, stream>>>(d, static_cast<T*>(x), noise, counter);
 }
 
 }  // namespace
 
-void augment_cuda(const AugmentDims& d, DType dtype, void* x, const float* noise, const std::int32_t* counter,
+void augment_cuda(const AugmentArgs& d, DType dtype, void* x, const float* noise, const std::int32_t* counter,
                   cudaStream_t stream) {
   if (!d.any() || d.batch == 0) return;
   switch (dtype) {

@@ -41,7 +41,7 @@
 
 namespace mf::kernels {
 
-struct AugmentDims {
+struct AugmentArgs {
   std::int64_t batch = 0, mels = 0, frames = 0;
   std::uint64_t seed = 0;
   std::uint32_t stream = 0;        // the micro-batch index within the step
@@ -84,7 +84,7 @@ inline constexpr int kAugmentMaxBlocks = 4096;
 // seed + gamma * (1 + sample), xor a key scrambling (counter, stream) and the
 // draw (draw + 1, so no key equals dropout's (counter, stream) key with the
 // same arguments); the top 24 bits -> [0, 1), exact in float.
-MF_HOST_DEVICE inline float augment_uniform(const AugmentDims& d, std::uint32_t counter, std::int64_t sample,
+MF_HOST_DEVICE inline float augment_uniform(const AugmentArgs& d, std::uint32_t counter, std::int64_t sample,
                                             std::uint32_t draw) {
   const std::uint64_t key = ((std::uint64_t(counter) << 32 | d.stream) * 0xbf58476d1ce4e5b9ull) ^
                             ((std::uint64_t(draw) + 1) * 0x94d049bb133111ebull);
@@ -126,7 +126,7 @@ struct AugmentDraws {
   float snr_ratio = 1;      // 10^(snr / 10), snr = lo + u * (hi - lo)
 };
 
-MF_HOST_DEVICE inline AugmentDraws augment_draws(const AugmentDims& d, std::uint32_t counter, std::int64_t sample) {
+MF_HOST_DEVICE inline AugmentDraws augment_draws(const AugmentArgs& d, std::uint32_t counter, std::int64_t sample) {
   AugmentDraws a;
   if (d.time_shift > 0) {
     a.shift = int(augment_int(augment_uniform(d, counter, sample, 0), 2 * std::int64_t(d.time_shift))) - d.time_shift;
@@ -153,7 +153,7 @@ MF_HOST_DEVICE inline AugmentDraws augment_draws(const AugmentDims& d, std::uint
 struct AugmentMask {
   int start = 0, width = 0;
 };
-MF_HOST_DEVICE inline AugmentMask augment_mask(const AugmentDims& d, std::uint32_t counter, std::int64_t sample,
+MF_HOST_DEVICE inline AugmentMask augment_mask(const AugmentArgs& d, std::uint32_t counter, std::int64_t sample,
                                                int i) {
   const bool freq = i < d.freq_masks;
   const std::int64_t extent = freq ? d.mels : d.frames;
@@ -173,7 +173,7 @@ MF_HOST_DEVICE inline AugmentMask augment_mask(const AugmentDims& d, std::uint32
 // v * db_per_unit within about [-370, 340] dB (log-mel data is far inside); a
 // noise segment whose every value is below that underflows to a zero power
 // and its sample to inf/NaN.
-MF_HOST_DEVICE_INLINE float augment_kp(const AugmentDims& d) { return d.db_per_unit * 0.230258509299404568f; }
+MF_HOST_DEVICE_INLINE float augment_kp(const AugmentArgs& d) { return d.db_per_unit * 0.230258509299404568f; }
 MF_HOST_DEVICE_INLINE float augment_power(float v, float kp) { return expf(v * kp); }
 MF_HOST_DEVICE_INLINE float augment_noise_scale(float sum_px, float sum_pn, float snr_ratio) {
   return sum_px / (sum_pn * snr_ratio);
@@ -182,9 +182,9 @@ MF_HOST_DEVICE_INLINE float augment_mix(float v, float n, float scale, float kp)
   return logf(augment_add(augment_power(v, kp), augment_mul(scale, augment_power(n, kp)))) / kp;
 }
 
-void augment_cpu(const AugmentDims& d, DType dtype, void* x, const float* noise, const std::int32_t* counter,
+void augment_cpu(const AugmentArgs& d, DType dtype, void* x, const float* noise, const std::int32_t* counter,
                  cudaStream_t stream);
-void augment_cuda(const AugmentDims& d, DType dtype, void* x, const float* noise, const std::int32_t* counter,
+void augment_cuda(const AugmentArgs& d, DType dtype, void* x, const float* noise, const std::int32_t* counter,
                   cudaStream_t stream);
 
 }  // namespace mf::kernels

@@ -69,7 +69,7 @@ void chan_merge(float* am, float* aq, std::int64_t na, const float* bm, const fl
 // Everything is computed on x - shift, shift = row 0 of x: the data then has
 // a mean of the order of its spread, so a large common offset (log-mel dB)
 // costs no precision in the block means and Chan's delta terms.
-void channel_stats(const BatchNormDims& d, DType t, const void* x, float* mean, float* m2) {
+void channel_stats(const BatchNormArgs& d, DType t, const void* x, float* mean, float* m2) {
   const int C = d.c;
   const std::vector<float> shift = vec_f32(t, x, C);
   const std::int64_t R = group_rows(d.m), G = (d.m + R - 1) / R;
@@ -106,7 +106,7 @@ void channel_stats(const BatchNormDims& d, DType t, const void* x, float* mean, 
 }
 
 // y = act((x - mean) * scale + shift + residual), rows in blocks, in f32.
-void normalise(const BatchNormDims& d, DType t, const void* x, const void* residual, void* y, const float* mean,
+void normalise(const BatchNormArgs& d, DType t, const void* x, const void* residual, void* y, const float* mean,
                const float* scale, const float* shift) {
   const int C = d.c;
   const std::int64_t blocks = (d.m + kRowBlock - 1) / kRowBlock;
@@ -139,7 +139,7 @@ void zero_element(DType t, void* p, std::int64_t i) {
 
 }  // namespace
 
-void batch_norm_train_forward_cpu(const BatchNormDims& d, DType dtype, const void* x, const void* gamma,
+void batch_norm_train_forward_cpu(const BatchNormArgs& d, DType dtype, const void* x, const void* gamma,
                                   const void* beta, const void* residual, float* running_mean, float* running_var,
                                   float* save_mean, float* save_invstd, void* y, float*, cudaStream_t) {
   MF_CHECK(d.m >= 2, "batch_norm_train_forward: expected more than 1 value per channel when training, found M = {}",
@@ -160,7 +160,7 @@ void batch_norm_train_forward_cpu(const BatchNormDims& d, DType dtype, const voi
   normalise(d, dtype, x, residual, y, save_mean, scale.data(), b.data());
 }
 
-void batch_norm_eval_forward_cpu(const BatchNormDims& d, DType dtype, const void* x, const void* gamma,
+void batch_norm_eval_forward_cpu(const BatchNormArgs& d, DType dtype, const void* x, const void* gamma,
                                  const void* beta, const void* residual, const float* running_mean,
                                  const float* running_var, void* y, cudaStream_t) {
   const int C = d.c;
@@ -170,7 +170,7 @@ void batch_norm_eval_forward_cpu(const BatchNormDims& d, DType dtype, const void
   normalise(d, dtype, x, residual, y, running_mean, scale.data(), b.data());
 }
 
-void batch_norm_backward_cpu(const BatchNormDims& d, DType dtype, const void* x, const void* gamma,
+void batch_norm_backward_cpu(const BatchNormArgs& d, DType dtype, const void* x, const void* gamma,
                              const float* save_mean, const float* save_invstd, const void* y, void* dy, void* dx,
                              float* dgamma, float* dbeta, float*, cudaStream_t) {
   MF_CHECK(d.m >= 2, "batch_norm_backward: expected more than 1 value per channel (training), found M = {}", d.m);

@@ -42,7 +42,7 @@ __device__ __forceinline__ void chan_merge(float& am, float& aq, float na, float
 
 // Per (chunk, channel): mean and sum of squared deviations of the chunk's rows.
 template <class T>
-__global__ void stats_partials(BatchNormDims d, std::int64_t chunk_rows, const T* __restrict__ x,
+__global__ void stats_partials(BatchNormArgs d, std::int64_t chunk_rows, const T* __restrict__ x,
                                float* __restrict__ part_mean, float* __restrict__ part_m2) {
   __shared__ float s_mean[kLanes][kCh], s_m2[kLanes][kCh];
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -76,7 +76,7 @@ __global__ void stats_partials(BatchNormDims d, std::int64_t chunk_rows, const T
 
 // Per channel: merges the chunks in order; save_mean/invstd, running stats.
 template <class T>
-__global__ void stats_finalize(BatchNormDims d, std::int64_t chunk_rows, std::int64_t chunks,
+__global__ void stats_finalize(BatchNormArgs d, std::int64_t chunk_rows, std::int64_t chunks,
                                const T* __restrict__ x, const float* __restrict__ part_mean, const float* __restrict__ part_m2,
                                float* __restrict__ running_mean, float* __restrict__ running_var,
                                float* __restrict__ save_mean, float* __restrict__ save_invstd) {
@@ -99,7 +99,7 @@ __global__ void stats_finalize(BatchNormDims d, std::int64_t chunk_rows, std::in
 // y = act(gamma * (x - mean) * invstd + beta + residual); invstd is stat[c],
 // or 1 / sqrt(stat[c] + eps) when stat holds the (running) variance.
 template <class T>
-__global__ void normalise_kernel(BatchNormDims d, bool stat_is_var, const T* x, const T* __restrict__ gamma,
+__global__ void normalise_kernel(BatchNormArgs d, bool stat_is_var, const T* x, const T* __restrict__ gamma,
                                  const T* __restrict__ beta, const T* residual, const float* __restrict__ mean,
                                  const float* __restrict__ stat, T* y) {
   const std::int64_t n = d.m * d.c;
@@ -116,7 +116,7 @@ __global__ void normalise_kernel(BatchNormDims d, bool stat_is_var, const T* x, 
 
 // Per (chunk, channel): sums of dy and dy * xhat, dy masked in place by relu.
 template <class T>
-__global__ void grad_partials(BatchNormDims d, std::int64_t chunk_rows, const T* __restrict__ x,
+__global__ void grad_partials(BatchNormArgs d, std::int64_t chunk_rows, const T* __restrict__ x,
                               const float* __restrict__ mean, const float* __restrict__ invstd,
                               const T* __restrict__ y, T* __restrict__ dy, float* __restrict__ part_s,
                               float* __restrict__ part_x) {
@@ -152,7 +152,7 @@ __global__ void grad_partials(BatchNormDims d, std::int64_t chunk_rows, const T*
   part_x[std::int64_t(blockIdx.x) * d.c + c] = ax;
 }
 
-__global__ void grad_finalize(BatchNormDims d, std::int64_t chunks, const float* __restrict__ part_s,
+__global__ void grad_finalize(BatchNormArgs d, std::int64_t chunks, const float* __restrict__ part_s,
                               const float* __restrict__ part_x, float* __restrict__ dgamma,
                               float* __restrict__ dbeta) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -168,7 +168,7 @@ __global__ void grad_finalize(BatchNormDims d, std::int64_t chunks, const float*
 
 // dx = gamma * invstd * (dy - dbeta / M - xhat * dgamma / M).
 template <class T>
-__global__ void dx_kernel(BatchNormDims d, const T* __restrict__ x, const T* __restrict__ gamma,
+__global__ void dx_kernel(BatchNormArgs d, const T* __restrict__ x, const T* __restrict__ gamma,
                           const float* __restrict__ mean, const float* __restrict__ invstd, const T* dy,
                           const float* __restrict__ dgamma, const float* __restrict__ dbeta, T* dx) {
   const std::int64_t n = d.m * d.c;
@@ -183,13 +183,13 @@ __global__ void dx_kernel(BatchNormDims d, const T* __restrict__ x, const T* __r
   }
 }
 
-dim3 partials_grid(const BatchNormDims& d) {
+dim3 partials_grid(const BatchNormArgs& d) {
   return dim3(unsigned(batch_norm_chunks(d.m)), unsigned((d.c + kCh - 1) / kCh));
 }
-unsigned channel_blocks(const BatchNormDims& d) { return unsigned((d.c + kThreads - 1) / kThreads); }
+unsigned channel_blocks(const BatchNormArgs& d) { return unsigned((d.c + kThreads - 1) / kThreads); }
 
 template <class T>
-void train_forward(const BatchNormDims& d, const void* x, const void* gamma, const void* beta, const void* residual,
+void train_forward(const BatchNormArgs& d, const void* x, const void* gamma, const void* beta, const void* residual,
                    float* running_mean, float* running_var, float* save_mean, float* save_invstd, void* y,
                    float* scratch, cudaStream_t stream) {
   const std::int64_t rows = batch_norm_chunk_rows(d.m), chunks = batch_norm_chunks(d.m);
@@ -209,7 +209,7 @@ void train_forward(const BatchNormDims& d, const void* x, const void* gamma, con
 }
 
 template <class T>
-void eval_forward(const BatchNormDims& d, const void* x, const void* gamma, const void* beta, const void* residual,
+void eval_forward(const BatchNormArgs& d, const void* x, const void* gamma, const void* beta, const void* residual,
                   const float* running_mean, const float* running_var, void* y, cudaStream_t stream) {
   if (d.m == 0) return;
   normalise_kernel<T><<<cuda::grid_for(d.m * d.c, kThreads), kThreads, 0, stream>>>(
@@ -219,7 +219,7 @@ void eval_forward(const BatchNormDims& d, const void* x, const void* gamma, cons
 }
 
 template <class T>
-void backward(const BatchNormDims& d, const void* x, const void* gamma, const float* save_mean,
+void backward(const BatchNormArgs& d, const void* x, const void* gamma, const float* save_mean,
               const float* save_invstd, const void* y, void* dy, void* dx, float* dgamma, float* dbeta,
               float* scratch, cudaStream_t stream) {
   const std::int64_t rows = batch_norm_chunk_rows(d.m), chunks = batch_norm_chunks(d.m);
@@ -239,7 +239,7 @@ void backward(const BatchNormDims& d, const void* x, const void* gamma, const fl
 
 }  // namespace
 
-void batch_norm_train_forward_cuda(const BatchNormDims& d, DType dtype, const void* x, const void* gamma,
+void batch_norm_train_forward_cuda(const BatchNormArgs& d, DType dtype, const void* x, const void* gamma,
                                    const void* beta, const void* residual, float* running_mean, float* running_var,
                                    float* save_mean, float* save_invstd, void* y, float* scratch,
                                    cudaStream_t stream) {
@@ -258,7 +258,7 @@ void batch_norm_train_forward_cuda(const BatchNormDims& d, DType dtype, const vo
   }
 }
 
-void batch_norm_eval_forward_cuda(const BatchNormDims& d, DType dtype, const void* x, const void* gamma,
+void batch_norm_eval_forward_cuda(const BatchNormArgs& d, DType dtype, const void* x, const void* gamma,
                                   const void* beta, const void* residual, const float* running_mean,
                                   const float* running_var, void* y, cudaStream_t stream) {
   switch (dtype) {
@@ -272,7 +272,7 @@ void batch_norm_eval_forward_cuda(const BatchNormDims& d, DType dtype, const voi
   }
 }
 
-void batch_norm_backward_cuda(const BatchNormDims& d, DType dtype, const void* x, const void* gamma,
+void batch_norm_backward_cuda(const BatchNormArgs& d, DType dtype, const void* x, const void* gamma,
                               const float* save_mean, const float* save_invstd, const void* y, void* dy, void* dx,
                               float* dgamma, float* dbeta, float* scratch, cudaStream_t stream) {
   if (d.m < 2) return;  // refused by the dispatch (kernels/ops_batch_norm.cpp), as are other dtypes

@@ -46,7 +46,7 @@
 
 namespace mf::kernels {
 
-struct BatchNormDims {
+struct BatchNormArgs {
   std::int64_t m = 0;    // rows (N*H*W)
   int c = 1;             // channels
   float eps = 1e-5f;
@@ -72,25 +72,25 @@ inline std::int64_t batch_norm_scratch_elems(std::int64_t m, std::int64_t c) {
   return 2 * batch_norm_chunks(m) * c;
 }
 
-void batch_norm_train_forward_cpu(const BatchNormDims& d, DType dtype, const void* x, const void* gamma,
+void batch_norm_train_forward_cpu(const BatchNormArgs& d, DType dtype, const void* x, const void* gamma,
                                   const void* beta, const void* residual, float* running_mean, float* running_var,
                                   float* save_mean, float* save_invstd, void* y, float* scratch,
                                   cudaStream_t stream);
-void batch_norm_eval_forward_cpu(const BatchNormDims& d, DType dtype, const void* x, const void* gamma,
+void batch_norm_eval_forward_cpu(const BatchNormArgs& d, DType dtype, const void* x, const void* gamma,
                                  const void* beta, const void* residual, const float* running_mean,
                                  const float* running_var, void* y, cudaStream_t stream);
-void batch_norm_backward_cpu(const BatchNormDims& d, DType dtype, const void* x, const void* gamma,
+void batch_norm_backward_cpu(const BatchNormArgs& d, DType dtype, const void* x, const void* gamma,
                              const float* save_mean, const float* save_invstd, const void* y, void* dy, void* dx,
                              float* dgamma, float* dbeta, float* scratch, cudaStream_t stream);
 
-void batch_norm_train_forward_cuda(const BatchNormDims& d, DType dtype, const void* x, const void* gamma,
+void batch_norm_train_forward_cuda(const BatchNormArgs& d, DType dtype, const void* x, const void* gamma,
                                    const void* beta, const void* residual, float* running_mean, float* running_var,
                                    float* save_mean, float* save_invstd, void* y, float* scratch,
                                    cudaStream_t stream);
-void batch_norm_eval_forward_cuda(const BatchNormDims& d, DType dtype, const void* x, const void* gamma,
+void batch_norm_eval_forward_cuda(const BatchNormArgs& d, DType dtype, const void* x, const void* gamma,
                                   const void* beta, const void* residual, const float* running_mean,
                                   const float* running_var, void* y, cudaStream_t stream);
-void batch_norm_backward_cuda(const BatchNormDims& d, DType dtype, const void* x, const void* gamma,
+void batch_norm_backward_cuda(const BatchNormArgs& d, DType dtype, const void* x, const void* gamma,
                               const float* save_mean, const float* save_invstd, const void* y, void* dy, void* dx,
                               float* dgamma, float* dbeta, float* scratch, cudaStream_t stream);
 

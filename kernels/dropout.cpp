@@ -8,7 +8,7 @@ namespace mf::kernels {
 
 namespace {
 template <class T>
-void apply(const DropoutDims& d, const T* x, T* y, std::uint32_t counter) {
+void apply(const DropoutArgs& d, const T* x, T* y, std::uint32_t counter) {
   const float keep_scale = 1.f / (1.f - d.p);
   parallel_for(d.n, [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t i = b; i < e; ++i) {
@@ -18,7 +18,7 @@ void apply(const DropoutDims& d, const T* x, T* y, std::uint32_t counter) {
   }, 1 << 14);
 }
 
-void run(const DropoutDims& d, DType dtype, const void* x, void* y, const std::int32_t* counter) {
+void run(const DropoutArgs& d, DType dtype, const void* x, void* y, const std::int32_t* counter) {
   const std::uint32_t ctr = std::uint32_t(*counter);
   switch (dtype) {
     case DType::f32: return apply(d, static_cast<const float*>(x), static_cast<float*>(y), ctr);
@@ -30,11 +30,11 @@ void run(const DropoutDims& d, DType dtype, const void* x, void* y, const std::i
 }
 }  // namespace
 
-void dropout_forward_cpu(const DropoutDims& d, DType dtype, const void* x, void* y,
+void dropout_forward_cpu(const DropoutArgs& d, DType dtype, const void* x, void* y,
                          const std::int32_t* counter, cudaStream_t) {
   run(d, dtype, x, y, counter);
 }
-void dropout_backward_cpu(const DropoutDims& d, DType dtype, const void* dy, void* dx,
+void dropout_backward_cpu(const DropoutArgs& d, DType dtype, const void* dy, void* dx,
                           const std::int32_t* counter, cudaStream_t) {
   run(d, dtype, dy, dx, counter);
 }

@@ -9,7 +9,7 @@ namespace mf::kernels {
 
 namespace {
 template <class T>
-__global__ void dropout_kernel(DropoutDims d, const T* __restrict__ x, T* __restrict__ y,
+__global__ void dropout_kernel(DropoutArgs d, const T* __restrict__ x, T* __restrict__ y,
                                const std::int32_t* __restrict__ counter) {
   const std::uint32_t ctr = std::uint32_t(*counter);
   const float keep_scale = 1.f / (1.f - d.p);
@@ -20,7 +20,7 @@ __global__ void dropout_kernel(DropoutDims d, const T* __restrict__ x, T* __rest
   }
 }
 
-void run(const DropoutDims& d, DType dtype, const void* x, void* y, const std::int32_t* counter,
+void run(const DropoutArgs& d, DType dtype, const void* x, void* y, const std::int32_t* counter,
          cudaStream_t stream) {
   if (d.n == 0) return;
   const unsigned grid = cuda::grid_for(d.n, 256);
@@ -41,11 +41,11 @@ void run(const DropoutDims& d, DType dtype, const void* x, void* y, const std::i
 }
 }  // namespace
 
-void dropout_forward_cuda(const DropoutDims& d, DType dtype, const void* x, void* y,
+void dropout_forward_cuda(const DropoutArgs& d, DType dtype, const void* x, void* y,
                           const std::int32_t* counter, cudaStream_t stream) {
   run(d, dtype, x, y, counter, stream);
 }
-void dropout_backward_cuda(const DropoutDims& d, DType dtype, const void* dy, void* dx,
+void dropout_backward_cuda(const DropoutArgs& d, DType dtype, const void* dy, void* dx,
                            const std::int32_t* counter, cudaStream_t stream) {
   run(d, dtype, dy, dx, counter, stream);
 }

@@ -18,7 +18,7 @@
 
 namespace mf::kernels {
 
-struct DropoutDims {
+struct DropoutArgs {
   std::int64_t n = 0;
   float p = 0.f;
   std::uint64_t seed = 0;
@@ -35,13 +35,13 @@ MF_HOST_DEVICE inline float dropout_uniform(std::uint64_t seed, std::uint32_t co
   return float(std::uint32_t(z >> 40)) * (1.f / 16777216.f);
 }
 
-void dropout_forward_cpu(const DropoutDims& d, DType dtype, const void* x, void* y,
+void dropout_forward_cpu(const DropoutArgs& d, DType dtype, const void* x, void* y,
                          const std::int32_t* counter, cudaStream_t stream);
-void dropout_backward_cpu(const DropoutDims& d, DType dtype, const void* dy, void* dx,
+void dropout_backward_cpu(const DropoutArgs& d, DType dtype, const void* dy, void* dx,
                           const std::int32_t* counter, cudaStream_t stream);
-void dropout_forward_cuda(const DropoutDims& d, DType dtype, const void* x, void* y,
+void dropout_forward_cuda(const DropoutArgs& d, DType dtype, const void* x, void* y,
                           const std::int32_t* counter, cudaStream_t stream);
-void dropout_backward_cuda(const DropoutDims& d, DType dtype, const void* dy, void* dx,
+void dropout_backward_cuda(const DropoutArgs& d, DType dtype, const void* dy, void* dx,
                            const std::int32_t* counter, cudaStream_t stream);
 
 }  // namespace mf::kernels

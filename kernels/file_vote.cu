@@ -15,7 +15,7 @@ namespace {
 __global__ void file_vote_kernel(const float* __restrict__ class_in, const float* __restrict__ leak_in,
                                  float* __restrict__ file_probs, std::int32_t* __restrict__ file_class,
                                  float* __restrict__ file_leak_prob, std::int32_t* __restrict__ file_leak,
-                                 FileVoteDims d) {
+                                 FileVoteArgs d) {
   for (std::int64_t f = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; f < d.files;
        f += std::int64_t(gridDim.x) * blockDim.x)
     detail::file_vote_one(class_in, leak_in, file_probs, file_class, file_leak_prob, file_leak, d, f);
@@ -23,7 +23,7 @@ __global__ void file_vote_kernel(const float* __restrict__ class_in, const float
 }  // namespace
 
 void file_vote_cuda(const float* class_in, const float* leak_in, float* file_probs, std::int32_t* file_class,
-                    float* file_leak_prob, std::int32_t* file_leak, const FileVoteDims& d, cudaStream_t stream) {
+                    float* file_leak_prob, std::int32_t* file_leak, const FileVoteArgs& d, cudaStream_t stream) {
   if (d.files == 0) return;
   constexpr unsigned block = 128;
   const std::int64_t blocks = (d.files + block - 1) / block;

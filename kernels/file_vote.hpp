@@ -38,7 +38,7 @@ namespace mf::kernels {
 
 inline constexpr int kFileVoteMaxClasses = 64;
 
-struct FileVoteDims {
+struct FileVoteArgs {
   std::int64_t files = 0;  // F
   std::int64_t longs = 0;  // L
   std::int64_t shorts = 0; // S
@@ -48,8 +48,8 @@ struct FileVoteDims {
 };
 
 void file_vote_cpu(const float* class_in, const float* leak_in, float* file_probs, std::int32_t* file_class,
-                   float* file_leak_prob, std::int32_t* file_leak, const FileVoteDims& d, cudaStream_t stream);
+                   float* file_leak_prob, std::int32_t* file_leak, const FileVoteArgs& d, cudaStream_t stream);
 void file_vote_cuda(const float* class_in, const float* leak_in, float* file_probs, std::int32_t* file_class,
-                    float* file_leak_prob, std::int32_t* file_leak, const FileVoteDims& d, cudaStream_t stream);
+                    float* file_leak_prob, std::int32_t* file_leak, const FileVoteArgs& d, cudaStream_t stream);
 
 }  // namespace mf::kernels

@@ -21,7 +21,7 @@ MF_HOST_DEVICE_INLINE float fv_exp(float x) {
 
 MF_HOST_DEVICE_INLINE void file_vote_one(const float* class_in, const float* leak_in, float* file_probs,
                                          std::int32_t* file_class, float* file_leak_prob, std::int32_t* file_leak,
-                                         const FileVoteDims& d, std::int64_t f) {
+                                         const FileVoteArgs& d, std::int64_t f) {
   const int C = d.classes;
   const std::int64_t L = d.longs, S = d.shorts;
   float file_sum[kFileVoteMaxClasses];

@@ -13,7 +13,7 @@ namespace mf::kernels {
 namespace {
 
 template <class T>
-void fold_impl(const FoldBatchNormDims& d, const T* w, const T* b, const T* gamma, const T* beta, const float* mean,
+void fold_impl(const FoldBatchNormArgs& d, const T* w, const T* b, const T* gamma, const T* beta, const float* mean,
                const float* var, T* w_out, T* b_out) {
   const std::int64_t per = d.per;
   parallel_for(std::int64_t(d.cout), [&](std::int64_t c0, std::int64_t c1) {
@@ -29,7 +29,7 @@ void fold_impl(const FoldBatchNormDims& d, const T* w, const T* b, const T* gamm
 }
 
 template <class T>
-void fold_typed(const FoldBatchNormDims& d, const void* w, const void* b, const void* gamma, const void* beta,
+void fold_typed(const FoldBatchNormArgs& d, const void* w, const void* b, const void* gamma, const void* beta,
                 const float* mean, const float* var, void* w_out, void* b_out) {
   fold_impl(d, static_cast<const T*>(w), static_cast<const T*>(b), static_cast<const T*>(gamma),
             static_cast<const T*>(beta), mean, var, static_cast<T*>(w_out), static_cast<T*>(b_out));
@@ -37,7 +37,7 @@ void fold_typed(const FoldBatchNormDims& d, const void* w, const void* b, const 
 
 }  // namespace
 
-void fold_batch_norm_cpu(const FoldBatchNormDims& d, DType dtype, const void* w, const void* b, const void* gamma,
+void fold_batch_norm_cpu(const FoldBatchNormArgs& d, DType dtype, const void* w, const void* b, const void* gamma,
                          const void* beta, const float* running_mean, const float* running_var, void* w_out,
                          void* b_out, cudaStream_t) {
   switch (dtype) {

@@ -18,7 +18,7 @@ constexpr int kThreads = 256;
 
 template <class T>
 __global__ void __launch_bounds__(kThreads)
-    fold_batch_norm_kernel(FoldBatchNormDims d, const T* __restrict__ w, const T* __restrict__ b,
+    fold_batch_norm_kernel(FoldBatchNormArgs d, const T* __restrict__ w, const T* __restrict__ b,
                            const T* __restrict__ gamma, const T* __restrict__ beta, const float* __restrict__ mean,
                            const float* __restrict__ var, T* __restrict__ w_out, T* __restrict__ b_out) {
   const std::int64_t i = std::int64_t(blockIdx.x) * kThreads + threadIdx.x;
@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <class T>
-void launch(const FoldBatchNormDims& d, const void* w, const void* b, const void* gamma, const void* beta,
+void launch(const FoldBatchNormArgs& d, const void* w, const void* b, const void* gamma, const void* beta,
             const float* mean, const float* var, void* w_out, void* b_out, cudaStream_t stream) {
   using Dt = cuda::device_t<T>;
   const std::int64_t total = std::max<std::int64_t>(std::int64_t(d.cout) * d.per, d.cout);
@@ -48,7 +48,7 @@ void launch(const FoldBatchNormDims& d, const void* w, const void* b, const void
 
 }  // namespace
 
-void fold_batch_norm_cuda(const FoldBatchNormDims& d, DType dtype, const void* w, const void* b, const void* gamma,
+void fold_batch_norm_cuda(const FoldBatchNormArgs& d, DType dtype, const void* w, const void* b, const void* gamma,
                           const void* beta, const float* running_mean, const float* running_var, void* w_out,
                           void* b_out, cudaStream_t stream) {
   if (d.cout <= 0) return;

@@ -26,16 +26,16 @@
 
 namespace mf::kernels {
 
-struct FoldBatchNormDims {
+struct FoldBatchNormArgs {
   int cout = 1;           // output channels
   std::int64_t per = 1;   // weights per output channel (k * k * Cin)
   float eps = 1e-5f;
 };
 
-void fold_batch_norm_cpu(const FoldBatchNormDims& d, DType dtype, const void* w, const void* b, const void* gamma,
+void fold_batch_norm_cpu(const FoldBatchNormArgs& d, DType dtype, const void* w, const void* b, const void* gamma,
                          const void* beta, const float* running_mean, const float* running_var, void* w_out,
                          void* b_out, cudaStream_t stream);
-void fold_batch_norm_cuda(const FoldBatchNormDims& d, DType dtype, const void* w, const void* b, const void* gamma,
+void fold_batch_norm_cuda(const FoldBatchNormArgs& d, DType dtype, const void* w, const void* b, const void* gamma,
                           const void* beta, const float* running_mean, const float* running_var, void* w_out,
                           void* b_out, cudaStream_t stream);
 

@@ -25,7 +25,7 @@ inline float class_grad(const float* lp, int y, int c, int C, float eps, const f
 }
 
 template <class T>
-void loss_impl(const LeakLossDims& d, const T* logits, const std::int32_t* labels, const std::int32_t* labels_b,
+void loss_impl(const ClassLeakLossArgs& d, const T* logits, const std::int32_t* labels, const std::int32_t* labels_b,
                const float* lam, const float* leak, const float* cw, const float* loss_scale, T* dlogits, float* sums, std::int32_t* counts,
                float* step_loss) {
   const int C = d.classes, L = C + (d.leak_head ? 1 : 0);
@@ -152,7 +152,7 @@ void probs_impl(std::int64_t B, int C, const T* logits, float* probs, float* lea
 
 }  // namespace
 
-void leak_loss_cpu(const LeakLossDims& d, DType dtype, const void* logits, const std::int32_t* labels,
+void class_leak_loss_cpu(const ClassLeakLossArgs& d, DType dtype, const void* logits, const std::int32_t* labels,
                    const std::int32_t* labels_b, const float* lam, const float* leak, const float* class_weight,
                    const float* loss_scale, void* dlogits, float* sums, std::int32_t* counts, float* step_loss,
                    cudaStream_t) {
@@ -168,7 +168,7 @@ void leak_loss_cpu(const LeakLossDims& d, DType dtype, const void* logits, const
                        static_cast<bf16*>(dlogits), sums, counts, step_loss);
     default: break;
   }
-  MF_THROW("leak_loss_cpu: unsupported dtype {}", dtype_name(dtype));
+  MF_THROW("class_leak_loss_cpu: unsupported dtype {}", dtype_name(dtype));
 }
 
 void head_probs_cpu(std::int64_t batch, int classes, DType dtype, const void* logits, float* probs,

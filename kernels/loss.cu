@@ -62,7 +62,7 @@ __device__ __forceinline__ float class_grad(float lp, int y, int c, int C, float
 
 template <class T>
 __global__ void __launch_bounds__(kThreads) leak_loss_kernel(
-    LeakLossDims d, const T* __restrict__ logits, const std::int32_t* __restrict__ labels,
+    ClassLeakLossArgs d, const T* __restrict__ logits, const std::int32_t* __restrict__ labels,
     const std::int32_t* __restrict__ labels_b, const float* __restrict__ lam, const float* __restrict__ leak,
     const float* __restrict__ cw, const float* __restrict__ loss_scale,
     T* __restrict__ dlogits, float* sums, std::int32_t* counts, float* step_loss) {
@@ -286,7 +286,7 @@ __device__ __forceinline__ float row_ce(float zy_minus_lse, int y, int C, float 
 // kStatsWarps warps.
 template <class T>
 __global__ void __launch_bounds__(kStatsWarps * kWarp) loss_stats_kernel(
-    LeakLossDims d, const T* __restrict__ logits, const std::int32_t* __restrict__ labels,
+    ClassLeakLossArgs d, const T* __restrict__ logits, const std::int32_t* __restrict__ labels,
     const std::int32_t* __restrict__ labels_b, const float* __restrict__ lam, const float* __restrict__ leak,
     const float* __restrict__ cw, float* sums, std::int32_t* counts, float* step_loss) {
   __shared__ float red[kDenLanes];
@@ -358,7 +358,7 @@ __global__ void __launch_bounds__(kStatsWarps * kWarp) loss_stats_kernel(
 // then grid-strided.
 template <class T>
 __global__ void __launch_bounds__(kGradWarps * kWarp) loss_grad_kernel(
-    LeakLossDims d, const T* __restrict__ logits, const std::int32_t* __restrict__ labels,
+    ClassLeakLossArgs d, const T* __restrict__ logits, const std::int32_t* __restrict__ labels,
     const std::int32_t* __restrict__ labels_b, const float* __restrict__ lam, const float* __restrict__ leak,
     const float* __restrict__ cw, const float* __restrict__ loss_scale, T* __restrict__ dlogits) {
   __shared__ float red[kDenLanes];
@@ -396,7 +396,7 @@ __global__ void __launch_bounds__(kGradWarps * kWarp) loss_grad_kernel(
 }
 
 template <class T>
-void launch_loss(const LeakLossDims& d, const void* logits, const std::int32_t* labels,
+void launch_loss(const ClassLeakLossArgs& d, const void* logits, const std::int32_t* labels,
                  const std::int32_t* labels_b, const float* lam, const float* leak,
                  const float* cw, const float* loss_scale, void* dlogits, float* sums, std::int32_t* counts,
                  float* step_loss, cudaStream_t stream) {
@@ -433,7 +433,7 @@ void launch_probs(std::int64_t batch, int classes, const void* logits, float* pr
 
 }  // namespace
 
-void leak_loss_cuda(const LeakLossDims& d, DType dtype, const void* logits, const std::int32_t* labels,
+void class_leak_loss_cuda(const ClassLeakLossArgs& d, DType dtype, const void* logits, const std::int32_t* labels,
                     const std::int32_t* labels_b, const float* lam, const float* leak, const float* class_weight,
                     const float* loss_scale, void* dlogits, float* sums, std::int32_t* counts, float* step_loss,
                     cudaStream_t stream) {

@@ -1,9 +1,10 @@
-// leak_loss: the fused training loss of LeakCNN's heads, its logits' gradient
-// and the step's metrics, in one pass.
+// class_leak_loss: the fused training loss of LeakCNN's two heads (the class
+// cross-entropy and the leak BCE), its logits' gradient and the step's
+// metrics, in one pass.
 //
 // logits [B, C+1] T: columns 0..C-1 are the class head, column C the leak head
 // (the two heads are one dense layer in melforge, see model/param_buffer.hpp).
-// Without the leak head (dims.leak_head false, model.heads = class) the logits
+// Without the leak head (args.leak_head false, model.heads = class) the logits
 // are [B, C], `leak` is not read (may be null) and every leak term below is 0:
 // no leak loss, no leak gradient column, leak correct count 0.
 //   class loss  = CrossEntropy(logits[:, :C], label; weight=class_weight,
@@ -11,18 +12,18 @@
 //                 mean: sum_i [(1-eps) w_yi (-log p_i,yi) + eps/C sum_c w_c (-log p_i,c)]
 //                 / sum_i w_yi   (w = 1 when class_weight is null)
 //   leak loss   = BCEWithLogits(logits[:, C], leak), mean over B
-//   loss        = class_weight_sum * class loss + leak_weight * leak loss
+//   loss        = class_loss_weight * class loss + leak_loss_weight * leak loss
 // dlogits [B, C+1] T (overwritten) = d(loss)/d(logits) * (*loss_scale) * grad_scale
 //   (grad_scale is 1/k for k accumulated micro-batches; loss_scale is the
 //   device-held AMP loss scale, 1 when not scaling).
 // Metrics, accumulated (+=) on the device, no host synchronization:
 //   sums  f32 [kLossSums]: class loss, leak loss, total loss, micro-batches
-//   counts i32 [kLossCounts + C*C] (dims.confusion true): samples, class
+//   counts i32 [kLossCounts + C*C] (args.confusion true): samples, class
 //          correct, leak correct, then the confusion matrix [true C][predicted C]
 //          (argmax, first max wins: a NaN logit in column 0 wins, one elsewhere
 //          never does; leak predicted positive when its logit > 0, true when
 //          leak > 0.5);
-//          or i32 [kLossCounts] (dims.confusion false; speaker sets with
+//          or i32 [kLossCounts] (args.confusion false; speaker sets with
 //          thousands of classes): the same three counts and no matrix, which is
 //          neither counted nor touched. The loss, dlogits, sums and the three
 //          counts are then the same as with the matrix (the CPU twin: the same
@@ -67,7 +68,7 @@ namespace mf::kernels {
 inline constexpr int kLossSums = 4;    // class, leak, total, micro-batches
 inline constexpr int kLossCounts = 3;  // samples, class correct, leak correct
 
-struct LeakLossDims {
+struct ClassLeakLossArgs {
   std::int64_t batch = 1;
   int classes = 2;
   float label_smoothing = 0.f;
@@ -76,18 +77,18 @@ struct LeakLossDims {
   float grad_scale = 1.f;
   bool leak_head = true;  // logits carry the leak column C
   // counts carry the C x C confusion matrix ([kLossCounts + C*C]); false:
-  // counts [kLossCounts]. ops::leak_loss sets it from counts' size.
+  // counts [kLossCounts]. ops::class_leak_loss sets it from counts' size.
   bool confusion = true;
 };
 
 // class_weight f32 [C] or null; loss_scale f32 [1] (device pointer on GPU) or
 // null (= 1); step_loss f32 [1] or null: this micro-batch's total loss (written).
 // labels_b and lam: the soft targets above, or both null.
-void leak_loss_cpu(const LeakLossDims& d, DType dtype, const void* logits, const std::int32_t* labels,
+void class_leak_loss_cpu(const ClassLeakLossArgs& d, DType dtype, const void* logits, const std::int32_t* labels,
                    const std::int32_t* labels_b, const float* lam, const float* leak, const float* class_weight,
                    const float* loss_scale, void* dlogits, float* sums, std::int32_t* counts, float* step_loss,
                    cudaStream_t stream);
-void leak_loss_cuda(const LeakLossDims& d, DType dtype, const void* logits, const std::int32_t* labels,
+void class_leak_loss_cuda(const ClassLeakLossArgs& d, DType dtype, const void* logits, const std::int32_t* labels,
                     const std::int32_t* labels_b, const float* lam, const float* leak, const float* class_weight,
                     const float* loss_scale, void* dlogits, float* sums, std::int32_t* counts, float* step_loss,
                     cudaStream_t stream);

@@ -53,7 +53,7 @@ struct Sample {
 
 // Sample b's cosines, loss, and g[c] = d loss / d cos[c] * gs (gs = the
 // output scales / N); g is all 0 for an ignored label.
-Sample forward_sample(const MarginSoftmaxDims& d, const MarginConsts& k, const float* xn, const float* wn, int y,
+Sample forward_sample(const MarginSoftmaxArgs& d, const MarginConsts& k, const float* xn, const float* wn, int y,
                       float gs, float* cos, float* g) {
   const int C = d.classes, D = d.dim;
   Sample r;
@@ -88,7 +88,7 @@ Sample forward_sample(const MarginSoftmaxDims& d, const MarginConsts& k, const f
 }
 
 template <class T>
-void loss_impl(const MarginSoftmaxDims& d, const T* emb, const T* w, const std::int32_t* labels,
+void loss_impl(const MarginSoftmaxArgs& d, const T* emb, const T* w, const std::int32_t* labels,
                const float* loss_scale, T* demb, float* dweight, float* sums, std::int32_t* counts, bool confusion,
                float* step_loss) {
   const std::int64_t B = d.batch;
@@ -172,7 +172,7 @@ void loss_impl(const MarginSoftmaxDims& d, const T* emb, const T* w, const std::
 
 }  // namespace
 
-void margin_softmax_loss_cpu(const MarginSoftmaxDims& d, DType dtype, const void* emb, const void* weight,
+void margin_softmax_loss_cpu(const MarginSoftmaxArgs& d, DType dtype, const void* emb, const void* weight,
                              const std::int32_t* labels, const float* loss_scale, void* demb, float* dweight,
                              float* sums, std::int32_t* counts, bool confusion, float* step_loss, float*,
                              cudaStream_t) {

@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kNormThreads) norms_kernel(std::int64_t B, int
 }
 
 template <class T>
-__global__ void __launch_bounds__(kFwdThreads) forward_kernel(MarginSoftmaxDims d, MarginConsts k,
+__global__ void __launch_bounds__(kFwdThreads) forward_kernel(MarginSoftmaxArgs d, MarginConsts k,
                                                               const T* __restrict__ emb, const T* __restrict__ w,
                                                               const std::int32_t* __restrict__ labels,
                                                               const float* __restrict__ loss_scale, Scratch sc) {
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kFwdThreads) forward_kernel(MarginSoftmaxDims 
 
 // demb_b = (sum_c g[b][c] wn_c - t_b xn_b) / nx_b (no radial term for a clamped norm).
 template <class T>
-__global__ void __launch_bounds__(kGradThreads) demb_kernel(MarginSoftmaxDims d, const T* __restrict__ emb,
+__global__ void __launch_bounds__(kGradThreads) demb_kernel(MarginSoftmaxArgs d, const T* __restrict__ emb,
                                                             const T* __restrict__ w, Scratch sc,
                                                             T* __restrict__ demb) {
   const std::int64_t b = blockIdx.x;
@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(kGradThreads) demb_kernel(MarginSoftmaxDims d,
 
 // dweight_c = (sum_b g[b][c] xn_b - u_c wn_c) / nw_c, u_c = sum_b g[b][c] cos[b][c].
 template <class T>
-__global__ void __launch_bounds__(kGradThreads) dweight_kernel(MarginSoftmaxDims d, const T* __restrict__ emb,
+__global__ void __launch_bounds__(kGradThreads) dweight_kernel(MarginSoftmaxArgs d, const T* __restrict__ emb,
                                                                const T* __restrict__ w, Scratch sc,
                                                                float* __restrict__ dweight) {
   const std::int64_t c = blockIdx.x;
@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(kGradThreads) dweight_kernel(MarginSoftmaxDims
   }
 }
 
-__global__ void finalize_kernel(MarginSoftmaxDims d, const std::int32_t* __restrict__ labels, Scratch sc,
+__global__ void finalize_kernel(MarginSoftmaxArgs d, const std::int32_t* __restrict__ labels, Scratch sc,
                                 float* sums, std::int32_t* counts, bool confusion, float* step_loss) {
   const int C = d.classes;
   for (std::int64_t b = threadIdx.x; confusion && b < d.batch; b += blockDim.x) {
@@ -208,7 +208,7 @@ __global__ void finalize_kernel(MarginSoftmaxDims d, const std::int32_t* __restr
 }
 
 template <class T>
-void launch(const MarginSoftmaxDims& d, const void* emb_v, const void* w_v, const std::int32_t* labels,
+void launch(const MarginSoftmaxArgs& d, const void* emb_v, const void* w_v, const std::int32_t* labels,
             const float* loss_scale, void* demb_v, float* dweight, float* sums, std::int32_t* counts,
             bool confusion, float* step_loss, float* scratch, cudaStream_t stream) {
   using Dt = cuda::device_t<T>;
@@ -233,7 +233,7 @@ void launch(const MarginSoftmaxDims& d, const void* emb_v, const void* w_v, cons
 
 }  // namespace
 
-void margin_softmax_loss_cuda(const MarginSoftmaxDims& d, DType dtype, const void* emb, const void* weight,
+void margin_softmax_loss_cuda(const MarginSoftmaxArgs& d, DType dtype, const void* emb, const void* weight,
                               const std::int32_t* labels, const float* loss_scale, void* demb, float* dweight,
                               float* sums, std::int32_t* counts, bool confusion, float* step_loss, float* scratch,
                               cudaStream_t stream) {

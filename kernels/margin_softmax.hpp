@@ -20,7 +20,7 @@
 // cos(pi - m) and sin(pi - m) m are computed in double and rounded to f32, as
 // voxceleb's Python floats are when they meet f32 tensors.
 //
-// Labels i32 [B]: a label outside [0, C) is ignored (leak_loss's rule,
+// Labels i32 [B]: a label outside [0, C) is ignored (class_leak_loss's rule,
 // kernels/loss.hpp): no loss, zero gradient (its demb row is 0 and it adds
 // nothing to dweight), left out of the mean's denominator N and of the class
 // counts (correct, confusion); counts[0] (samples) still adds B. N = 0: loss 0,
@@ -60,7 +60,7 @@ namespace mf::kernels {
 
 enum class MarginType : std::uint8_t { am, aam };
 
-struct MarginSoftmaxDims {
+struct MarginSoftmaxArgs {
   std::int64_t batch = 1;  // B
   int dim = 1;             // D
   int classes = 2;         // C
@@ -97,11 +97,11 @@ MF_HOST_DEVICE_INLINE MarginTarget margin_target(MarginType type, float m, const
 }
 
 // confusion: true when counts hold the C x C confusion matrix after kLossCounts.
-void margin_softmax_loss_cpu(const MarginSoftmaxDims& d, DType dtype, const void* emb, const void* weight,
+void margin_softmax_loss_cpu(const MarginSoftmaxArgs& d, DType dtype, const void* emb, const void* weight,
                              const std::int32_t* labels, const float* loss_scale, void* demb, float* dweight,
                              float* sums, std::int32_t* counts, bool confusion, float* step_loss, float* scratch,
                              cudaStream_t stream);
-void margin_softmax_loss_cuda(const MarginSoftmaxDims& d, DType dtype, const void* emb, const void* weight,
+void margin_softmax_loss_cuda(const MarginSoftmaxArgs& d, DType dtype, const void* emb, const void* weight,
                               const std::int32_t* labels, const float* loss_scale, void* demb, float* dweight,
                               float* sums, std::int32_t* counts, bool confusion, float* step_loss, float* scratch,
                               cudaStream_t stream);

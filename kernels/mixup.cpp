@@ -13,7 +13,7 @@ namespace mf::kernels {
 namespace {
 
 template <class T>
-void mixup_all(const MixupDims& d, const T* x, T* x_out, const std::int32_t* labels, const float* leak,
+void mixup_all(const MixupArgs& d, const T* x, T* x_out, const std::int32_t* labels, const float* leak,
                std::int32_t* labels_b, float* lam, float* leak_out, std::uint32_t ctr) {
   const std::int64_t B = d.batch, n = d.elems, r = mixup_pair_shift(d, ctr);
   parallel_for(B, [&](std::int64_t b0, std::int64_t b1) {
@@ -34,7 +34,7 @@ void mixup_all(const MixupDims& d, const T* x, T* x_out, const std::int32_t* lab
 
 }  // namespace
 
-void mixup_cpu(const MixupDims& d, DType dtype, const void* x, void* x_out, const std::int32_t* labels,
+void mixup_cpu(const MixupArgs& d, DType dtype, const void* x, void* x_out, const std::int32_t* labels,
                const float* leak, std::int32_t* labels_b, float* lam, float* leak_out, const std::int32_t* counter,
                cudaStream_t) {
   if (d.batch == 0) return;

@@ -17,7 +17,7 @@ namespace {
 
 template <class T>
 __global__ void __launch_bounds__(kMixupThreads)
-    mixup_kernel(MixupDims d, const T* __restrict__ x, T* __restrict__ x_out, const std::int32_t* __restrict__ labels,
+    mixup_kernel(MixupArgs d, const T* __restrict__ x, T* __restrict__ x_out, const std::int32_t* __restrict__ labels,
                  const float* __restrict__ leak, std::int32_t* __restrict__ labels_b, float* __restrict__ lam,
                  float* __restrict__ leak_out, const std::int32_t* __restrict__ counter) {
   __shared__ float shared_lam;
@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kMixupThreads)
 }
 
 template <class T>
-void launch(const MixupDims& d, const void* x, void* x_out, const std::int32_t* labels, const float* leak,
+void launch(const MixupArgs& d, const void* x, void* x_out, const std::int32_t* labels, const float* leak,
             std::int32_t* labels_b, float* lam, float* leak_out, const std::int32_t* counter, cudaStream_t stream) {
   const unsigned grid = unsigned(d.batch < kMixupMaxBlocks ? d.batch : kMixupMaxBlocks);
   mixup_kernel<T><<<grid, kMixupThreads, 0, stream>>>(d, static_cast<const T*>(x), static_cast<T*>(x_out), labels,
@@ -53,7 +53,7 @@ void launch(const MixupDims& d, const void* x, void* x_out, const std::int32_t* 
 
 }  // namespace
 
-void mixup_cuda(const MixupDims& d, DType dtype, const void* x, void* x_out, const std::int32_t* labels,
+void mixup_cuda(const MixupArgs& d, DType dtype, const void* x, void* x_out, const std::int32_t* labels,
                 const float* leak, std::int32_t* labels_b, float* lam, float* leak_out, const std::int32_t* counter,
                 cudaStream_t stream) {
   if (d.batch == 0) return;

@@ -50,7 +50,7 @@
 
 namespace mf::kernels {
 
-struct MixupDims {
+struct MixupArgs {
   std::int64_t batch = 0;         // B, samples in the micro-batch
   std::int64_t elems = 0;         // values per sample (mels * frames)
   float alpha = 0;                // Beta(alpha, alpha); > 0 (0: mixup off, nothing runs)
@@ -69,7 +69,7 @@ inline constexpr int kMixupMaxBlocks = 4096;
 // finalizer over the sample's Weyl point seed + gamma * (1 + sample) xor a
 // key of (counter, stream) and draw; the draw's multiplier differs from
 // augment_uniform's, and the pair shift uses sample = -1 (Weyl point = seed).
-MF_HOST_DEVICE_INLINE std::uint64_t mixup_bits(const MixupDims& d, std::uint32_t counter, std::int64_t sample,
+MF_HOST_DEVICE_INLINE std::uint64_t mixup_bits(const MixupArgs& d, std::uint32_t counter, std::int64_t sample,
                                                std::uint32_t draw) {
   const std::uint64_t key = ((std::uint64_t(counter) << 32 | d.stream) * 0xbf58476d1ce4e5b9ull) ^
                             ((std::uint64_t(draw) + 1) * 0xd6e8feb86659fd93ull);
@@ -77,21 +77,21 @@ MF_HOST_DEVICE_INLINE std::uint64_t mixup_bits(const MixupDims& d, std::uint32_t
 }
 
 // A uniform in (0, 1]: (top 53 bits + 1) / 2^53, never 0 (log(u) is finite).
-MF_HOST_DEVICE_INLINE double mixup_uniform(const MixupDims& d, std::uint32_t counter, std::int64_t sample,
+MF_HOST_DEVICE_INLINE double mixup_uniform(const MixupArgs& d, std::uint32_t counter, std::int64_t sample,
                                            std::uint32_t draw) {
   return double((mixup_bits(d, counter, sample, draw) >> 11) + 1) * 0x1.0p-53;
 }
 
 // r in [1, B - 1] (1 when B = 1): 1 + floor(u * (B - 1)) with u = (top 32
 // bits) / 2^32, computed exactly in integers (B < 2^31, checked by ops::mixup).
-MF_HOST_DEVICE_INLINE std::int64_t mixup_pair_shift(const MixupDims& d, std::uint32_t counter) {
+MF_HOST_DEVICE_INLINE std::int64_t mixup_pair_shift(const MixupArgs& d, std::uint32_t counter) {
   if (d.batch <= 1) return 1;
   const std::uint64_t k = mixup_bits(d, counter, -1, 0) >> 32;
   return 1 + std::int64_t((k * std::uint64_t(d.batch - 1)) >> 32);
 }
 
 // Gamma(a, 1) for a >= 1 by Marsaglia-Tsang, draws g * kMixupGammaDraws + 3k + {0, 1, 2}.
-MF_HOST_DEVICE inline double mixup_gamma_ge1(const MixupDims& d, std::uint32_t counter, std::int64_t sample,
+MF_HOST_DEVICE inline double mixup_gamma_ge1(const MixupArgs& d, std::uint32_t counter, std::int64_t sample,
                                              std::uint32_t g, double a) {
   const double dd = a - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * dd);
   const std::uint32_t base = g * kMixupGammaDraws;
@@ -109,7 +109,7 @@ MF_HOST_DEVICE inline double mixup_gamma_ge1(const MixupDims& d, std::uint32_t c
 }
 
 // Gamma(alpha, 1), variate g of the sample (0 or 1).
-MF_HOST_DEVICE inline double mixup_gamma(const MixupDims& d, std::uint32_t counter, std::int64_t sample,
+MF_HOST_DEVICE inline double mixup_gamma(const MixupArgs& d, std::uint32_t counter, std::int64_t sample,
                                          std::uint32_t g) {
   const double a = double(d.alpha);
   if (a >= 1.0) return mixup_gamma_ge1(d, counter, sample, g, a);
@@ -119,7 +119,7 @@ MF_HOST_DEVICE inline double mixup_gamma(const MixupDims& d, std::uint32_t count
 
 // lam ~ Beta(alpha, alpha) of sample `sample` (the index within the step:
 // first_sample + i), rounded once to f32.
-MF_HOST_DEVICE inline float mixup_lambda(const MixupDims& d, std::uint32_t counter, std::int64_t sample) {
+MF_HOST_DEVICE inline float mixup_lambda(const MixupArgs& d, std::uint32_t counter, std::int64_t sample) {
   const double g1 = mixup_gamma(d, counter, sample, 0), g2 = mixup_gamma(d, counter, sample, 1);
   return float(g1 / (g1 + g2));
 }
@@ -128,10 +128,10 @@ MF_HOST_DEVICE inline float mixup_lambda(const MixupDims& d, std::uint32_t count
 // i32 [B]; leak f32 [B] and leak_out f32 [B], both null without the leak
 // head; labels_b i32 [B] and lam f32 [B] written; counter: an i32 in the
 // tensors' memory (the optimizer's iteration).
-void mixup_cpu(const MixupDims& d, DType dtype, const void* x, void* x_out, const std::int32_t* labels,
+void mixup_cpu(const MixupArgs& d, DType dtype, const void* x, void* x_out, const std::int32_t* labels,
                const float* leak, std::int32_t* labels_b, float* lam, float* leak_out, const std::int32_t* counter,
                cudaStream_t stream);
-void mixup_cuda(const MixupDims& d, DType dtype, const void* x, void* x_out, const std::int32_t* labels,
+void mixup_cuda(const MixupArgs& d, DType dtype, const void* x, void* x_out, const std::int32_t* labels,
                 const float* leak, std::int32_t* labels_b, float* lam, float* leak_out, const std::int32_t* counter,
                 cudaStream_t stream);
 

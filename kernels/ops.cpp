@@ -47,7 +47,7 @@ void file_vote(const Tensor& class_in, const Tensor& leak_in, std::int64_t files
     check_dtype(file_leak, DType::i32, "file_vote", "file_leak");
     check_same_device({&class_in, &leak_in, &file_leak_prob, &file_leak}, "file_vote");
   }
-  const kernels::FileVoteDims d{files, longs, shorts, int(c), threshold, logits};
+  const kernels::FileVoteArgs d{files, longs, shorts, int(c), threshold, logits};
   auto fn = class_in.is_cuda() ? kernels::file_vote_cuda : kernels::file_vote_cpu;
   fn(static_cast<const float*>(class_in.raw()), leak ? static_cast<const float*>(leak_in.raw()) : nullptr,
      static_cast<float*>(file_probs.raw()), static_cast<std::int32_t*>(file_class.raw()),
@@ -107,10 +107,10 @@ void dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& d
      db.data<float>(), stream);
 }
 
-void leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& leak, const Tensor* class_weight,
-               const float* loss_scale, const kernels::LeakLossDims& opts, Tensor& dlogits, Tensor& sums,
+void class_leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& leak, const Tensor* class_weight,
+               const float* loss_scale, const kernels::ClassLeakLossArgs& opts, Tensor& dlogits, Tensor& sums,
                Tensor& counts, Tensor* step_loss, cudaStream_t stream, const Tensor* labels_b, const Tensor* lam) {
-  constexpr const char* op = "leak_loss";
+  constexpr const char* op = "class_leak_loss";
   const int H = opts.leak_head ? 1 : 0;  // the leak column
   MF_CHECK(logits.ndim() == 2 && logits.size(1) >= 1 + H, "{}: logits must be [B, C{}] with C >= 1 classes, found {}",
            op, opts.leak_head ? "+1" : "", logits.str());
@@ -139,7 +139,7 @@ void leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& leak, c
            "{}: counts must be [{}] (no confusion matrix) or [{} + C*C = {}], found {}", op, kernels::kLossCounts,
            kernels::kLossCounts, full, counts.str());
   check_dtype(counts, DType::i32, op, "counts");
-  kernels::LeakLossDims d = opts;
+  kernels::ClassLeakLossArgs d = opts;
   d.confusion = counts.size(0) == full;
   check_same_device({&logits, &labels, &dlogits, &sums, &counts}, op);
   if (class_weight) {
@@ -162,7 +162,7 @@ void leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& leak, c
     check_dtype(*lam, DType::f32, op, "lam");
     check_same_device({&logits, labels_b, lam}, op);
   }
-  auto fn = logits.is_cuda() ? kernels::leak_loss_cuda : kernels::leak_loss_cpu;
+  auto fn = logits.is_cuda() ? kernels::class_leak_loss_cuda : kernels::class_leak_loss_cpu;
   fn(d, logits.dtype(), logits.raw(), labels.data<std::int32_t>(),
      labels_b ? labels_b->data<std::int32_t>() : nullptr, lam ? lam->data<float>() : nullptr, opts.leak_head ? leak.data<float>() : nullptr,
      class_weight ? class_weight->data<float>() : nullptr, loss_scale, dlogits.raw(), sums.data<float>(),
@@ -242,7 +242,7 @@ void dropout_common(const char* op, const Tensor& a, Tensor& b, float p) {
 void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t seed, std::uint32_t stream_id,
                      const std::int32_t* counter, cudaStream_t stream) {
   dropout_common("dropout_forward", x, y, p);
-  const kernels::DropoutDims d{x.numel(), p, seed, stream_id};
+  const kernels::DropoutArgs d{x.numel(), p, seed, stream_id};
   auto fn = x.is_cuda() ? kernels::dropout_forward_cuda : kernels::dropout_forward_cpu;
   fn(d, x.dtype(), x.raw(), y.raw(), counter, stream);
 }
@@ -250,12 +250,12 @@ void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t seed, st
 void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t seed, std::uint32_t stream_id,
                       const std::int32_t* counter, cudaStream_t stream) {
   dropout_common("dropout_backward", dy, dx, p);
-  const kernels::DropoutDims d{dy.numel(), p, seed, stream_id};
+  const kernels::DropoutArgs d{dy.numel(), p, seed, stream_id};
   auto fn = dy.is_cuda() ? kernels::dropout_backward_cuda : kernels::dropout_backward_cpu;
   fn(d, dy.dtype(), dy.raw(), dx.raw(), counter, stream);
 }
 
-void augment(Tensor& x, const kernels::AugmentDims& d, const float* noise, const std::int32_t* counter,
+void augment(Tensor& x, const kernels::AugmentArgs& d, const float* noise, const std::int32_t* counter,
              cudaStream_t stream) {
   constexpr const char* op = "augment";
   check_float(x, op, "x");
@@ -297,7 +297,7 @@ void augment(Tensor& x, const kernels::AugmentDims& d, const float* noise, const
   fn(d, x.dtype(), x.raw(), noise, counter, stream);
 }
 
-void mixup(const Tensor& x, const Tensor& labels, const Tensor& leak, const kernels::MixupDims& d,
+void mixup(const Tensor& x, const Tensor& labels, const Tensor& leak, const kernels::MixupArgs& d,
            const std::int32_t* counter, Tensor& x_out, Tensor& labels_b, Tensor& lam, Tensor& leak_out,
            cudaStream_t stream) {
   constexpr const char* op = "mixup";

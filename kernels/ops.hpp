@@ -56,8 +56,8 @@ void dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& d
 // counts' size (opts.confusion is set here); step_loss f32 [1] or null.
 // labels_b i32 [B] and lam f32 [B]: mixup's soft class targets (loss.hpp),
 // both given or both null (null: the hard labels, bit for bit as before).
-void leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& leak, const Tensor* class_weight,
-               const float* loss_scale, const kernels::LeakLossDims& opts, Tensor& dlogits, Tensor& sums,
+void class_leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& leak, const Tensor* class_weight,
+               const float* loss_scale, const kernels::ClassLeakLossArgs& opts, Tensor& dlogits, Tensor& sums,
                Tensor& counts, Tensor* step_loss, cudaStream_t stream = nullptr, const Tensor* labels_b = nullptr,
                const Tensor* lam = nullptr);
 // probs f32 [B, C], leak_prob f32 [B] from logits [B, C+1]; with leak_prob
@@ -86,7 +86,7 @@ void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t seed,
 // batch, mels and frames; noise f32 [noise_count, mels, frames] in x's memory,
 // null when noise_count is 0; counter: an i32 in x's memory (read only when
 // d.any()). Does nothing when d.any() is false.
-void augment(Tensor& x, const kernels::AugmentDims& d, const float* noise, const std::int32_t* counter,
+void augment(Tensor& x, const kernels::AugmentArgs& d, const float* noise, const std::int32_t* counter,
              cudaStream_t stream = nullptr);
 
 // mixup of a micro-batch (kernels/mixup.hpp), out of place: x [batch, ...]
@@ -95,7 +95,7 @@ void augment(Tensor& x, const kernels::AugmentDims& d, const float* noise, const
 // partners' labels) and lam f32 [batch]; leak f32 [batch] -> leak_out f32
 // [batch] (both undefined without the leak head); counter: an i32 in x's
 // memory. d.batch must match x; d.alpha > 0 and finite.
-void mixup(const Tensor& x, const Tensor& labels, const Tensor& leak, const kernels::MixupDims& d,
+void mixup(const Tensor& x, const Tensor& labels, const Tensor& leak, const kernels::MixupArgs& d,
            const std::int32_t* counter, Tensor& x_out, Tensor& labels_b, Tensor& lam, Tensor& leak_out,
            cudaStream_t stream = nullptr);
 
@@ -197,7 +197,7 @@ void attentive_pool_backward(const Tensor& x, const Tensor& w, const Tensor& b, 
 // ---- speaker verification's ops (issue 20): kernels/margin_softmax.hpp,
 // angleproto.hpp, instance_norm.hpp. Embeddings [B, D] in the working dtype
 // T; parameter gradients f32; f32 (or wider) accumulation; deterministic.
-// The metric outputs follow leak_loss's contract (kernels/loss.hpp): sums f32
+// The metric outputs follow class_leak_loss's contract (kernels/loss.hpp): sums f32
 // [kLossSums] (+= the loss into the class-loss and total slots, += 1
 // micro-batch), counts i32 [kLossCounts + C*C] (+= samples, correct, and the
 // confusion matrix when the loss has classes), step_loss f32 [1] or null (=
@@ -211,13 +211,13 @@ void attentive_pool_backward(const Tensor& x, const Tensor& w, const Tensor& b, 
 // emb [B, D], weight [C, D] (T); labels i32 [B]; demb [B, D] (T) and dweight
 // f32 [C, D] overwritten. Accuracy and the confusion matrix use the argmax of
 // the plain cosine; counts may be [kLossCounts] (no confusion matrix, for many
-// speakers). kernels::MarginSoftmaxDims carries the type, s, m, grad_scale.
+// speakers). kernels::MarginSoftmaxArgs carries the type, s, m, grad_scale.
 // scratch: f32 with >= kernels::margin_softmax_scratch_elems(B, C, D) elements
 // on emb's device, or null: the CPU ignores it; on a GPU a null scratch is
 // allocated per call, refused while the stream is being captured into a CUDA
 // graph (pass one allocated before the capture).
 void margin_softmax_loss(const Tensor& emb, const Tensor& weight, const Tensor& labels,
-                         const kernels::MarginSoftmaxDims& d, const float* loss_scale, Tensor& demb, Tensor& dweight,
+                         const kernels::MarginSoftmaxArgs& d, const float* loss_scale, Tensor& demb, Tensor& dweight,
                          Tensor& sums, Tensor& counts, Tensor* step_loss, cudaStream_t stream = nullptr,
                          Tensor* scratch = nullptr);
 
@@ -231,7 +231,7 @@ void margin_softmax_loss(const Tensor& emb, const Tensor& weight, const Tensor& 
 // i (no confusion matrix: counts may be [kLossCounts]; longer counts keep
 // their tail untouched). scratch: f32 with >= kernels::angleproto_scratch_elems(N, D)
 // elements on emb's device, or null: as margin_softmax_loss's.
-void angleproto_loss(const Tensor& emb, const Tensor& wb, const kernels::AngleProtoDims& d, const float* loss_scale,
+void angleproto_loss(const Tensor& emb, const Tensor& wb, const kernels::AngleProtoArgs& d, const float* loss_scale,
                      Tensor& demb, Tensor& dwb, Tensor& sums, Tensor& counts, Tensor* step_loss,
                      cudaStream_t stream = nullptr, Tensor* scratch = nullptr);
 

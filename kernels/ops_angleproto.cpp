@@ -14,7 +14,7 @@ namespace mf::ops {
 
 namespace {
 
-void check_dims(const kernels::AngleProtoDims& d, const Tensor& emb, const char* op) {
+void check_dims(const kernels::AngleProtoArgs& d, const Tensor& emb, const char* op) {
   MF_CHECK(emb.ndim() == 2 && emb.size(1) >= 1, "{}: emb must be [N*M, D] with D >= 1, found {}", op, emb.str());
   MF_CHECK(dtype_is_float(emb.dtype()), "{}: emb must be f32, bf16 or f16, found {}", op, emb.str());
   MF_CHECK(d.classes >= 2, "{}: at least 2 classes (N) are needed, found N = {}", op, d.classes);
@@ -30,7 +30,7 @@ void check_dims(const kernels::AngleProtoDims& d, const Tensor& emb, const char*
 }
 
 // The f32 scratch of the CUDA path (kernels/op_scratch.hpp).
-float* cuda_scratch(const kernels::AngleProtoDims& d, const Tensor& emb, Tensor* scratch, Tensor& owned,
+float* cuda_scratch(const kernels::AngleProtoArgs& d, const Tensor& emb, Tensor* scratch, Tensor& owned,
                     cudaStream_t stream, const char* op) {
   const auto sizing = [&] { return fmt::format("angleproto_scratch_elems(N = {}, D = {})",
                                             d.classes, d.dim); };
@@ -40,7 +40,7 @@ float* cuda_scratch(const kernels::AngleProtoDims& d, const Tensor& emb, Tensor*
 
 }  // namespace
 
-void angleproto_loss(const Tensor& emb, const Tensor& wb, const kernels::AngleProtoDims& d, const float* loss_scale,
+void angleproto_loss(const Tensor& emb, const Tensor& wb, const kernels::AngleProtoArgs& d, const float* loss_scale,
                      Tensor& demb, Tensor& dwb, Tensor& sums, Tensor& counts, Tensor* step_loss, cudaStream_t stream,
                      Tensor* scratch) {
   constexpr const char* op = "angleproto_loss";

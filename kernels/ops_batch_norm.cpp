@@ -26,7 +26,7 @@ void check_like_x(const Tensor& t, const Tensor& x, const char* op, const char* 
 }
 
 // Validates x, gamma and eps; returns the dims they imply.
-kernels::BatchNormDims bn_dims(const Tensor& x, const Tensor& gamma, float eps, bool relu, const char* op) {
+kernels::BatchNormArgs bn_dims(const Tensor& x, const Tensor& gamma, float eps, bool relu, const char* op) {
   MF_CHECK(x.ndim() >= 2, "{}: x must be [..., C] with at least 2 dimensions (nhwc [N, H, W, C]), found {}", op,
            x.str());
   MF_CHECK(dtype_is_float(x.dtype()), "{}: x must be f32, bf16 or f16, found {}", op, x.str());
@@ -37,7 +37,7 @@ kernels::BatchNormDims bn_dims(const Tensor& x, const Tensor& gamma, float eps, 
   check_shape(gamma, {C}, op, "gamma ([C], C = x's last dimension)");
   check_dtype(gamma, x.dtype(), op, "gamma (same dtype as x)");
   check_same_device({&x, &gamma}, op);
-  kernels::BatchNormDims d;
+  kernels::BatchNormArgs d;
   d.m = x.numel() / C;
   d.c = int(C);
   d.eps = eps;
@@ -46,7 +46,7 @@ kernels::BatchNormDims bn_dims(const Tensor& x, const Tensor& gamma, float eps, 
 }
 
 // The forwards' beta, residual and y.
-void check_forward_io(const kernels::BatchNormDims& d, const Tensor& x, const Tensor& beta, const Tensor* residual,
+void check_forward_io(const kernels::BatchNormArgs& d, const Tensor& x, const Tensor& beta, const Tensor* residual,
                       const Tensor& y, const char* op) {
   check_shape(beta, {d.c}, op, "beta ([C], C = x's last dimension)");
   check_dtype(beta, x.dtype(), op, "beta (same dtype as x)");
@@ -61,7 +61,7 @@ void check_stat(const Tensor& t, std::int64_t c, const Tensor& x, const char* op
   check_same_device({&x, &t}, op);
 }
 
-void check_training_rows(const kernels::BatchNormDims& d, const Tensor& x, const char* op) {
+void check_training_rows(const kernels::BatchNormArgs& d, const Tensor& x, const char* op) {
   MF_CHECK(d.m >= 2,
            "{}: expected more than 1 value per channel when training (M = N*H*W = {} rows in x {}); "
            "PyTorch refuses this too: use a batch of at least 2 or eval mode",
@@ -69,7 +69,7 @@ void check_training_rows(const kernels::BatchNormDims& d, const Tensor& x, const
 }
 
 // The f32 scratch of the CUDA path (kernels/op_scratch.hpp).
-float* cuda_scratch(const kernels::BatchNormDims& d, const Tensor& x, Tensor* scratch, Tensor& owned,
+float* cuda_scratch(const kernels::BatchNormArgs& d, const Tensor& x, Tensor* scratch, Tensor& owned,
                     cudaStream_t stream, const char* op) {
   const auto sizing = [&] { return fmt::format("batch_norm_scratch_elems(M = {}, C = {})",
                                             d.m, d.c); };
@@ -83,7 +83,7 @@ void batch_norm_train_forward(const Tensor& x, const Tensor& gamma, const Tensor
                               Tensor& running_mean, Tensor& running_var, Tensor& save_mean, Tensor& save_invstd,
                               const Tensor* residual, bool relu, Tensor& y, cudaStream_t stream, Tensor* scratch) {
   constexpr const char* op = "batch_norm_train_forward";
-  kernels::BatchNormDims d = bn_dims(x, gamma, eps, relu, op);
+  kernels::BatchNormArgs d = bn_dims(x, gamma, eps, relu, op);
   check_forward_io(d, x, beta, residual, y, op);
   MF_CHECK(std::isfinite(momentum) && momentum >= 0.f && momentum <= 1.f,
            "{}: momentum must be in [0, 1], found {}", op, momentum);
@@ -113,7 +113,7 @@ void batch_norm_eval_forward(const Tensor& x, const Tensor& gamma, const Tensor&
                              const Tensor& running_var, float eps, const Tensor* residual, bool relu, Tensor& y,
                              cudaStream_t stream) {
   constexpr const char* op = "batch_norm_eval_forward";
-  const kernels::BatchNormDims d = bn_dims(x, gamma, eps, relu, op);
+  const kernels::BatchNormArgs d = bn_dims(x, gamma, eps, relu, op);
   check_forward_io(d, x, beta, residual, y, op);
   check_stat(running_mean, d.c, x, op, "running_mean (f32 [C])");
   check_stat(running_var, d.c, x, op, "running_var (f32 [C])");
@@ -126,7 +126,7 @@ void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& sav
                          const Tensor& y, Tensor& dy, bool relu, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                          cudaStream_t stream, Tensor* scratch) {
   constexpr const char* op = "batch_norm_backward";
-  const kernels::BatchNormDims d = bn_dims(x, gamma, 0.f, relu, op);
+  const kernels::BatchNormArgs d = bn_dims(x, gamma, 0.f, relu, op);
   check_like_x(dy, x, op, "dy");
   check_like_x(dx, x, op, "dx");
   if (relu) check_like_x(y, x, op, "y (read with relu)");

@@ -39,7 +39,7 @@ void fold_batch_norm(const Tensor& w, const Tensor* b, const Tensor& gamma, cons
   MF_CHECK(w_out.raw() != w.raw(), "{}: w_out must not be w itself (no in-place folding)", op);
   check_same_device({&w, &gamma, &beta, &running_mean, &running_var, &w_out, &b_out}, op);
   if (with_b) check_same_device({&w, b}, op);
-  kernels::FoldBatchNormDims d;
+  kernels::FoldBatchNormArgs d;
   d.cout = int(cout);
   d.per = w.numel() / cout;
   d.eps = eps;

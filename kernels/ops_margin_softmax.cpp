@@ -15,7 +15,7 @@ namespace mf::ops {
 
 namespace {
 
-void check_dims(const kernels::MarginSoftmaxDims& d, const Tensor& emb, const Tensor& weight, const char* op) {
+void check_dims(const kernels::MarginSoftmaxArgs& d, const Tensor& emb, const Tensor& weight, const char* op) {
   MF_CHECK(emb.ndim() == 2 && emb.size(1) >= 1, "{}: emb must be [B, D] with D >= 1, found {}", op, emb.str());
   MF_CHECK(dtype_is_float(emb.dtype()), "{}: emb must be f32, bf16 or f16, found {}", op, emb.str());
   const std::int64_t B = emb.size(0), D = emb.size(1);
@@ -38,7 +38,7 @@ void check_dims(const kernels::MarginSoftmaxDims& d, const Tensor& emb, const Te
 }
 
 // The f32 scratch of the CUDA path (kernels/op_scratch.hpp).
-float* cuda_scratch(const kernels::MarginSoftmaxDims& d, const Tensor& emb, Tensor* scratch, Tensor& owned,
+float* cuda_scratch(const kernels::MarginSoftmaxArgs& d, const Tensor& emb, Tensor* scratch, Tensor& owned,
                     cudaStream_t stream, const char* op) {
   const auto sizing = [&] { return fmt::format("margin_softmax_scratch_elems(B = {}, C = {}, D = {})",
                                             d.batch, d.classes, d.dim); };
@@ -49,7 +49,7 @@ float* cuda_scratch(const kernels::MarginSoftmaxDims& d, const Tensor& emb, Tens
 }  // namespace
 
 void margin_softmax_loss(const Tensor& emb, const Tensor& weight, const Tensor& labels,
-                         const kernels::MarginSoftmaxDims& d, const float* loss_scale, Tensor& demb, Tensor& dweight,
+                         const kernels::MarginSoftmaxArgs& d, const float* loss_scale, Tensor& demb, Tensor& dweight,
                          Tensor& sums, Tensor& counts, Tensor* step_loss, cudaStream_t stream, Tensor* scratch) {
   constexpr const char* op = "margin_softmax_loss";
   check_dims(d, emb, weight, op);

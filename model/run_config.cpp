@@ -170,9 +170,9 @@ void loss_fields(std::vector<Field>& v) {
       "softmax: the class head; am_softmax / aam_softmax: cosine-margin softmax over the classes (speakers); "
       "angleproto: angular prototypical (needs data.per_class); softmaxproto: softmax plus angleproto",
       one_of(&C::loss_type, {"softmax", "am_softmax", "aam_softmax", "angleproto", "softmaxproto"}));
-  add(v, "loss.margin", &C::loss_margin, "a number in [0, 1)", "AM/AAM-softmax's margin m",
-      float_range(&C::loss_margin, 0, 1, true));
-  add(v, "loss.scale", &C::loss_scale_s, "a number > 0", "AM/AAM-softmax's scale s", positive_float(&C::loss_scale_s));
+  add(v, "loss.margin", &C::margin, "a number in [0, 1)", "AM/AAM-softmax's margin m",
+      float_range(&C::margin, 0, 1, true));
+  add(v, "loss.scale", &C::margin_scale, "a number > 0", "AM/AAM-softmax's scale s", positive_float(&C::margin_scale));
 }
 
 // The keys of the training run ([train]), in help order.
@@ -234,8 +234,8 @@ void optim_fields(std::vector<Field>& v) {
       float_range(&C::class_loss_weight, 0, 1e30, false));
   add(v, "optim.leak_loss_weight", &C::leak_loss_weight, "a number >= 0", "weight of the leak loss",
       float_range(&C::leak_loss_weight, 0, 1e30, false));
-  add(v, "optim.loss_scale", &C::loss_scale, "a finite number > 0", "initial fp16 loss scale",
-      positive_float(&C::loss_scale));
+  add(v, "optim.loss_scale", &C::initial_loss_scale, "a finite number > 0", "initial fp16 loss scale",
+      positive_float(&C::initial_loss_scale));
   add(v, "optim.loss_scale_window", &C::loss_scale_window, "an integer > 0",
       "clean fp16 steps before the loss scale doubles", positive_int(&C::loss_scale_window));
 }

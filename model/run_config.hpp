@@ -46,8 +46,8 @@ struct RunConfig {
 
   // [loss]
   std::string loss_type = "softmax";  // softmax | am_softmax | aam_softmax | angleproto | softmaxproto
-  double loss_margin = 0.2;
-  double loss_scale_s = 30.0;
+  double margin = 0.2;        // AM/AAM-softmax's margin m
+  double margin_scale = 30.0; // AM/AAM-softmax's scale s (not the fp16 loss scale)
 
   // [train]
   std::int64_t epochs = 10;
@@ -75,7 +75,7 @@ struct RunConfig {
   double label_smoothing = 0.0;
   double class_loss_weight = 1.0;
   double leak_loss_weight = 1.0;
-  double loss_scale = 65536.0;        // fp16 initial dynamic loss scale
+  double initial_loss_scale = 65536.0;  // fp16: the dynamic loss scale's start
   std::int64_t loss_scale_window = 2000;
 
   // [reader]

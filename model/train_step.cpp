@@ -72,16 +72,16 @@ TrainStep::TrainStep(const TrainConfig& cfg, Device device, cudaStream_t stream)
   } else {
     for (int i = 0; i < mc.blocks(); ++i) {
       const Shape s{B, mc.out_h(i), mc.out_w(i), mc.channels[std::size_t(i)]};
-      act_.push_back(make(s, dtype_, device, stream, Layout::nhwc));
-      code_.push_back(make(s, DType::u8, device, stream, Layout::nhwc));
-      dact_.push_back(make(s, dtype_, device, stream, Layout::nhwc));
+      block_out_.push_back(make(s, dtype_, device, stream, Layout::nhwc));
+      block_pool_code_.push_back(make(s, DType::u8, device, stream, Layout::nhwc));
+      dblock_out_.push_back(make(s, dtype_, device, stream, Layout::nhwc));
     }
     const int D = mc.dense;
-    h_ = make({B, D}, dtype_, device, stream);
-    dh_ = make({B, D}, dtype_, device, stream);
+    fc_out_ = make({B, D}, dtype_, device, stream);
+    dfc_out_ = make({B, D}, dtype_, device, stream);
     if (mc.dropout > 0.f) {
-      hd_ = make({B, D}, dtype_, device, stream);
-      dhd_ = make({B, D}, dtype_, device, stream);
+      fc_dropped_ = make({B, D}, dtype_, device, stream);
+      dfc_dropped_ = make({B, D}, dtype_, device, stream);
     }
   }
   if (mc.embedding > 0) {
@@ -177,7 +177,7 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   const std::uint64_t augment_seed = splitmix64_finalize(cfg_.seed ^ 0x6175676d656e74ull);  // "augment"
   if (cfg_.augment.any()) {  // training batches only: forward_eval never comes here
     Phase ph(timer_, "augment", stream);
-    kernels::AugmentDims ad = cfg_.augment;
+    kernels::AugmentArgs ad = cfg_.augment;
     ad.batch = B;
     ad.mels = mc.in_mels;
     ad.frames = mc.in_frames;
@@ -189,7 +189,7 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   const bool mix = cfg_.mixup_alpha > 0.f;
   if (mix) {  // after the augmentation; the step then reads the mixed batch and soft targets
     Phase ph(timer_, "mixup", stream);
-    kernels::MixupDims md;
+    kernels::MixupArgs md;
     md.batch = B;
     md.elems = mc.in_mels * mc.in_frames;
     md.alpha = cfg_.mixup_alpha;
@@ -223,7 +223,7 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
                        stream);
   }
   const Tensor& emb = mc.embedding > 0 ? emb_ : *features;
-  Tensor& dtrunk = stack_ ? stack_->dfeatures() : dh_;  // the trunk's output gradient
+  Tensor& dtrunk = stack_ ? stack_->dfeatures() : dfc_out_;  // the trunk's output gradient
   Tensor& demb = mc.embedding > 0 ? demb_ : dtrunk;
 
   // The loss and the heads' backward, down to demb.
@@ -257,13 +257,13 @@ void TrainStep::loss_and_heads(const Tensor& emb, const Tensor& labels, const Te
   const float grad_scale = 1.f / float(cfg_.accum_steps);
   Phase ph(timer_, "loss", stream);
   if (mc.loss == LossType::am_softmax || mc.loss == LossType::aam_softmax) {
-    kernels::MarginSoftmaxDims d;
+    kernels::MarginSoftmaxArgs d;
     d.batch = B;
     d.dim = int(mc.features());
     d.classes = mc.classes;
     d.type = mc.loss == LossType::am_softmax ? kernels::MarginType::am : kernels::MarginType::aam;
-    d.scale = cfg_.loss_scale;
-    d.margin = cfg_.loss_margin;
+    d.scale = cfg_.margin_scale;
+    d.margin = cfg_.margin;
     d.grad_scale = grad_scale;
     Tensor gw = pb.view(g, "loss.weight");
     Tensor* scratch = margin_scratch_.defined() && margin_scratch_.numel() > 0 ? &margin_scratch_ : nullptr;
@@ -274,7 +274,7 @@ void TrainStep::loss_and_heads(const Tensor& emb, const Tensor& labels, const Te
   // The prototypical losses' (w, b): f32, from the master copy (like batch
   // norm's statistics, never in the working dtype).
   const ParamInfo* pw = loss_is_prototypical(mc.loss) ? &pb.info("loss.w") : nullptr;
-  kernels::AngleProtoDims pd;
+  kernels::AngleProtoArgs pd;
   if (pw) {
     pd.per_class = cfg_.per_class;
     pd.classes = int(B / cfg_.per_class);
@@ -291,7 +291,7 @@ void TrainStep::loss_and_heads(const Tensor& emb, const Tensor& labels, const Te
   // The class head (softmax, softmaxproto): logits, the fused loss, the heads' backward.
   Tensor hw = pb.head_weight(work), hb = pb.head_bias(work);
   ops::dense_forward(emb, hw, hb, false, logits_, stream);
-  kernels::LeakLossDims ld;
+  kernels::ClassLeakLossArgs ld;
   ld.batch = B;
   ld.classes = mc.classes;
   ld.label_smoothing = cfg_.label_smoothing;
@@ -299,7 +299,7 @@ void TrainStep::loss_and_heads(const Tensor& emb, const Tensor& labels, const Te
   ld.leak_loss_weight = cfg_.leak_loss_weight;
   ld.grad_scale = grad_scale;
   ld.leak_head = mc.leak_head;  // without it the leak targets are not read
-  ops::leak_loss(logits_, labels, leak, class_weight_.defined() && class_weight_.numel() ? &class_weight_ : nullptr,
+  ops::class_leak_loss(logits_, labels, leak, class_weight_.defined() && class_weight_.numel() ? &class_weight_ : nullptr,
                  &st->loss_scale, ld, dlogits_, sums_, counts_, &step_loss_, stream, mix ? &mix_labels_b_ : nullptr,
                  mix ? &mix_lam_ : nullptr);
   Tensor ghw = pb.head_weight(g), ghb = pb.head_bias(g);
@@ -320,18 +320,18 @@ const Tensor& TrainStep::leakcnn_forward(const Tensor& x, const DropoutContext& 
   for (int i = 0; i < mc.blocks(); ++i) {
     const std::string blk = fmt::format("blocks.{}.conv.", i);
     Phase ph(timer_, fmt::format("fwd.block{}", i), stream);
-    ops::conv_relu_pool_forward(i == 0 ? x : act_[std::size_t(i - 1)], pb.view(work, blk + "weight"),
-                                pb.view(work, blk + "bias"), mc.pools[std::size_t(i)], act_[std::size_t(i)],
-                                &code_[std::size_t(i)], stream);
+    ops::conv_relu_pool_forward(i == 0 ? x : block_out_[std::size_t(i - 1)], pb.view(work, blk + "weight"),
+                                pb.view(work, blk + "bias"), mc.pools[std::size_t(i)], block_out_[std::size_t(i)],
+                                &block_pool_code_[std::size_t(i)], stream);
   }
-  const Tensor flat = act_.back().reshape({B, mc.flat_features()});
+  const Tensor flat = block_out_.back().reshape({B, mc.flat_features()});
   {
     Phase ph(timer_, "fwd.fc", stream);
-    ops::dense_forward(flat, pb.view(work, "fc.weight"), pb.view(work, "fc.bias"), true, h_, stream);
+    ops::dense_forward(flat, pb.view(work, "fc.weight"), pb.view(work, "fc.bias"), true, fc_out_, stream);
   }
-  if (mc.dropout <= 0.f) return h_;
-  ops::dropout_forward(h_, hd_, mc.dropout, drop.seed, drop.stream, drop.counter, stream);
-  return hd_;
+  if (mc.dropout <= 0.f) return fc_out_;
+  ops::dropout_forward(fc_out_, fc_dropped_, mc.dropout, drop.seed, drop.stream, drop.counter, stream);
+  return fc_dropped_;
 }
 
 void TrainStep::leakcnn_backward(const Tensor& x, Tensor& g, const DropoutContext& drop, cudaStream_t stream) {
@@ -340,25 +340,25 @@ void TrainStep::leakcnn_backward(const Tensor& x, Tensor& g, const DropoutContex
   Tensor& work = pb.work();
   const std::int64_t B = cfg_.micro_batch;
   const int L = mc.blocks();
-  Tensor* dfc = &dh_;
+  Tensor* dfc = &dfc_out_;
   if (mc.dropout > 0.f) {
-    ops::dropout_backward(dh_, dhd_, mc.dropout, drop.seed, drop.stream, drop.counter, stream);
-    dfc = &dhd_;
+    ops::dropout_backward(dfc_out_, dfc_dropped_, mc.dropout, drop.seed, drop.stream, drop.counter, stream);
+    dfc = &dfc_dropped_;
   }
-  const Tensor flat = act_.back().reshape({B, mc.flat_features()});
-  Tensor dflat = dact_.back().reshape({B, mc.flat_features()});
+  const Tensor flat = block_out_.back().reshape({B, mc.flat_features()});
+  Tensor dflat = dblock_out_.back().reshape({B, mc.flat_features()});
   Tensor gfw = pb.view(g, "fc.weight"), gfb = pb.view(g, "fc.bias");
   {
     Phase ph(timer_, "bwd.fc", stream);
-    ops::dense_backward(flat, pb.view(work, "fc.weight"), h_, *dfc, true, &dflat, gfw, gfb, stream);
+    ops::dense_backward(flat, pb.view(work, "fc.weight"), fc_out_, *dfc, true, &dflat, gfw, gfb, stream);
   }
   for (int i = L - 1; i >= 0; --i) {
     const std::string blk = fmt::format("blocks.{}.conv.", i);
     Tensor gw = pb.view(g, blk + "weight"), gb = pb.view(g, blk + "bias");
     Phase ph(timer_, fmt::format("bwd.block{}", i), stream);
-    ops::conv_relu_pool_backward(i == 0 ? x : act_[std::size_t(i - 1)], pb.view(work, blk + "weight"),
-                                 dact_[std::size_t(i)], code_[std::size_t(i)], mc.pools[std::size_t(i)],
-                                 i == 0 ? nullptr : &dact_[std::size_t(i - 1)], gw, gb, stream);
+    ops::conv_relu_pool_backward(i == 0 ? x : block_out_[std::size_t(i - 1)], pb.view(work, blk + "weight"),
+                                 dblock_out_[std::size_t(i)], block_pool_code_[std::size_t(i)], mc.pools[std::size_t(i)],
+                                 i == 0 ? nullptr : &dblock_out_[std::size_t(i - 1)], gw, gb, stream);
   }
 }
 

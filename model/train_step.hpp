@@ -56,7 +56,7 @@ struct TrainConfig {
   // (kernels/augment.hpp; batch, mels, frames, seed, stream and first_sample
   // are set by the step). Noise segments: [n, mels, frames] f32, host memory
   // (copied to the device once); empty with augment.noise_count = 0.
-  kernels::AugmentDims augment;
+  kernels::AugmentArgs augment;
   std::vector<float> augment_noise;
   // mixup of each training micro-batch after the augmentation
   // (kernels/mixup.hpp): Beta(alpha, alpha) weights, soft class and leak
@@ -65,8 +65,8 @@ struct TrainConfig {
   // The metric losses (model.loss): AM/AAM-softmax's margin m and scale s
   // (kernels/margin_softmax.hpp); the prototypical losses' segments per class
   // in each micro-batch (M consecutive rows per class: data.per_class).
-  float loss_margin = 0.2f;
-  float loss_scale = 30.f;
+  float margin = 0.2f;
+  float margin_scale = 30.f;  // s, not the fp16 loss scale (initial_loss_scale)
   int per_class = 0;
 };
 
@@ -129,20 +129,26 @@ class TrainStep {
 
   bool graph_captured() const { return graph_exec_ != nullptr; }
   // Per-phase timing (benchmarks, profiling): with a timer set, eager steps
-  // record "fwd.block<i>", "fwd.fc", "fwd.heads", "loss", "bwd.heads",
-  // "bwd.fc", "bwd.block<i>", "accumulate", "optimizer" (null: none). Graph
-  // replays are not split into phases.
+  // record, per micro-batch and in this order: "augment", "mixup",
+  // "input_norm" (each only when on); the trunk's forward ("fwd.block<i>" and
+  // "fwd.fc" for LeakCNN, "fwd.layers" for a CNN stack); "fwd.embedding"
+  // (model.embedding > 0); "loss" (the heads' forward, the loss and the heads'
+  // backward); "bwd.embedding"; the trunk's backward ("bwd.fc", "bwd.block<i>"
+  // or "bwd.layers"); "accumulate" (micro-batches after the first); then once
+  // per step "optimizer". A null timer records nothing; graph replays are not
+  // split into phases.
   void set_phase_timer(EventTimer* t) { timer_ = t; }
 
  private:
   void run_step(cudaStream_t stream);  // the captured body
   void micro_batch(int j, cudaStream_t stream);
-  // LeakCNN's layers before the heads (conv blocks, fc, dropout): the heads'
-  // input, and the backward from dh_ into the gradient buffer g.
   // The loss of the embeddings `emb` [B, E] (loss.type) and the heads'
   // backward: parameter gradients into g, emb's gradient into demb.
   void loss_and_heads(const Tensor& emb, const Tensor& labels, const Tensor& leak, Tensor& g, Tensor& demb, bool mix,
                       cudaStream_t stream);
+  // LeakCNN's layers before the heads (conv blocks, fc, dropout): the forward
+  // returns the heads' input; the backward runs from dfc_out_ into the
+  // gradient buffer g.
   const Tensor& leakcnn_forward(const Tensor& x, const DropoutContext& drop, cudaStream_t stream);
   void leakcnn_backward(const Tensor& x, Tensor& g, const DropoutContext& drop, cudaStream_t stream);
 
@@ -153,8 +159,13 @@ class TrainStep {
   Tensor grad_scratch_;  // micro-batches after the first (k > 1)
   Tensor in_x_, in_labels_, in_leak_;
   std::unique_ptr<CnnStack> stack_;        // model.arch = cnn (else null and the LeakCNN buffers below)
-  std::vector<Tensor> act_, code_, dact_;  // per block: output, pool codes, output gradient
-  Tensor h_, hd_, logits_, dlogits_, dh_, dhd_;
+  // LeakCNN's buffers (empty for a CNN stack). Per conv block: its output,
+  // its max-pool winner codes and its output's gradient.
+  std::vector<Tensor> block_out_, block_pool_code_, dblock_out_;
+  // The fc layer's output (after its ReLU) and that after dropout (allocated
+  // only with model.dropout > 0), and their gradients.
+  Tensor fc_out_, fc_dropped_, dfc_out_, dfc_dropped_;
+  Tensor logits_, dlogits_;  // the heads' logits [B, C(+1)] and their gradient
   Tensor emb_, demb_;  // the embedding layer's output and gradient (model.embedding > 0)
   // softmaxproto: angleproto's embedding gradient and its own metric sums
   Tensor demb_proto_, proto_sums_, proto_counts_;

@@ -72,13 +72,13 @@ model::TrainConfig step_config(const model::RunConfig& cfg, const model::ModelCo
   tc.optim.total_steps = std::int32_t(std::max<std::int64_t>(1, total_steps));
   tc.optim.min_lr = float(cfg.lr * cfg.min_lr_ratio);
   tc.optim.growth_interval = std::int32_t(cfg.loss_scale_window);
-  tc.initial_loss_scale = float(cfg.loss_scale);
+  tc.initial_loss_scale = float(cfg.initial_loss_scale);
   tc.label_smoothing = float(cfg.label_smoothing);
   tc.class_loss_weight = float(cfg.class_loss_weight);
   tc.leak_loss_weight = float(cfg.leak_loss_weight);
   tc.cuda_graph = cfg.cuda_graphs;
-  tc.loss_margin = float(cfg.loss_margin);
-  tc.loss_scale = float(cfg.loss_scale_s);
+  tc.margin = float(cfg.margin);
+  tc.margin_scale = float(cfg.margin_scale);
   tc.per_class = int(cfg.per_class);
   tc.seed = std::uint64_t(cfg.seed);
   return tc;
@@ -101,7 +101,7 @@ io::ReaderConfig reader_config(const model::RunConfig& cfg, Device dev, DType dt
 }
 
 void set_augmentation(model::TrainConfig& tc, const model::RunConfig& cfg, const io::DatasetInfo& train) {
-  kernels::AugmentDims& a = tc.augment;
+  kernels::AugmentArgs& a = tc.augment;
   a.time_masks = int(cfg.aug_time_masks);
   a.time_mask_width = int(cfg.aug_time_mask_width);
   a.freq_masks = int(cfg.aug_freq_masks);

@@ -11,7 +11,7 @@ namespace mf::testing {
 
 // The op's CPU twin on a tensor holding x (converted to t), counter `ctr`;
 // returns the result as floats.
-inline std::vector<float> augment_on_cpu(const kernels::AugmentDims& d, DType t, const std::vector<float>& x,
+inline std::vector<float> augment_on_cpu(const kernels::AugmentArgs& d, DType t, const std::vector<float>& x,
                                          const std::vector<float>& noise, std::int32_t ctr) {
   Tensor tx = Tensor::from_floats(x, {d.batch, d.mels, d.frames}, t);
   ops::augment(tx, d, noise.empty() ? nullptr : noise.data(), &ctr);

@@ -38,8 +38,8 @@ struct Problem {
   std::int64_t rows() const { return std::int64_t(N) * M; }
 };
 
-kernels::AngleProtoDims dims_of(const Problem& p, float grad_scale = 1.f) {
-  kernels::AngleProtoDims d;
+kernels::AngleProtoArgs dims_of(const Problem& p, float grad_scale = 1.f) {
+  kernels::AngleProtoArgs d;
   d.classes = p.N;
   d.per_class = p.M;
   d.dim = p.D;
@@ -336,7 +336,7 @@ TEST_CASE("angleproto: errors name what was expected and found") {
   Tensor demb = Tensor::empty({6, 4}, DType::f32), dwb = Tensor::empty({2}, DType::f32);
   Tensor sums = Tensor::zeros({kernels::kLossSums}, DType::f32);
   Tensor counts = Tensor::zeros({3}, DType::i32);
-  auto err = [&](const Tensor& e, const Tensor& w, kernels::AngleProtoDims d, Tensor& de, Tensor& dw, Tensor& c) {
+  auto err = [&](const Tensor& e, const Tensor& w, kernels::AngleProtoArgs d, Tensor& de, Tensor& dw, Tensor& c) {
     return testing::error_of([&] { ops::angleproto_loss(e, w, d, nullptr, de, dw, sums, c, nullptr); });
   };
   const auto d = dims_of(p);

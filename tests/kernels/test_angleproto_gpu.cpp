@@ -26,7 +26,7 @@ namespace {
 const Device kGpu = Device::cuda(0);
 
 struct Problem {
-  kernels::AngleProtoDims d;
+  kernels::AngleProtoArgs d;
   float w = 10.f, b = -5.f;
   std::vector<float> emb;
 };

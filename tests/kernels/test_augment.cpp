@@ -20,12 +20,12 @@
 #include "tests/support/testing.hpp"
 
 using namespace mf;
-using kernels::AugmentDims;
+using kernels::AugmentArgs;
 
 namespace {
 
-AugmentDims dims(std::int64_t batch, std::int64_t mels, std::int64_t frames) {
-  AugmentDims d;
+AugmentArgs dims(std::int64_t batch, std::int64_t mels, std::int64_t frames) {
+  AugmentArgs d;
   d.batch = batch;
   d.mels = mels;
   d.frames = frames;
@@ -49,7 +49,7 @@ struct Reference {
 };
 
 // The header's four steps in float64, one sample at a time.
-Reference reference(const AugmentDims& d, const std::vector<float>& x, const std::vector<float>& noise,
+Reference reference(const AugmentArgs& d, const std::vector<float>& x, const std::vector<float>& noise,
                     std::uint32_t ctr) {
   const std::int64_t M = d.mels, F = d.frames, N = M * F;
   Reference r;
@@ -125,7 +125,7 @@ double ulp(DType t, double v) {
 // in bf16/f16 the twin's f32 value and the reference may round to neighbouring
 // values of t, so one ulp of t more. Returns the largest error seen relative
 // to the f32 tolerance (for the report in the failure message).
-void check_against(const AugmentDims& d, DType t, const std::vector<float>& out, const Reference& r,
+void check_against(const AugmentArgs& d, DType t, const std::vector<float>& out, const Reference& r,
                    const std::function<double(std::int64_t b)>& f32_tol) {
   const std::int64_t N = d.mels * d.frames;
   double worst = 0;
@@ -151,7 +151,7 @@ std::vector<float> segments(std::int64_t count, std::int64_t n, std::uint64_t se
 }  // namespace
 
 TEST_CASE("augment: augment_uniform is in [0, 1) on a 2^-24 grid, uniform, and uncorrelated across draws") {
-  const AugmentDims d = dims(1, 1, 1);
+  const AugmentArgs d = dims(1, 1, 1);
   const int n = 200000;
   std::vector<int> bins(16);
   double sum = 0, cross_draw = 0, cross_sample = 0;
@@ -189,13 +189,13 @@ TEST_CASE("augment: each transform alone and all together equal the float64 refe
   for (DType t : {DType::f32, DType::bf16, DType::f16}) {
     const std::vector<float> x = rounded(x0, t);
     SUBCASE("time shift: exact (a permutation)") {
-      AugmentDims d = dims(B, M, F);
+      AugmentArgs d = dims(B, M, F);
       d.time_shift = 7;
       const Reference r = reference(d, x, {}, ctr);
       CHECK(run(d, t, x, {}, ctr) == std::vector<float>(r.y.begin(), r.y.end()));
     }
     SUBCASE("gain in dB with a power-of-two range: exact (one rounding of an exact sum)") {
-      AugmentDims d = dims(B, M, F);
+      AugmentArgs d = dims(B, M, F);
       d.gain_db = 4;
       const Reference r = reference(d, x, {}, ctr);
       std::vector<float> want(r.y.size());
@@ -203,7 +203,7 @@ TEST_CASE("augment: each transform alone and all together equal the float64 refe
       CHECK(run(d, t, x, {}, ctr) == want);
     }
     SUBCASE("gain in dB/10 units: within one rounding of the f32 gain and sum") {
-      AugmentDims d = dims(B, M, F);
+      AugmentArgs d = dims(B, M, F);
       d.gain_db = 6;
       d.db_per_unit = 10;
       std::vector<float> x10(x0.size());
@@ -215,7 +215,7 @@ TEST_CASE("augment: each transform alone and all together equal the float64 refe
                     [&](std::int64_t b) { return std::ldexp(r.max_abs[std::size_t(b)] + 0.6, -23); });
     }
     SUBCASE("masks: positions exact, the fill within the f32 mean's rounding") {
-      AugmentDims d = dims(B, M, F);
+      AugmentArgs d = dims(B, M, F);
       d.freq_masks = 2;
       d.freq_mask_width = 6;
       d.time_masks = 3;
@@ -238,7 +238,7 @@ TEST_CASE("augment: each transform alone and all together equal the float64 refe
       });
     }
     SUBCASE("noise: within the f32 power-domain arithmetic's error") {
-      AugmentDims d = dims(B, M, F);
+      AugmentArgs d = dims(B, M, F);
       d.noise_count = 3;
       d.snr_lo_db = -5;
       d.snr_hi_db = 20;
@@ -250,7 +250,7 @@ TEST_CASE("augment: each transform alone and all together equal the float64 refe
                     [&](std::int64_t b) { return 4 * std::ldexp(r.max_abs[std::size_t(b)], -24); });
     }
     SUBCASE("all together") {
-      AugmentDims d = dims(B, M, F);
+      AugmentArgs d = dims(B, M, F);
       d.time_shift = 5;
       d.gain_db = 6;
       d.freq_masks = 2;
@@ -280,7 +280,7 @@ constexpr std::int64_t kDraws = 20000;
 TEST_CASE("augment statistics: time shifts uniform over [-S, S], a true circular shift") {
   const std::int64_t M = 3, F = 16;
   const int S = 5;
-  AugmentDims d = dims(kDraws, M, F);
+  AugmentArgs d = dims(kDraws, M, F);
   d.time_shift = S;
   std::vector<float> x(std::size_t(kDraws * M * F));
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(i % F);  // each row 0..F-1
@@ -301,7 +301,7 @@ TEST_CASE("augment statistics: time shifts uniform over [-S, S], a true circular
 
 TEST_CASE("augment statistics: gains uniform over [-g, g] dB, mean 0") {
   const float G = 6;
-  AugmentDims d = dims(kDraws, 2, 2);
+  AugmentArgs d = dims(kDraws, 2, 2);
   d.gain_db = G;
   const std::vector<float> out = run(d, DType::f32, std::vector<float>(std::size_t(kDraws * 4), 0.f), {}, 4);
   double sum = 0, sum2 = 0, lo = 1e9, hi = -1e9;
@@ -330,7 +330,7 @@ TEST_CASE("augment statistics: mask widths uniform over 0..W, starts uniform ove
     CAPTURE(freq);
     const std::int64_t M = freq ? 16 : 4, F = freq ? 4 : 16, E = freq ? M : F;
     const int W = freq ? 5 : 7;
-    AugmentDims d = dims(kDraws, M, F);
+    AugmentArgs d = dims(kDraws, M, F);
     (freq ? d.freq_masks : d.time_masks) = 1;
     (freq ? d.freq_mask_width : d.time_mask_width) = W;
     // x[m][t] = 100 m + t: integers, so no element equals the (non-integer) mean
@@ -377,7 +377,7 @@ TEST_CASE("augment statistics: noise segments uniform, the achieved SNR is the d
   // -200 dB elsewhere, so the row the output raises names k, and
   // 10^(out/10) - 1 is the scaled noise power.
   const std::int64_t M = 8, F = 4, N = M * F, K = 5;
-  AugmentDims d = dims(kDraws, M, F);
+  AugmentArgs d = dims(kDraws, M, F);
   d.noise_count = K;
   d.snr_lo_db = 0;
   d.snr_hi_db = 20;
@@ -413,8 +413,8 @@ TEST_CASE("augment statistics: noise segments uniform, the achieved SNR is the d
 }
 
 namespace {
-AugmentDims everything(std::int64_t batch, std::int64_t mels, std::int64_t frames) {
-  AugmentDims d = dims(batch, mels, frames);
+AugmentArgs everything(std::int64_t batch, std::int64_t mels, std::int64_t frames) {
+  AugmentArgs d = dims(batch, mels, frames);
   d.time_shift = 6;
   d.gain_db = 6;
   d.freq_masks = 2;
@@ -431,7 +431,7 @@ AugmentDims everything(std::int64_t batch, std::int64_t mels, std::int64_t frame
 TEST_CASE("augment: the same bits on 1 and 2 threads, per counter; new draws per counter, stream, sample") {
   const std::int64_t B = 33, M = 20, F = 30, N = M * F;
   const std::vector<float> x = segments(B, N, 21, -80.f, 0.f), noise = segments(4, N, 22, -90.f, -10.f);
-  AugmentDims d = everything(B, M, F);
+  AugmentArgs d = everything(B, M, F);
   const int threads = cpu_threads();
   set_cpu_threads(1);
   const std::vector<float> one = run(d, DType::f32, x, noise, 8);
@@ -441,7 +441,7 @@ TEST_CASE("augment: the same bits on 1 and 2 threads, per counter; new draws per
   CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
   CHECK(run(d, DType::f32, x, noise, 8) == one);  // the same counter: the same draws
   CHECK(run(d, DType::f32, x, noise, 9) != one);  // the next step: new draws
-  AugmentDims other = d;
+  AugmentArgs other = d;
   other.stream = 2;  // another micro-batch of the step
   CHECK(run(other, DType::f32, x, noise, 8) != one);
   other = d;
@@ -460,10 +460,10 @@ TEST_CASE("augment: the same bits on 1 and 2 threads, per counter; new draws per
 TEST_CASE("augment: draws follow the sample index, so first_sample splits a batch into equal pieces") {
   const std::int64_t B = 10, M = 12, F = 20, N = M * F;
   const std::vector<float> x = segments(B, N, 31, -80.f, 0.f), noise = segments(4, N, 32, -90.f, -10.f);
-  AugmentDims d = everything(B, M, F);
+  AugmentArgs d = everything(B, M, F);
   d.first_sample = 40;
   const std::vector<float> whole = run(d, DType::bf16, x, noise, 3);
-  AugmentDims a = d, b = d;
+  AugmentArgs a = d, b = d;
   a.batch = 4;
   b.batch = 6;
   b.first_sample = 44;
@@ -476,7 +476,7 @@ TEST_CASE("augment: draws follow the sample index, so first_sample splits a batc
 }
 
 TEST_CASE("augment: with every option 0 nothing changes, whatever the bytes; the counter is not read") {
-  const AugmentDims d = dims(4, 8, 8);
+  const AugmentArgs d = dims(4, 8, 8);
   REQUIRE(!d.any());
   for (DType t : {DType::f32, DType::bf16, DType::f16}) {
     Tensor x = Tensor::from_floats(segments(4, 64, 41, -80.f, 0.f), {4, 8, 8}, t);
@@ -490,7 +490,7 @@ TEST_CASE("augment: with every option 0 nothing changes, whatever the bytes; the
 
 TEST_CASE("augment: the nhwc input [batch, mels, frames, 1] is accepted; bad arguments are refused") {
   const std::vector<float> v = segments(2, 48, 51, -80.f, 0.f), noise = segments(1, 48, 52, -80.f, 0.f);
-  AugmentDims d = dims(2, 6, 8);
+  AugmentArgs d = dims(2, 6, 8);
   d.time_shift = 3;
   d.gain_db = 2;
   std::int32_t ctr = 1;
@@ -498,10 +498,10 @@ TEST_CASE("augment: the nhwc input [batch, mels, frames, 1] is accepted; bad arg
   ops::augment(x4, d, nullptr, &ctr);
   CHECK(x4.to_floats() == run(d, DType::f32, v, {}, 1));
   Tensor x = Tensor::from_floats(v, {2, 6, 8});
-  auto err = [&](const AugmentDims& bad, const float* n = nullptr, bool with_counter = true) {
+  auto err = [&](const AugmentArgs& bad, const float* n = nullptr, bool with_counter = true) {
     return testing::error_of([&] { ops::augment(x, bad, n, with_counter ? &ctr : nullptr); });
   };
-  AugmentDims b = d;
+  AugmentArgs b = d;
   b.frames = 9;
   CHECK(err(b).find("does not match the dims' batch 2, mels 6, frames 9") != std::string::npos);
   b = d;

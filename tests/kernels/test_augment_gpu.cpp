@@ -21,15 +21,15 @@
 #include "tests/support/testing.hpp"
 
 using namespace mf;
-using kernels::AugmentDims;
+using kernels::AugmentArgs;
 
 namespace {
 
 const Device kGpu = Device::cuda(0);
 
 // Every transform on, with widths that fit the shape.
-AugmentDims everything(std::int64_t batch, std::int64_t mels, std::int64_t frames, bool noise) {
-  AugmentDims d;
+AugmentArgs everything(std::int64_t batch, std::int64_t mels, std::int64_t frames, bool noise) {
+  AugmentArgs d;
   d.batch = batch;
   d.mels = mels;
   d.frames = frames;
@@ -56,7 +56,7 @@ Tensor device_counter(std::int32_t ctr, Stream& s) {
   return Tensor::from_floats(std::vector<float>{float(ctr)}, {1}, DType::i32).to(kGpu, s);
 }
 
-std::vector<float> on_gpu(const AugmentDims& d, DType t, const std::vector<float>& x, const std::vector<float>& noise,
+std::vector<float> on_gpu(const AugmentArgs& d, DType t, const std::vector<float>& x, const std::vector<float>& noise,
                           std::int32_t ctr) {
   Stream s(kGpu);
   Tensor gx = Tensor::from_floats(x, {d.batch, d.mels, d.frames}, t).to(kGpu, s);
@@ -75,7 +75,7 @@ double ulp(DType t, double v) {
   return std::ldexp(1.0, e - bits);
 }
 
-void check_equal(const AugmentDims& d, DType t, const std::vector<float>& gpu, const std::vector<float>& cpu) {
+void check_equal(const AugmentArgs& d, DType t, const std::vector<float>& gpu, const std::vector<float>& cpu) {
   REQUIRE(gpu.size() == cpu.size());
   const bool exact = testing::kEmulatedGpu || d.noise_count == 0;
   const std::int64_t N = d.mels * d.frames;
@@ -118,7 +118,7 @@ TEST_CASE("augment CUDA equals the CPU twin: dtypes, shapes, noise on and off") 
     const std::vector<float> x = testing::random_floats(std::size_t(sh.batch * N), std::uint64_t(N), -80.f, 0.f);
     const std::vector<float> noise = testing::random_floats(std::size_t(3 * N), std::uint64_t(N) + 1, -90.f, -10.f);
     for (bool with_noise : {false, true}) {
-      const AugmentDims d = everything(sh.batch, sh.mels, sh.frames, with_noise);
+      const AugmentArgs d = everything(sh.batch, sh.mels, sh.frames, with_noise);
       const std::vector<float> nz = with_noise ? noise : std::vector<float>{};
       for (DType t : {DType::f32, DType::bf16, DType::f16}) {
         const std::int32_t ctr = 11;
@@ -136,13 +136,13 @@ TEST_CASE("augment CUDA: a batch larger than the grid (blocks loop over samples)
   const std::int64_t B = testing::emu_scaled(kernels::kAugmentMaxBlocks * 2 + 3, 2);
   const std::vector<float> x = testing::random_floats(std::size_t(B * N), 61, -80.f, 0.f);
   const std::vector<float> noise = testing::random_floats(std::size_t(3 * N), 62, -90.f, -10.f);
-  AugmentDims d = everything(B, M, F, true);
+  AugmentArgs d = everything(B, M, F, true);
   d.freq_masks = d.time_masks = 1;
   d.freq_mask_width = 1;
   d.time_mask_width = 3;
   check_equal(d, DType::f32, on_gpu(d, DType::f32, x, noise, 5), twin(d, DType::f32, x, noise, 5));
   for (int only = 0; only < 4; ++only) {
-    AugmentDims one;
+    AugmentArgs one;
     one.batch = 6;
     one.mels = 2;
     one.frames = 4;
@@ -164,7 +164,7 @@ TEST_CASE("augment CUDA: a captured graph replayed with the counter advanced dra
   const std::int64_t B = 9, M = 40, F = 101, N = M * F;
   const std::vector<float> x = testing::random_floats(std::size_t(B * N), 71, -80.f, 0.f);
   const std::vector<float> noise = testing::random_floats(std::size_t(3 * N), 72, -90.f, -10.f);
-  const AugmentDims d = everything(B, M, F, true);
+  const AugmentArgs d = everything(B, M, F, true);
   Stream s(kGpu);
   const Tensor x0 = Tensor::from_floats(x, {B, M, F}).to(kGpu, s);
   Tensor gx = Tensor::empty({B, M, F}, DType::f32, kGpu, Layout::plain, s);

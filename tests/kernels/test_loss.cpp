@@ -61,7 +61,7 @@ TEST_CASE("fused loss: PyTorch semantics (class weights, label smoothing), gradi
   }
   for (const std::vector<float>& cw : {std::vector<float>{}, std::vector<float>{1.f, 2.5f, 0.5f, 1.5f}})
     for (float eps : {0.f, 0.2f}) {
-      kernels::LeakLossDims d;
+      kernels::ClassLeakLossArgs d;
       d.batch = B;
       d.classes = int(C);
       d.label_smoothing = eps;
@@ -76,7 +76,7 @@ TEST_CASE("fused loss: PyTorch semantics (class weights, label smoothing), gradi
       dl.fill_bytes(0xff);
       Tensor sums = Tensor::zeros({kernels::kLossSums}, DType::f32), counts = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32);
       Tensor sl = Tensor::zeros({1}, DType::f32);
-      ops::leak_loss(logits, lab, leak, cw.empty() ? nullptr : &cwt, &loss_scale, d, dl, sums, counts, &sl);
+      ops::class_leak_loss(logits, lab, leak, cw.empty() ? nullptr : &cwt, &loss_scale, d, dl, sums, counts, &sl);
       std::vector<double> z(zf.begin(), zf.end());
       double ce = 0, bce = 0;
       const double ref = total_loss(z, y, t, cw, B, C, eps, 0.8, 1.3, &ce, &bce);
@@ -186,7 +186,7 @@ struct LossOut {
 
 LossOut run_loss(const std::vector<float>& z, const std::vector<float>& ya, const std::vector<float>* yb,
                  const std::vector<float>* lam, const std::vector<float>& t, const std::vector<float>& cw,
-                 const kernels::LeakLossDims& d, float loss_scale) {
+                 const kernels::ClassLeakLossArgs& d, float loss_scale) {
   const std::int64_t B = d.batch, C = d.classes;
   const Tensor logits = Tensor::from_floats(z, {B, C + 1});
   const Tensor lab = Tensor::from_floats(ya, {B}, DType::i32), leak = Tensor::from_floats(t, {B});
@@ -197,7 +197,7 @@ LossOut run_loss(const std::vector<float>& z, const std::vector<float>& ya, cons
   dl.fill_bytes(0xff);
   Tensor sums = Tensor::zeros({kernels::kLossSums}, DType::f32),
          counts = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32), sl = Tensor::zeros({1}, DType::f32);
-  ops::leak_loss(logits, lab, leak, cw.empty() ? nullptr : &cwt, &loss_scale, d, dl, sums, counts, &sl, nullptr,
+  ops::class_leak_loss(logits, lab, leak, cw.empty() ? nullptr : &cwt, &loss_scale, d, dl, sums, counts, &sl, nullptr,
                  yb ? &lb : nullptr, lam ? &lm : nullptr);
   return {dl.to_floats(), sums.to_floats(), counts.to_floats(), sl.to_floats()};
 }
@@ -221,7 +221,7 @@ TEST_CASE("fused loss, soft targets (mixup): float64 reference, finite-differenc
     for (float eps : {0.f, 0.15f}) {
       CAPTURE(cw.size());
       CAPTURE(eps);
-      kernels::LeakLossDims d;
+      kernels::ClassLeakLossArgs d;
       d.batch = B;
       d.classes = int(C);
       d.label_smoothing = eps;
@@ -274,7 +274,7 @@ TEST_CASE("fused loss, soft targets: lam = 1 gives the hard labels' bits, lam = 
     t.push_back(float(i % 2));
   }
   const std::vector<float> cw{0.5f, 1.f, 2.f, 1.5f}, ones(std::size_t(B), 1.f), zeros(std::size_t(B), 0.f);
-  kernels::LeakLossDims d;
+  kernels::ClassLeakLossArgs d;
   d.batch = B;
   d.classes = int(C);
   d.label_smoothing = 0.1f;
@@ -295,7 +295,7 @@ TEST_CASE("fused loss, soft targets: lam = 1 gives the hard labels' bits, lam = 
   Tensor dl = Tensor::empty({B, C + 1}, DType::f32), sums = Tensor::zeros({kernels::kLossSums}, DType::f32),
          counts = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32);
   CHECK(testing::error_of([&] {
-          ops::leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, counts, nullptr, nullptr, &lb, nullptr);
+          ops::class_leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, counts, nullptr, nullptr, &lb, nullptr);
         }).find("labels_b and lam must be given together") != std::string::npos);
 }
 
@@ -319,7 +319,7 @@ struct NcOut {
 
 NcOut run_nc(const NcCase& c, bool confusion, int threads = 0) {
   const std::int64_t B = c.B, C = c.C, L = C + (c.leak ? 1 : 0);
-  kernels::LeakLossDims d;
+  kernels::ClassLeakLossArgs d;
   d.batch = B;
   d.classes = c.C;
   d.leak_head = c.leak;
@@ -346,7 +346,7 @@ NcOut run_nc(const NcCase& c, bool confusion, int threads = 0) {
   const int saved = cpu_threads();
   if (threads) set_cpu_threads(threads);
   const float scale = 8.f;
-  ops::leak_loss(logits, lab, leak, c.weighted ? &cw : nullptr, &scale, d, dl, sums, counts, &sl, nullptr,
+  ops::class_leak_loss(logits, lab, leak, c.weighted ? &cw : nullptr, &scale, d, dl, sums, counts, &sl, nullptr,
                  c.mix ? &lb : nullptr, c.mix ? &lam : nullptr);
   set_cpu_threads(saved);
   return {dl.to_floats(), sums.to_floats(), counts.to_floats(), sl.to_floats()};
@@ -409,7 +409,7 @@ TEST_CASE("fused loss without the confusion matrix: thread-count independent; th
   // The kernel entry point with a guard band after the three counts: left as it was.
   const std::int64_t B = 9;
   const int C = 6;
-  kernels::LeakLossDims d;
+  kernels::ClassLeakLossArgs d;
   d.batch = B;
   d.classes = C;
   d.confusion = false;
@@ -424,7 +424,7 @@ TEST_CASE("fused loss without the confusion matrix: thread-count independent; th
   std::vector<float> sums(kernels::kLossSums, 0.f);
   std::vector<std::int32_t> counts(kernels::kLossCounts + 64, -7);
   counts[0] = counts[1] = counts[2] = 0;
-  kernels::leak_loss_cpu(d, DType::f32, z.data(), labels.data(), nullptr, nullptr, leak.data(), nullptr, nullptr,
+  kernels::class_leak_loss_cpu(d, DType::f32, z.data(), labels.data(), nullptr, nullptr, leak.data(), nullptr, nullptr,
                          dl.data(), sums.data(), counts.data(), nullptr, nullptr);
   CHECK(counts[0] == B);
   CHECK(counts[1] >= 5);  // the even rows at least
@@ -433,7 +433,7 @@ TEST_CASE("fused loss without the confusion matrix: thread-count independent; th
 
 TEST_CASE("fused loss: counts must be [kLossCounts] or [kLossCounts + C*C]") {
   const std::int64_t B = 4, C = 3;
-  kernels::LeakLossDims d;
+  kernels::ClassLeakLossArgs d;
   d.batch = B;
   d.classes = int(C);
   const Tensor logits = Tensor::zeros({B, C + 1}, DType::f32), lab = Tensor::zeros({B}, DType::i32),
@@ -442,16 +442,16 @@ TEST_CASE("fused loss: counts must be [kLossCounts] or [kLossCounts + C*C]") {
   for (const Shape& bad : {Shape{4}, Shape{kernels::kLossCounts + C * C - 1}, Shape{kernels::kLossCounts + C * C + 1},
                            Shape{1, kernels::kLossCounts}, Shape{0}}) {
     Tensor counts = Tensor::zeros(bad, DType::i32);
-    const std::string e = testing::error_of([&] { ops::leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, counts, nullptr); });
+    const std::string e = testing::error_of([&] { ops::class_leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, counts, nullptr); });
     CAPTURE(e);
-    CHECK(e.find("leak_loss: counts must be [3] (no confusion matrix) or [3 + C*C = 12], found") != std::string::npos);
+    CHECK(e.find("class_leak_loss: counts must be [3] (no confusion matrix) or [3 + C*C = 12], found") != std::string::npos);
   }
   Tensor counts = Tensor::zeros({kernels::kLossCounts}, DType::f32);  // the right size, the wrong dtype
-  CHECK(testing::error_of([&] { ops::leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, counts, nullptr); })
+  CHECK(testing::error_of([&] { ops::class_leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, counts, nullptr); })
             .find("leak_loss") != std::string::npos);
   for (std::int64_t n : {std::int64_t(kernels::kLossCounts), kernels::kLossCounts + C * C}) {  // both accepted
     Tensor ok = Tensor::zeros({n}, DType::i32);
-    CHECK(testing::error_of([&] { ops::leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, ok, nullptr); }) ==
+    CHECK(testing::error_of([&] { ops::class_leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, ok, nullptr); }) ==
           "<no error>");
   }
 }

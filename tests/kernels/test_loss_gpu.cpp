@@ -30,7 +30,7 @@ TEST_CASE("fused loss: CUDA vs CPU twin (metrics exact, gradients and losses wit
   for (std::int64_t B : {1, 513, 8192})
     for (DType t : {DType::f32, DType::bf16, DType::f16}) {
       const int C = 5;
-      kernels::LeakLossDims d;
+      kernels::ClassLeakLossArgs d;
       d.batch = B;
       d.classes = C;
       d.label_smoothing = 0.1f;
@@ -46,14 +46,14 @@ TEST_CASE("fused loss: CUDA vs CPU twin (metrics exact, gradients and losses wit
       Tensor dl = Tensor::empty({B, C + 1}, t), sums = Tensor::zeros({kernels::kLossSums}, DType::f32),
              counts = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32);
       const float scale = 1024.f;
-      ops::leak_loss(logits, labels, leak, &cw, &scale, d, dl, sums, counts, nullptr);
+      ops::class_leak_loss(logits, labels, leak, &cw, &scale, d, dl, sums, counts, nullptr);
       Tensor gscale = Tensor::from_floats(std::vector<float>{scale}, {1}).to(kGpu, s);
       Tensor gl = logits.to(kGpu, s), glab = labels.to(kGpu, s), glk = leak.to(kGpu, s), gcw = cw.to(kGpu, s);
       Tensor gdl = Tensor::empty({B, C + 1}, t, kGpu, Layout::plain, s);
       gdl.fill_bytes(0xff, s);
       Tensor gs = Tensor::zeros({kernels::kLossSums}, DType::f32, kGpu, Layout::plain, s);
       Tensor gc = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32, kGpu, Layout::plain, s);
-      ops::leak_loss(gl, glab, glk, &gcw, gscale.data<float>(), d, gdl, gs, gc, nullptr, s);
+      ops::class_leak_loss(gl, glab, glk, &gcw, gscale.data<float>(), d, gdl, gs, gc, nullptr, s);
       s.synchronize();
       CHECK(testing::rel_l2(gdl.to_floats(), dl.to_floats()) <= (t == DType::f32 ? 1e-5 : testing::rel_l2_tolerance(t)));
       CHECK(testing::rel_l2(gs.to_floats(), sums.to_floats()) <= 1e-5);
@@ -86,7 +86,7 @@ TEST_CASE("fused loss, soft targets (mixup): CUDA vs CPU twin (metrics exact, gr
   for (std::int64_t B : {1, 513, 4096})
     for (DType t : {DType::f32, DType::bf16}) {
       const int C = 5;
-      kernels::LeakLossDims d;
+      kernels::ClassLeakLossArgs d;
       d.batch = B;
       d.classes = C;
       d.label_smoothing = 0.1f;
@@ -104,7 +104,7 @@ TEST_CASE("fused loss, soft targets (mixup): CUDA vs CPU twin (metrics exact, gr
       Tensor dl = Tensor::empty({B, C + 1}, t), sums = Tensor::zeros({kernels::kLossSums}, DType::f32),
              counts = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32);
       const float scale = 64.f;
-      ops::leak_loss(logits, labels, leak, &cw, &scale, d, dl, sums, counts, nullptr, nullptr, &labels_b, &lam);
+      ops::class_leak_loss(logits, labels, leak, &cw, &scale, d, dl, sums, counts, nullptr, nullptr, &labels_b, &lam);
       Tensor gscale = Tensor::from_floats(std::vector<float>{scale}, {1}).to(kGpu, s);
       Tensor gl = logits.to(kGpu, s), glab = labels.to(kGpu, s), glb = labels_b.to(kGpu, s), glam = lam.to(kGpu, s),
              glk = leak.to(kGpu, s), gcw = cw.to(kGpu, s);
@@ -112,7 +112,7 @@ TEST_CASE("fused loss, soft targets (mixup): CUDA vs CPU twin (metrics exact, gr
       gdl.fill_bytes(0xff, s);
       Tensor gs = Tensor::zeros({kernels::kLossSums}, DType::f32, kGpu, Layout::plain, s);
       Tensor gc = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32, kGpu, Layout::plain, s);
-      ops::leak_loss(gl, glab, glk, &gcw, gscale.data<float>(), d, gdl, gs, gc, nullptr, s, &glb, &glam);
+      ops::class_leak_loss(gl, glab, glk, &gcw, gscale.data<float>(), d, gdl, gs, gc, nullptr, s, &glb, &glam);
       s.synchronize();
       CAPTURE(B);
       CHECK(testing::rel_l2(gdl.to_floats(), dl.to_floats()) <= (t == DType::f32 ? 1e-5 : testing::rel_l2_tolerance(t)));
@@ -144,7 +144,7 @@ struct NcOut {
 // sums and counts: both runs must give the same bytes.
 NcOut run_nc(const NcCase& c, bool gpu, bool confusion, Stream& s, const std::vector<float>* z = nullptr) {
   const std::int64_t B = c.B, C = c.C, L = C + (c.leak ? 1 : 0);
-  kernels::LeakLossDims d;
+  kernels::ClassLeakLossArgs d;
   d.batch = B;
   d.classes = c.C;
   d.leak_head = c.leak;
@@ -173,7 +173,7 @@ NcOut run_nc(const NcCase& c, bool gpu, bool confusion, Stream& s, const std::ve
     Tensor sums = put(Tensor::from_floats(std::vector<float>{0.5f, 0.25f, 1.f, 2.f}, {kernels::kLossSums}));
     Tensor counts = Tensor::zeros({kernels::kLossCounts + (confusion ? C * C : 0)}, DType::i32, dev, Layout::plain, s);
     Tensor sl = Tensor::zeros({1}, DType::f32, dev, Layout::plain, s);
-    ops::leak_loss(logits, lab, leak, c.weighted ? &cw : nullptr, scale.data<float>(), d, dl, sums, counts, &sl, s,
+    ops::class_leak_loss(logits, lab, leak, c.weighted ? &cw : nullptr, scale.data<float>(), d, dl, sums, counts, &sl, s,
                    c.mix ? &lb : nullptr, c.mix ? &lam : nullptr);
     s.synchronize();
     const Tensor dh = dl.to(Device::cpu(), s);
@@ -260,7 +260,7 @@ TEST_CASE("fused loss without the confusion matrix: CUDA argmax ties and NaN as 
   CHECK(std::isnan(gpu.sums[0]));  // NaN logits: NaN loss, as the twin
   CHECK(std::isnan(cpu.sums[0]));
   // The kernel entry point with a guard band after the three counts on the device: left as it was.
-  kernels::LeakLossDims d;
+  kernels::ClassLeakLossArgs d;
   d.batch = 3;
   d.classes = 2000;
   d.leak_head = false;
@@ -272,7 +272,7 @@ TEST_CASE("fused loss without the confusion matrix: CUDA argmax ties and NaN as 
   Tensor counts = Tensor::from_floats(guard, {std::int64_t(guard.size())}, DType::i32).to(kGpu, s);
   Tensor dl = Tensor::empty({3, 2000}, DType::f32, kGpu, Layout::plain, s);
   Tensor sums = Tensor::zeros({kernels::kLossSums}, DType::f32, kGpu, Layout::plain, s);
-  kernels::leak_loss_cuda(d, DType::f32, logits.raw(), labels.data<std::int32_t>(), nullptr, nullptr, nullptr,
+  kernels::class_leak_loss_cuda(d, DType::f32, logits.raw(), labels.data<std::int32_t>(), nullptr, nullptr, nullptr,
                           nullptr, nullptr, dl.raw(), sums.data<float>(), counts.data<std::int32_t>(), nullptr, s);
   s.synchronize();
   const auto got = counts.to_floats();
@@ -283,7 +283,7 @@ TEST_CASE("fused loss without the confusion matrix: CUDA argmax ties and NaN as 
 TEST_CASE("fused loss on CUDA: counts with the confusion matrix past 100 classes, or [3]; other sizes refused") {
   Stream s(kGpu);
   const std::int64_t B = 2, C = 101;
-  kernels::LeakLossDims d;
+  kernels::ClassLeakLossArgs d;
   d.batch = B;
   d.classes = int(C);
   const Tensor logits = Tensor::zeros({B, C + 1}, DType::f32, kGpu, Layout::plain, s),
@@ -294,11 +294,11 @@ TEST_CASE("fused loss on CUDA: counts with the confusion matrix past 100 classes
          full = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32, kGpu, Layout::plain, s),
          small = Tensor::zeros({kernels::kLossCounts}, DType::i32, kGpu, Layout::plain, s),
          bad = Tensor::zeros({kernels::kLossCounts + 1}, DType::i32, kGpu, Layout::plain, s);
-  CHECK(testing::error_of([&] { ops::leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, full, nullptr, s); }) ==
+  CHECK(testing::error_of([&] { ops::class_leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, full, nullptr, s); }) ==
         "<no error>");
-  CHECK(testing::error_of([&] { ops::leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, bad, nullptr, s); })
+  CHECK(testing::error_of([&] { ops::class_leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, bad, nullptr, s); })
             .find("counts must be [3] (no confusion matrix) or [3 + C*C = 10204], found") != std::string::npos);
-  CHECK(testing::error_of([&] { ops::leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, small, nullptr, s); }) ==
+  CHECK(testing::error_of([&] { ops::class_leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, small, nullptr, s); }) ==
         "<no error>");
   s.synchronize();
   CHECK(small.to_floats()[0] == float(B));

@@ -42,8 +42,8 @@ struct Problem {
   std::vector<std::int32_t> labels;
 };
 
-kernels::MarginSoftmaxDims dims_of(const Problem& p, float grad_scale = 1.f) {
-  kernels::MarginSoftmaxDims d;
+kernels::MarginSoftmaxArgs dims_of(const Problem& p, float grad_scale = 1.f) {
+  kernels::MarginSoftmaxArgs d;
   d.batch = p.B;
   d.dim = p.D;
   d.classes = p.C;
@@ -470,7 +470,7 @@ TEST_CASE("margin_softmax: errors name what was expected and found") {
   Tensor demb = Tensor::empty({4, 6}, DType::f32), dw = Tensor::empty({5, 6}, DType::f32);
   Tensor sums = Tensor::zeros({kernels::kLossSums}, DType::f32);
   Tensor counts = Tensor::zeros({kernels::kLossCounts + 25}, DType::i32);
-  auto err = [&](const Tensor& e, const Tensor& ww, const Tensor& l, kernels::MarginSoftmaxDims d, Tensor& de,
+  auto err = [&](const Tensor& e, const Tensor& ww, const Tensor& l, kernels::MarginSoftmaxArgs d, Tensor& de,
                  Tensor& dww, Tensor& c) {
     return testing::error_of([&] { ops::margin_softmax_loss(e, ww, l, d, nullptr, de, dww, sums, c, nullptr); });
   };

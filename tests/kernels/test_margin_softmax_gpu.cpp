@@ -28,7 +28,7 @@ namespace {
 const Device kGpu = Device::cuda(0);
 
 struct Problem {
-  kernels::MarginSoftmaxDims d;
+  kernels::MarginSoftmaxArgs d;
   std::vector<float> emb, w;
   std::vector<std::int32_t> labels;
 };

@@ -19,7 +19,7 @@
 #include "tests/support/testing.hpp"
 
 using namespace mf;
-using kernels::MixupDims;
+using kernels::MixupArgs;
 
 namespace {
 
@@ -27,8 +27,8 @@ struct Mixed {
   std::vector<float> x, leak, lam, labels_b;
 };
 
-MixupDims dims(std::int64_t B, std::int64_t n, float alpha) {
-  MixupDims d;
+MixupArgs dims(std::int64_t B, std::int64_t n, float alpha) {
+  MixupArgs d;
   d.batch = B;
   d.elems = n;
   d.alpha = alpha;
@@ -38,7 +38,7 @@ MixupDims dims(std::int64_t B, std::int64_t n, float alpha) {
   return d;
 }
 
-Mixed run(const MixupDims& d, DType t, const std::vector<float>& x, const std::vector<float>& labels,
+Mixed run(const MixupArgs& d, DType t, const std::vector<float>& x, const std::vector<float>& labels,
           const std::vector<float>& leak, std::int32_t ctr) {
   const Tensor tx = Tensor::from_floats(x, {d.batch, d.elems}, t);
   const Tensor tl = Tensor::from_floats(labels, {d.batch}, DType::i32);
@@ -68,7 +68,7 @@ TEST_CASE("mixup: values, leak targets, partner labels and weights against a flo
     for (DType t : {DType::f32, DType::bf16, DType::f16})
       for (bool leak_head : {true, false}) {
         const std::int64_t n = 37;
-        const MixupDims d = dims(B, n, 0.4f);
+        const MixupArgs d = dims(B, n, 0.4f);
         const std::vector<float> x = Tensor::from_floats(testing::random_floats(std::size_t(B * n), 5, -80, 10),
                                                          {B * n}, t).to_floats();  // exact in t
         std::vector<float> labels, leak;
@@ -119,7 +119,7 @@ TEST_CASE("mixup: values, leak targets, partner labels and weights against a flo
 
 TEST_CASE("mixup: the pairing is a cyclic shift r in [1, B - 1], every r drawn about equally often") {
   const std::int64_t B = 6;
-  MixupDims d = dims(B, 1, 1.f);
+  MixupArgs d = dims(B, 1, 1.f);
   std::vector<int> seen(std::size_t(B), 0);
   const int steps = 3000;
   for (std::int32_t ctr = 0; ctr < steps; ++ctr) {
@@ -145,7 +145,7 @@ TEST_CASE("mixup: the pairing is a cyclic shift r in [1, B - 1], every r drawn a
 TEST_CASE("mixup: Beta(alpha, alpha) weights: mean 0.5, variance 1/(4(2 alpha + 1)), KS distance for alpha 1, 2") {
   const int n = 20000;
   for (float alpha : {0.2f, 0.4f, 1.f, 2.f}) {
-    const MixupDims d = dims(1, 1, alpha);
+    const MixupArgs d = dims(1, 1, alpha);
     std::vector<double> v;
     for (int s = 0; s < n; ++s) v.push_back(kernels::mixup_lambda(d, 7, s));
     double mean = 0;
@@ -181,7 +181,7 @@ TEST_CASE("mixup: Beta(alpha, alpha) weights: mean 0.5, variance 1/(4(2 alpha + 
 
 TEST_CASE("mixup: the same bits with 1 and 2 threads; counter, stream and first_sample change the draws") {
   const std::int64_t B = 40, n = 50;
-  MixupDims d = dims(B, n, 0.3f);
+  MixupArgs d = dims(B, n, 0.3f);
   const std::vector<float> x = testing::random_floats(std::size_t(B * n), 8, -50, 0);
   std::vector<float> labels, leak;
   for (std::int64_t i = 0; i < B; ++i) {
@@ -199,7 +199,7 @@ TEST_CASE("mixup: the same bits with 1 and 2 threads; counter, stream and first_
   CHECK(one.leak == two.leak);
   CHECK(one.labels_b == two.labels_b);
   CHECK(run(d, DType::bf16, x, labels, leak, 4).lam != one.lam);
-  MixupDims other = d;
+  MixupArgs other = d;
   other.stream = 3;
   CHECK(run(other, DType::bf16, x, labels, leak, 3).lam != one.lam);
   other = d;
@@ -209,13 +209,13 @@ TEST_CASE("mixup: the same bits with 1 and 2 threads; counter, stream and first_
 
 TEST_CASE("mixup: argument errors name what was expected and found") {
   const std::int64_t B = 4, n = 3;
-  const MixupDims d = dims(B, n, 0.4f);
+  const MixupArgs d = dims(B, n, 0.4f);
   const Tensor x = Tensor::zeros({B, n}, DType::f32), labels = Tensor::zeros({B}, DType::i32),
                leak = Tensor::zeros({B}, DType::f32);
   Tensor xo = Tensor::zeros({B, n}, DType::f32), lb = Tensor::zeros({B}, DType::i32),
          lam = Tensor::zeros({B}, DType::f32), ko = Tensor::zeros({B}, DType::f32);
   const std::int32_t ctr = 0;
-  MixupDims bad = d;
+  MixupArgs bad = d;
   bad.alpha = 0;
   CHECK(testing::error_of([&] { ops::mixup(x, labels, leak, bad, &ctr, xo, lb, lam, ko); })
             .find("alpha must be finite and > 0, found 0") != std::string::npos);

@@ -18,7 +18,7 @@
 #include "tests/support/testing.hpp"
 
 using namespace mf;
-using kernels::MixupDims;
+using kernels::MixupArgs;
 
 namespace {
 
@@ -29,7 +29,7 @@ struct Mixed {
 };
 
 struct Inputs {
-  MixupDims d;
+  MixupArgs d;
   DType t;
   std::vector<float> x, labels, leak;
 };
@@ -52,7 +52,7 @@ Inputs inputs(std::int64_t B, std::int64_t n, DType t, bool leak_head, float alp
 }
 
 Mixed twin(const Inputs& in, std::int32_t ctr) {
-  const MixupDims& d = in.d;
+  const MixupArgs& d = in.d;
   const Tensor tx = Tensor::from_floats(in.x, {d.batch, d.elems}, in.t);
   const Tensor tl = Tensor::from_floats(in.labels, {d.batch}, DType::i32);
   const Tensor tk = in.leak.empty() ? Tensor() : Tensor::from_floats(in.leak, {d.batch});
@@ -68,7 +68,7 @@ struct OnGpu {
 };
 
 OnGpu upload(const Inputs& in, std::int32_t ctr, Stream& s) {
-  const MixupDims& d = in.d;
+  const MixupArgs& d = in.d;
   OnGpu g;
   g.x = Tensor::from_floats(in.x, {d.batch, d.elems}, in.t).to(kGpu, s);
   g.labels = Tensor::from_floats(in.labels, {d.batch}, DType::i32).to(kGpu, s);

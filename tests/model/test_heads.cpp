@@ -187,7 +187,7 @@ TEST_CASE("class-only loss (CPU twin): the class columns of the two-head loss, n
     for (int c = 0; c < C; ++c) zc.push_back(zf[std::size_t(i * (C + 1) + c)]);
   }
   for (DType t : {DType::f32, DType::bf16, DType::f16}) {
-    kernels::LeakLossDims d;
+    kernels::ClassLeakLossArgs d;
     d.batch = B;
     d.classes = C;
     d.label_smoothing = 0.1f;
@@ -203,9 +203,9 @@ TEST_CASE("class-only loss (CPU twin): the class columns of the two-head loss, n
     Tensor c2 = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32);
     Tensor c1 = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32);
     Tensor l2 = Tensor::zeros({1}, DType::f32), l1 = Tensor::zeros({1}, DType::f32);
-    ops::leak_loss(both, lab, lk, &cw, &scale, d, d2, s2, c2, &l2);
+    ops::class_leak_loss(both, lab, lk, &cw, &scale, d, d2, s2, c2, &l2);
     d.leak_head = false;
-    ops::leak_loss(cls, lab, Tensor(), &cw, &scale, d, d1, s1, c1, &l1);  // no leak targets at all
+    ops::class_leak_loss(cls, lab, Tensor(), &cw, &scale, d, d1, s1, c1, &l1);  // no leak targets at all
     const auto g2 = d2.to_floats(), g1 = d1.to_floats();
     bool same = true;
     for (std::int64_t i = 0; i < B; ++i)
@@ -224,7 +224,7 @@ TEST_CASE("class-only loss (CPU twin): the class columns of the two-head loss, n
     for (int i = 0; i < C * C; ++i) CHECK(k1[std::size_t(kernels::kLossCounts + i)] == k2[std::size_t(kernels::kLossCounts + i)]);
     // The logits' width must match the heads.
     d.leak_head = true;
-    CHECK(error_of([&] { ops::leak_loss(cls, lab, lk, &cw, &scale, d, d1, s1, c1, nullptr); }).find("leak_loss") !=
+    CHECK(error_of([&] { ops::class_leak_loss(cls, lab, lk, &cw, &scale, d, d1, s1, c1, nullptr); }).find("leak_loss") !=
           std::string::npos);
   }
   // head_probs: the same class probabilities, no leak output.

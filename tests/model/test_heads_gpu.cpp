@@ -28,7 +28,7 @@ TEST_CASE("class-only loss and head_probs: CUDA vs CPU twin (metrics exact, no l
   for (std::int64_t B : {1, 513, 4096})
     for (DType t : {DType::f32, DType::bf16, DType::f16}) {
       const int C = 5;
-      kernels::LeakLossDims d;
+      kernels::ClassLeakLossArgs d;
       d.batch = B;
       d.classes = C;
       d.label_smoothing = 0.1f;
@@ -42,7 +42,7 @@ TEST_CASE("class-only loss and head_probs: CUDA vs CPU twin (metrics exact, no l
       Tensor dl = Tensor::empty({B, C}, t), sums = Tensor::zeros({kernels::kLossSums}, DType::f32),
              counts = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32), sl = Tensor::zeros({1}, DType::f32);
       const float scale = 1024.f;
-      ops::leak_loss(logits, labels, Tensor(), &cw, &scale, d, dl, sums, counts, &sl);
+      ops::class_leak_loss(logits, labels, Tensor(), &cw, &scale, d, dl, sums, counts, &sl);
       Tensor gscale = Tensor::from_floats(std::vector<float>{scale}, {1}).to(kGpu, s);
       Tensor gl = logits.to(kGpu, s), glab = labels.to(kGpu, s), gcw = cw.to(kGpu, s);
       Tensor gdl = Tensor::empty({B, C}, t, kGpu, Layout::plain, s);
@@ -50,7 +50,7 @@ TEST_CASE("class-only loss and head_probs: CUDA vs CPU twin (metrics exact, no l
       Tensor gs = Tensor::zeros({kernels::kLossSums}, DType::f32, kGpu, Layout::plain, s);
       Tensor gc = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32, kGpu, Layout::plain, s);
       Tensor gsl = Tensor::zeros({1}, DType::f32, kGpu, Layout::plain, s);
-      ops::leak_loss(gl, glab, Tensor(), &gcw, gscale.data<float>(), d, gdl, gs, gc, &gsl, s);
+      ops::class_leak_loss(gl, glab, Tensor(), &gcw, gscale.data<float>(), d, gdl, gs, gc, &gsl, s);
       s.synchronize();
       CHECK(testing::rel_l2(gdl.to_floats(), dl.to_floats()) <= tol_for(t));
       const auto gsv = gs.to_floats(), csv = sums.to_floats();

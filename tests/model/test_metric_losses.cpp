@@ -142,8 +142,8 @@ void check_against_torch(const Case& c, double tol) {
   cfg.micro_batch = c.micro_batch;
   cfg.accum_steps = c.accum;
   cfg.per_class = c.per_class;
-  cfg.loss_margin = c.margin;
-  cfg.loss_scale = c.scale;
+  cfg.margin = c.margin;
+  cfg.margin_scale = c.scale;
   cfg.label_smoothing = c.label_smoothing;
   cfg.optim.lr = 3e-3f;
   cfg.optim.weight_decay = 0.05f;

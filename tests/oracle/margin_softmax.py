@@ -15,7 +15,7 @@ False), written here from their formulas:
          phi = where(cos - cos(pi - m) > 0, phi, cos - sin(pi - m) m)
          logits = s * (onehot * phi + (1 - onehot) * cos)
     loss = cross_entropy(logits, label, ignore_index) mean over the valid labels
-A label outside [0, C) is ignored (melforge's rule, leak_loss's): mapped to
+A label outside [0, C) is ignored (melforge's rule, class_leak_loss's): mapped to
 ignore_index -100. The margin constants are rounded to float32 as melforge's
 contract says (in voxceleb they meet float32 tensors). Writes DIR/loss.bin
 (float64 [2]: the loss, the number of valid samples whose plain-cosine argmax
