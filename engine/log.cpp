@@ -13,8 +13,12 @@ LogLevel initial_level() {
   if (!env) return LogLevel::info;
   const std::string v(env);
   if (v == "debug") return LogLevel::debug;
+  if (v == "info") return LogLevel::info;
   if (v == "warn") return LogLevel::warn;
   if (v == "error") return LogLevel::error;
+  // Read before main() may run: say so rather than throw, and keep the default.
+  std::fprintf(stderr, "melforge: MELFORGE_LOG='%s': expected debug, info, warn or error; logging at info\n",
+               v.c_str());
   return LogLevel::info;
 }
 std::atomic<LogLevel>& level() {

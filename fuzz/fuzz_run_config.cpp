@@ -169,7 +169,8 @@ void check_model(const mf::model::RunConfig& cfg, int mels, int frames, int clas
 // model.num_classes says (at most 300, past softmax's limit of 256).
 void check_models(const mf::model::RunConfig& validated) {
   mf::model::RunConfig cfg = validated;
-  if (cfg.heads == "auto") cfg.heads = cfg.loss_type == "softmax" ? "class+leak" : "class";
+  if (cfg.heads == mf::model::Heads::automatic)
+    cfg.heads = cfg.loss_type == mf::model::LossType::softmax ? mf::model::Heads::class_and_leak : mf::model::Heads::class_only;
   const int classes = cfg.num_classes > 0 ? int(std::min<std::int64_t>(cfg.num_classes, 300)) : 4;
   const int sizes[][2] = {{8, 8}, {40, 13}, {64, 64}};
   for (const auto& s : sizes) {

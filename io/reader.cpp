@@ -25,17 +25,8 @@
 
 namespace mf::io {
 
-Residency parse_residency(std::string_view s) {
-  if (s == "auto") return Residency::automatic;
-  if (s == "on") return Residency::on;
-  if (s == "off") return Residency::off;
-  MF_THROW("resident mode '{}': expected auto, on or off", s);
-}
-LastBatch parse_last_batch(std::string_view s) {
-  if (s == "drop") return LastBatch::drop;
-  if (s == "pad") return LastBatch::pad;
-  MF_THROW("last batch '{}': expected drop or pad", s);
-}
+Residency parse_residency(std::string_view s) { return parse_enum<Residency>(kResidencyNames, s, "resident mode"); }
+LastBatch parse_last_batch(std::string_view s) { return parse_enum<LastBatch>(kLastBatchNames, s, "last batch"); }
 
 // ---- order -------------------------------------------------------------------
 

@@ -62,13 +62,18 @@
 #include <memory>
 
 #include "engine/device.hpp"
+#include "engine/named_enum.hpp"
 #include "engine/tensor.hpp"
 #include "io/dataset.hpp"
 
 namespace mf::io {
 
+// Whether the dataset is kept in GPU memory (reader.gpu_cache): auto when it fits.
 enum class Residency : std::uint8_t { automatic, on, off };
+inline constexpr NamedEnum<Residency> kResidencyNames[] = {
+    {Residency::automatic, "auto"}, {Residency::on, "on"}, {Residency::off, "off"}};
 enum class LastBatch : std::uint8_t { drop, pad };
+inline constexpr NamedEnum<LastBatch> kLastBatchNames[] = {{LastBatch::drop, "drop"}, {LastBatch::pad, "pad"}};
 Residency parse_residency(std::string_view s);  // "auto" | "on" | "off"
 LastBatch parse_last_batch(std::string_view s); // "drop" | "pad"
 

@@ -7,21 +7,21 @@
 
 namespace mf::model {
 
-std::string resolve_heads(const RunConfig& cfg, const io::DatasetInfo& train) {
-  if (cfg.heads != "auto") return cfg.heads;
-  if (cfg.loss_type != "softmax") return std::string(kHeadsClass);  // a metric loss: speakers, no leak head
+Heads resolve_heads(const RunConfig& cfg, const io::DatasetInfo& train) {
+  if (cfg.heads != Heads::automatic) return cfg.heads;
+  if (cfg.loss_type != LossType::softmax) return Heads::class_only;  // a metric loss: speakers, no leak head
   const bool named_normal = std::any_of(train.class_names.begin(), train.class_names.end(), [](std::string s) {
     std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
     return s == "normal";
   });
   const bool leak = train.leak_in_file || named_normal || cfg.normal_class >= 0;
-  return std::string(leak ? kHeadsClassLeak : kHeadsClass);
+  return leak ? Heads::class_and_leak : Heads::class_only;
 }
 
 bool has_leak_head(const RunConfig& cfg) {
-  MF_CHECK(cfg.heads == kHeadsClass || cfg.heads == kHeadsClassLeak,
-           "model.heads: expected class or class+leak once resolved from the data, found '{}'", cfg.heads);
-  return cfg.heads == kHeadsClassLeak;
+  MF_CHECK(cfg.heads != Heads::automatic,
+           "model.heads: expected class or class+leak once resolved from the data, found auto");
+  return cfg.heads == Heads::class_and_leak;
 }
 
 }  // namespace mf::model

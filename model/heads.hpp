@@ -4,16 +4,10 @@
 // metric (leak AUC, false-alarm or detection rate) is computed or reported.
 #pragma once
 
-#include <string>
-#include <string_view>
-
 #include "io/dataset.hpp"
 #include "model/run_config.hpp"
 
 namespace mf::model {
-
-inline constexpr std::string_view kHeadsClass = "class";
-inline constexpr std::string_view kHeadsClassLeak = "class+leak";
 
 // model.heads with `auto` resolved from the training data: class+leak when the
 // data has leak targets of its own (the leak dataset, io::DatasetInfo::
@@ -22,7 +16,7 @@ inline constexpr std::string_view kHeadsClassLeak = "class+leak";
 // no-leak class explicitly; class otherwise (spoken words, digits: a leak head
 // there would report a meaningless leak AUC). An explicit class or class+leak
 // is returned unchanged. Pure: reads only its arguments.
-std::string resolve_heads(const RunConfig& cfg, const io::DatasetInfo& train);
+Heads resolve_heads(const RunConfig& cfg, const io::DatasetInfo& train);
 
 // Whether the resolved configuration has the leak head. Throws mf::Error when
 // model.heads is still auto (resolve it first).

@@ -85,41 +85,11 @@ std::string cnn_description_json(const ModelConfig& m) {
                      m.in_frames, m.classes, m.leak_head, fmt::join(ls, ", "));
 }
 
-LossType parse_loss_type(std::string_view s) {
-  if (s == "softmax") return LossType::softmax;
-  if (s == "am_softmax") return LossType::am_softmax;
-  if (s == "aam_softmax") return LossType::aam_softmax;
-  if (s == "angleproto") return LossType::angleproto;
-  if (s == "softmaxproto") return LossType::softmaxproto;
-  MF_THROW("unknown loss '{}': expected softmax, am_softmax, aam_softmax, angleproto or softmaxproto", s);
-}
+LossType parse_loss_type(std::string_view s) { return parse_enum<LossType>(kLossTypeNames, s, "loss type"); }
+std::string_view loss_type_name(LossType t) { return enum_name<LossType>(kLossTypeNames, t); }
 
-std::string_view loss_type_name(LossType t) {
-  switch (t) {
-    case LossType::softmax: return "softmax";
-    case LossType::am_softmax: return "am_softmax";
-    case LossType::aam_softmax: return "aam_softmax";
-    case LossType::angleproto: return "angleproto";
-    case LossType::softmaxproto: return "softmaxproto";
-  }
-  return "?";
-}
-
-Precision parse_precision(std::string_view s) {
-  if (s == "fp32" || s == "f32" || s == "float32") return Precision::fp32;
-  if (s == "bf16" || s == "bfloat16") return Precision::bf16;
-  if (s == "fp16" || s == "f16" || s == "float16" || s == "half") return Precision::fp16;
-  MF_THROW("unknown precision '{}': expected fp32, bf16 or fp16", s);
-}
-
-std::string_view precision_name(Precision p) {
-  switch (p) {
-    case Precision::fp32: return "fp32";
-    case Precision::bf16: return "bf16";
-    case Precision::fp16: return "fp16";
-  }
-  return "?";
-}
+Precision parse_precision(std::string_view s) { return parse_enum<Precision>(kPrecisionNames, s, "precision"); }
+std::string_view precision_name(Precision p) { return enum_name<Precision>(kPrecisionNames, p); }
 
 DType activation_dtype(Precision p) {
   switch (p) {

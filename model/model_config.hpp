@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine/dtype.hpp"
+#include "engine/named_enum.hpp"
 #include "model/cnn_layers.hpp"
 
 namespace mf::model {
@@ -34,6 +35,11 @@ enum class Arch : std::uint8_t { leakcnn, cnn };
 //                 loss.w, loss.b (kernels/angleproto.hpp); no class head
 //   softmaxproto  the class head (softmax) plus angleproto
 enum class LossType : std::uint8_t { softmax, am_softmax, aam_softmax, angleproto, softmaxproto };
+inline constexpr NamedEnum<LossType> kLossTypeNames[] = {{LossType::softmax, "softmax"},
+                                                         {LossType::am_softmax, "am_softmax"},
+                                                         {LossType::aam_softmax, "aam_softmax"},
+                                                         {LossType::angleproto, "angleproto"},
+                                                         {LossType::softmaxproto, "softmaxproto"}};
 // "softmax", "am_softmax", ...; throws mf::Error listing the choices.
 LossType parse_loss_type(std::string_view s);
 std::string_view loss_type_name(LossType t);
@@ -88,6 +94,11 @@ struct ModelConfig {
 std::string cnn_description_json(const ModelConfig& m);
 
 enum class Precision : std::uint8_t { fp32, bf16, fp16 };
+// The first name of each is the one melforge writes; the others are aliases.
+inline constexpr NamedEnum<Precision> kPrecisionNames[] = {
+    {Precision::fp32, "fp32"}, {Precision::bf16, "bf16"},     {Precision::fp16, "fp16"},
+    {Precision::fp32, "f32"},  {Precision::fp32, "float32"},  {Precision::bf16, "bfloat16"},
+    {Precision::fp16, "f16"},  {Precision::fp16, "float16"},  {Precision::fp16, "half"}};
 // "fp32"/"f32", "bf16", "fp16"/"f16"; throws mf::Error listing the choices.
 Precision parse_precision(std::string_view s);
 std::string_view precision_name(Precision p);

@@ -19,9 +19,18 @@ namespace mf::model {
 
 namespace {
 
+// A key whose value is one of a set of words, held as an enum (or, for
+// model.arch, an enum and a preset name): `set` parses the word once (false
+// for a word it does not know), `get` writes it back.
+struct Choice {
+  std::function<std::string_view(const RunConfig&)> get;
+  std::function<bool(RunConfig&, std::string_view)> set;
+  std::string choices;  // "a, b, c"
+};
+
 using Member = std::variant<std::string RunConfig::*, std::int64_t RunConfig::*, double RunConfig::*,
                             bool RunConfig::*, std::vector<std::int64_t> RunConfig::*,
-                            std::vector<double> RunConfig::*, std::vector<CnnLayer> RunConfig::*>;
+                            std::vector<double> RunConfig::*, std::vector<CnnLayer> RunConfig::*, Choice>;
 
 // A check returns an empty string when the value is fine, else what is accepted.
 using Check = std::function<std::string(const RunConfig&)>;
@@ -47,8 +56,22 @@ std::string type_name(const Member& m) {
     case 3: return "boolean";
     case 4: return "integer list";
     case 5: return "float list";
-    default: return "list of layer tables";
+    case 6: return "list of layer tables";
+    default: return "string";
   }
+}
+
+// std::visit over a field's member pointer: fn(pointer) for every kind but
+// Choice (callers handle a Choice first), which returns R{}.
+template <class R = void, class Fn> R visit_pointer(const Member& member, Fn&& fn) {
+  return std::visit(
+      [&](const auto& m) -> R {
+        if constexpr (std::is_same_v<std::decay_t<decltype(m)>, Choice>)
+          return R();
+        else
+          return fn(m);
+      },
+      member);
 }
 
 template <class T> Check at_least(T RunConfig::*m, T lo) {
@@ -81,17 +104,58 @@ Check float_range(double RunConfig::*m, double lo, double hi, bool hi_open) {
     return ok ? std::string{} : fmt::format("a number in [{}, {}{}", lo, hi, hi_open ? ")" : "]");
   };
 }
-Check one_of(std::string RunConfig::*m, std::vector<std::string> choices) {
-  return [m, choices](const RunConfig& c) {
-    if (std::find(choices.begin(), choices.end(), c.*m) != choices.end()) return std::string{};
-    return fmt::format("one of {}", fmt::join(choices, ", "));
-  };
+template <class E> Choice choice(E RunConfig::*m, std::span<const NamedEnum<E>> names) {
+  return Choice{[m, names](const RunConfig& c) { return enum_name(names, c.*m); },
+                [m, names](RunConfig& c, std::string_view word) {
+                  const std::optional<E> v = find_enum(names, word);
+                  if (v) c.*m = *v;
+                  return v.has_value();
+                },
+                enum_choices(names)};
+}
+
+// train.precision: auto (nullopt) or a precision's name.
+Choice precision_choice() {
+  return Choice{[](const RunConfig& c) { return c.precision ? precision_name(*c.precision) : kAuto; },
+                [](RunConfig& c, std::string_view word) {
+                  if (word == kAuto) {
+                    c.precision.reset();
+                    return true;
+                  }
+                  const auto p = find_enum<Precision>(kPrecisionNames, word);
+                  if (p) c.precision = *p;
+                  return p.has_value();
+                },
+                fmt::format("auto, {}", enum_choices<Precision>(kPrecisionNames))};
+}
+
+// model.arch: leakcnn, cnn, or a preset (arch = cnn with arch_preset set).
+Choice arch_choice() {
+  return Choice{[](const RunConfig& c) { return arch_name(c); },
+                [](RunConfig& c, std::string_view word) {
+                  const auto& presets = cnn_preset_names();
+                  if (word == "leakcnn" || word == "cnn") {
+                    c.arch = word == "cnn" ? Arch::cnn : Arch::leakcnn;
+                    c.arch_preset.clear();
+                  } else if (std::find(presets.begin(), presets.end(), word) != presets.end()) {
+                    c.arch = Arch::cnn;
+                    c.arch_preset = std::string(word);
+                  } else {
+                    return false;
+                  }
+                  return true;
+                },
+                fmt::format("leakcnn, cnn, {}", fmt::join(cnn_preset_names(), ", "))};
 }
 
 using C = RunConfig;
 
 void add(std::vector<Field>& v, std::string key, Member m, std::string accepted, std::string help, Check check = {}) {
   v.push_back(Field{std::move(key), m, std::move(accepted), std::move(help), std::move(check)});
+}
+void add_choice(std::vector<Field>& v, std::string key, Choice c, std::string help) {
+  std::string accepted = "one of " + c.choices;
+  v.push_back(Field{std::move(key), std::move(c), std::move(accepted), std::move(help), {}});
 }
 
 // The keys of the data files and their dataset names ([data]), in help order.
@@ -116,9 +180,8 @@ void data_fields(std::vector<Field>& v) {
 
 // The keys of the model's shape ([model]), in help order.
 void model_fields(std::vector<Field>& v) {
-  add(v, "model.arch", &C::arch, "one of leakcnn, cnn, resnet34se-light",
-      "model: leakcnn, cnn (the layers of model.layers) or a preset CNN stack (docs/models.md)",
-      one_of(&C::arch, {"leakcnn", "cnn", "resnet34se-light"}));
+  add_choice(v, "model.arch", arch_choice(),
+             "model: leakcnn, cnn (the layers of model.layers) or a preset CNN stack (docs/models.md)");
   add(v, "model.layers", &C::layers, "[[model.layers]] tables (docs/models.md)",
       "the CNN stack's layers in order (model.arch = cnn only): conv, residual, global_avg_pool, "
       "attentive_stats_pool, dense, dropout");
@@ -155,21 +218,18 @@ void model_fields(std::vector<Field>& v) {
       "a linear embedding layer of this width before the heads / metric loss; auto: none with the softmax loss, 256 "
       "on leakcnn with a metric loss (a CNN stack's last layer is its embedding)", int_range(&C::embedding, 0, 65536));
   v.back().auto_zero = true;
-  add(v, "model.input_norm", &C::input_norm, "one of none, instance",
-      "instance: normalise each mel band of each segment over time (mean 0, variance 1) at the input",
-      one_of(&C::input_norm, {"none", "instance"}));
-  add(v, "model.heads", &C::heads, "one of auto, class, class+leak",
-      "output heads: class (the classes only) or class+leak (plus the 0/1 leak head and its metrics); auto: "
-      "class+leak when the training data has a leak dataset or a class named normal, class otherwise",
-      one_of(&C::heads, {"auto", "class", "class+leak"}));
+  add_choice(v, "model.input_norm", choice<InputNorm>(&C::input_norm, kInputNormNames),
+             "instance: normalise each mel band of each segment over time (mean 0, variance 1) at the input");
+  add_choice(v, "model.heads", choice<Heads>(&C::heads, kHeadsNames),
+             "output heads: class (the classes only) or class+leak (plus the 0/1 leak head and its metrics); auto: "
+             "class+leak when the training data has a leak dataset or a class named normal, class otherwise");
 }
 
 // The keys of the training loss ([loss]), in help order.
 void loss_fields(std::vector<Field>& v) {
-  add(v, "loss.type", &C::loss_type, "one of softmax, am_softmax, aam_softmax, angleproto, softmaxproto",
+  add_choice(v, "loss.type", choice<LossType>(&C::loss_type, kLossTypeNames),
       "softmax: the class head; am_softmax / aam_softmax: cosine-margin softmax over the classes (speakers); "
-      "angleproto: angular prototypical (needs data.per_class); softmaxproto: softmax plus angleproto",
-      one_of(&C::loss_type, {"softmax", "am_softmax", "aam_softmax", "angleproto", "softmaxproto"}));
+      "angleproto: angular prototypical (needs data.per_class); softmaxproto: softmax plus angleproto");
   add(v, "loss.margin", &C::margin, "a number in [0, 1)", "AM/AAM-softmax's margin m",
       float_range(&C::margin, 0, 1, true));
   add(v, "loss.scale", &C::margin_scale, "a number > 0", "AM/AAM-softmax's scale s", positive_float(&C::margin_scale));
@@ -188,9 +248,7 @@ void train_fields(std::vector<Field>& v) {
   v.back().auto_zero = true;
   add(v, "train.grad_accum", &C::grad_accum, "an integer > 0", "micro-batches per optimizer step",
       positive_int(&C::grad_accum));
-  add(v, "train.precision", &C::precision, "one of auto, fp32, bf16, fp16",
-      "compute precision (auto: bf16 on a GPU, fp32 on the CPU)",
-      one_of(&C::precision, {"auto", "fp32", "bf16", "fp16"}));
+  add_choice(v, "train.precision", precision_choice(), "compute precision (auto: bf16 on a GPU, fp32 on the CPU)");
   add(v, "train.device", &C::device, "auto, cpu, cuda or cuda:N", "where to train", [](const C& c) {
     const std::string& d = c.device;
     bool ok = d == "auto" || d == "cpu" || d == "cuda" || d == "gpu";
@@ -215,8 +273,8 @@ void train_fields(std::vector<Field>& v) {
 // The keys of the optimizer and the loss ([optim]), in help order.
 void optim_fields(std::vector<Field>& v) {
   add(v, "optim.lr", &C::lr, "a finite number > 0", "peak learning rate", positive_float(&C::lr));
-  add(v, "optim.schedule", &C::schedule, "one of cosine, linear, constant", "learning-rate schedule after warmup",
-      one_of(&C::schedule, {"cosine", "linear", "constant"}));
+  add_choice(v, "optim.schedule", choice<kernels::LrSchedule>(&C::schedule, kLrScheduleNames),
+             "learning-rate schedule after warmup");
   add(v, "optim.warmup_steps", &C::warmup_steps, "an integer in [0, 2147483647]", "linear warmup steps",
       int_range(&C::warmup_steps, 0, kMaxInt32));
   add(v, "optim.min_lr_ratio", &C::min_lr_ratio, "a number in [0, 1]", "final lr as a share of optim.lr",
@@ -248,9 +306,8 @@ void reader_eval_fields(std::vector<Field>& v) {
   add(v, "reader.ring", &C::reader_ring, "an integer in [2, 8]", "pinned batch slots", [](const C& c) {
     return c.reader_ring >= 2 && c.reader_ring <= 8 ? std::string{} : std::string("an integer in [2, 8]");
   });
-  add(v, "reader.gpu_cache", &C::gpu_cache, "one of auto, on, off",
-      "keep the dataset on the GPU (auto: when it fits in reader.gpu_cache_fraction of free memory)",
-      one_of(&C::gpu_cache, {"auto", "on", "off"}));
+  add_choice(v, "reader.gpu_cache", choice<io::Residency>(&C::gpu_cache, io::kResidencyNames),
+             "keep the dataset on the GPU (auto: when it fits in reader.gpu_cache_fraction of free memory)");
   add(v, "reader.gpu_cache_fraction", &C::gpu_cache_fraction, "a number in (0, 1]",
       "share of free GPU memory the cached dataset may take", [](const C& c) {
         return c.gpu_cache_fraction > 0 && c.gpu_cache_fraction <= 1 ? std::string{}
@@ -266,15 +323,15 @@ void reader_eval_fields(std::vector<Field>& v) {
       "metric for early stopping and the best checkpoint; auto: val.file.macro_f1, or val.eer with a metric loss",
       [](const C& c) {
         if (c.metric == "auto") return std::string{};
-        if (c.loss_type != "softmax")
+        if (c.loss_type != LossType::softmax)
           return c.metric == "val.eer" || c.metric == "val.min_dcf"
                      ? std::string{}
                      : fmt::format("val.eer or val.min_dcf (loss.type = {} trains an embedding model, validated by "
-                                   "trials)", c.loss_type);
-        const auto n = metric_names(c.heads != "class");
+                                   "trials)", loss_type_name(c.loss_type));
+        const auto n = metric_names(c.heads != Heads::class_only);
         if (std::find(n.begin(), n.end(), c.metric) != n.end()) return std::string{};
         return fmt::format("one of {}{}", fmt::join(n, ", "),
-                           is_leak_metric(c.metric) && c.heads == "class"
+                           is_leak_metric(c.metric) && c.heads == Heads::class_only
                                ? " (model.heads is class: the model has no leak head)"
                                : "");
       });
@@ -294,9 +351,8 @@ void output_fields(std::vector<Field>& v) {
   // [log]
   add(v, "log.interval", &C::log_interval, "an integer > 0", "optimizer steps between log lines",
       positive_int(&C::log_interval));
-  add(v, "log.progress", &C::progress, "one of auto, tty, plain, off",
-      "progress display (auto: a live line on a terminal, plain lines otherwise)",
-      one_of(&C::progress, {"auto", "tty", "plain", "off"}));
+  add_choice(v, "log.progress", choice<ProgressMode>(&C::progress, kProgressModeNames),
+             "progress display (auto: a live line on a terminal, plain lines otherwise)");
   // [run]
   add(v, "run.out", &C::out, "a directory", "run directory (config, checkpoints, metrics, report, plots)",
       [](const C& c) { return c.out.empty() ? std::string("a non-empty directory path") : std::string{}; });
@@ -425,8 +481,14 @@ void assign(RunConfig& cfg, const Field& f, const toml::node& n, std::string_vie
     MF_THROW("{}{}: expected {} ({}), found {}", origin.empty() ? "" : fmt::format("{}: ", origin), f.key,
              type_name(f.member), f.accepted, node_type(n));
   };
-  std::visit(
-      [&](auto m) {
+  if (const Choice* c = std::get_if<Choice>(&f.member)) {
+    if (!n.is_string()) wrong();
+    const std::string word = *n.value<std::string>();
+    MF_CHECK(c->set(cfg, word), "{}{}: expected one of {}, found '{}'", origin.empty() ? "" : fmt::format("{}: ", origin),
+             f.key, c->choices, word);
+    return;
+  }
+  visit_pointer(f.member, [&](auto m) {
         using T = std::remove_cvref_t<decltype(cfg.*m)>;
         if constexpr (std::is_same_v<T, std::string>) {
           if (!n.is_string()) wrong();
@@ -467,8 +529,7 @@ void assign(RunConfig& cfg, const Field& f, const toml::node& n, std::string_vie
           }
           cfg.*m = std::move(out);
         }
-      },
-      f.member);
+      });
 }
 
 void load_table(RunConfig& cfg, const toml::table& root, std::string_view origin) {
@@ -501,6 +562,11 @@ std::int64_t parse_profile(const std::string& s, bool want_end) {
 }
 
 }  // namespace
+
+std::string_view arch_name(const RunConfig& cfg) {
+  if (!cfg.arch_preset.empty()) return cfg.arch_preset;
+  return cfg.arch == Arch::cnn ? "cnn" : "leakcnn";
+}
 
 std::int64_t RunConfig::profile_begin() const { return parse_profile(profile_steps, false); }
 std::int64_t RunConfig::profile_end() const { return parse_profile(profile_steps, true); }
@@ -577,7 +643,7 @@ RunConfig load_saved_config(std::string_view text, std::string_view origin) {
   load_toml_string(cfg, text, origin);
   // Without the key (saved before it existed), or still auto (saved by a
   // trainer that did not resolve it), the run trained both heads.
-  if (cfg.heads == "auto") cfg.heads = "class+leak";
+  if (cfg.heads == Heads::automatic) cfg.heads = Heads::class_and_leak;
   return cfg;
 }
 
@@ -599,12 +665,15 @@ void set_key(RunConfig& cfg, std::string_view key, std::string_view value) {
   const Field* f = find_field(key);
   if (!f) unknown_key(key, "");
   const std::string origin = fmt::format("--set {}={}", key, value);
-  // Strings are taken verbatim (paths need no quotes); the rest parses as TOML.
-  if (f->member.index() == 0) {
+  // Strings and choices are taken verbatim (paths need no quotes); the rest parses as TOML.
+  if (f->member.index() == 0 || std::holds_alternative<Choice>(f->member)) {
     std::string v(value);
     if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front())
       v = v.substr(1, v.size() - 2);
-    cfg.*std::get<0>(f->member) = v;
+    if (const Choice* c = std::get_if<Choice>(&f->member))
+      MF_CHECK(c->set(cfg, v), "{}: expected one of {}, found '{}'", key, c->choices, v);
+    else
+      cfg.*std::get<0>(f->member) = v;
     return;
   }
   if (f->auto_zero && value == kAuto) {
@@ -661,8 +730,7 @@ void validate(const RunConfig& cfg) {
     if (!f.check) continue;
     const std::string accepted = f.check(cfg);
     if (accepted.empty()) continue;
-    std::string found = std::visit(
-        [&](auto m) -> std::string {
+    std::string found = visit_pointer<std::string>(f.member, [&](auto m) -> std::string {
           using T = std::remove_cvref_t<decltype(cfg.*m)>;
           if constexpr (std::is_same_v<T, std::vector<std::int64_t>> || std::is_same_v<T, std::vector<double>>)
             return fmt::format("[{}]", fmt::join(cfg.*m, ", "));
@@ -672,26 +740,26 @@ void validate(const RunConfig& cfg) {
             return fmt::format("'{}'", cfg.*m);
           else
             return fmt::format("{}", cfg.*m);
-        },
-        f.member);
+        });
     MF_THROW("{}: expected {}, found {}", f.key, accepted, found);
   }
-  MF_CHECK(cfg.loss_type == "softmax" || cfg.heads != "class+leak",
+  const std::string_view loss = loss_type_name(cfg.loss_type);
+  MF_CHECK(cfg.loss_type == LossType::softmax || cfg.heads != Heads::class_and_leak,
            "loss.type = {}: a metric loss trains embeddings (speakers) and has no leak head; set model.heads = class "
-           "(or auto)", cfg.loss_type);
-  MF_CHECK(!(cfg.loss_type == "angleproto" || cfg.loss_type == "softmaxproto") || cfg.per_class >= 2,
+           "(or auto)", loss);
+  MF_CHECK(!loss_is_prototypical(cfg.loss_type) || cfg.per_class >= 2,
            "loss.type = {}: the prototypical loss needs speaker-balanced batches: set data.per_class (2 as "
-           "voxceleb_trainer uses)", cfg.loss_type);
-  MF_CHECK(cfg.label_smoothing == 0 || cfg.loss_type == "softmax" || cfg.loss_type == "softmaxproto",
-           "optim.label_smoothing: loss.type = {} has no class head to smooth; set it to 0", cfg.loss_type);
-  MF_CHECK(cfg.loss_type == "softmax" || cfg.aug_mixup_alpha == 0,
-           "augment.mixup_alpha: mixup mixes class targets, which loss.type = {} does not train; set it to 0",
-           cfg.loss_type);
-  MF_CHECK(cfg.arch != "cnn" || !cfg.layers.empty(),
+           "voxceleb_trainer uses)", loss);
+  MF_CHECK(cfg.label_smoothing == 0 || cfg.loss_type == LossType::softmax || cfg.loss_type == LossType::softmaxproto,
+           "optim.label_smoothing: loss.type = {} has no class head to smooth; set it to 0", loss);
+  MF_CHECK(cfg.loss_type == LossType::softmax || cfg.aug_mixup_alpha == 0,
+           "augment.mixup_alpha: mixup mixes class targets, which loss.type = {} does not train; set it to 0", loss);
+  const bool own_layers = cfg.arch == Arch::cnn && cfg.arch_preset.empty();  // model.arch = cnn
+  MF_CHECK(!own_layers || !cfg.layers.empty(),
            "model.layers: model.arch = cnn needs its layers ([[model.layers]] tables, docs/models.md), found none");
-  MF_CHECK(cfg.arch == "cnn" || cfg.layers.empty(),
-           "model.layers: only model.arch = cnn takes layers; model.arch = {} has its own, found {} layers", cfg.arch,
-           cfg.layers.size());
+  MF_CHECK(own_layers || cfg.layers.empty(),
+           "model.layers: only model.arch = cnn takes layers; model.arch = {} has its own, found {} layers",
+           arch_name(cfg), cfg.layers.size());
   MF_CHECK(!cfg.train_path.empty(), "data.train: a training set is required (--train FILE or data.train in the config)");
   MF_CHECK(!(cfg.overfit_batches > 0 && cfg.limit_batches > 0),
            "train.overfit_batches and train.limit_batches: set one of them, not both");
@@ -716,8 +784,11 @@ std::string to_toml(const RunConfig& cfg) {
     const std::string name = f.key.substr(f.key.find('.') + 1);
     if (!sections.count(sec)) order.push_back(sec);
     toml::table& t = sections[sec];
-    std::visit(
-        [&](auto m) {
+    if (const Choice* c = std::get_if<Choice>(&f.member)) {
+      t.insert_or_assign(name, std::string(c->get(cfg)));
+      continue;
+    }
+    visit_pointer(f.member, [&](auto m) {
           using T = std::remove_cvref_t<decltype(cfg.*m)>;
           if constexpr (std::is_same_v<T, std::vector<std::int64_t>> || std::is_same_v<T, std::vector<double>>) {
             toml::array a;
@@ -733,8 +804,7 @@ std::string to_toml(const RunConfig& cfg) {
           } else {
             t.insert_or_assign(name, cfg.*m);
           }
-        },
-        f.member);
+        });
   }
   std::ostringstream os;
   os << "# melforge train: the resolved configuration (every key)\n";

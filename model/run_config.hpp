@@ -10,13 +10,40 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "engine/named_enum.hpp"
+#include "io/reader.hpp"
+#include "kernels/adamw.hpp"
 #include "model/cnn_layers.hpp"
+#include "model/model_config.hpp"
 
 namespace mf::model {
+
+// The words of the choice keys live in these tables (and kLossTypeNames,
+// kPrecisionNames in model/model_config.hpp, kResidencyNames in
+// io/reader.hpp): the configuration parses them into enums once, and
+// everything downstream switches on the enum.
+// model.heads (model/heads.hpp); auto is resolved from the training data.
+enum class Heads : std::uint8_t { automatic, class_only, class_and_leak };
+inline constexpr NamedEnum<Heads> kHeadsNames[] = {
+    {Heads::automatic, "auto"}, {Heads::class_only, "class"}, {Heads::class_and_leak, "class+leak"}};
+// model.input_norm: none, or instance normalisation of each mel band (kernels/instance_norm.hpp).
+enum class InputNorm : std::uint8_t { none, instance };
+inline constexpr NamedEnum<InputNorm> kInputNormNames[] = {{InputNorm::none, "none"},
+                                                           {InputNorm::instance, "instance"}};
+// optim.schedule after warmup (kernels/adamw.hpp).
+inline constexpr NamedEnum<kernels::LrSchedule> kLrScheduleNames[] = {{kernels::LrSchedule::cosine, "cosine"},
+                                                                      {kernels::LrSchedule::linear, "linear"},
+                                                                      {kernels::LrSchedule::constant, "constant"}};
+// log.progress (train/progress.hpp): auto is a live line on a terminal, plain lines otherwise.
+enum class ProgressMode : std::uint8_t { automatic, tty, plain, off };
+inline constexpr NamedEnum<ProgressMode> kProgressModeNames[] = {
+    {ProgressMode::automatic, "auto"}, {ProgressMode::tty, "tty"}, {ProgressMode::plain, "plain"},
+    {ProgressMode::off, "off"}};
 
 struct RunConfig {
   // [data]
@@ -30,7 +57,10 @@ struct RunConfig {
   std::int64_t per_class = 0;      // speaker-balanced batches: segments per class per batch (0: off)
 
   // [model]
-  std::string arch = "leakcnn";  // leakcnn | cnn | a preset of model/cnn_layers.hpp
+  // model.arch: leakcnn, cnn (the layers below) or a preset of
+  // model/cnn_layers.hpp, held as arch = cnn with the preset's name.
+  Arch arch = Arch::leakcnn;
+  std::string arch_preset;       // "" unless model.arch names a preset
   std::vector<CnnLayer> layers;  // arch = cnn: the stack (model/cnn_layers.hpp)
   std::vector<std::int64_t> channels{32, 64, 128};
   std::vector<std::int64_t> pools{2, 2, 2};
@@ -40,12 +70,12 @@ struct RunConfig {
   std::int64_t num_classes = 0;  // 0: from the dataset's labels
   // auto | class | class+leak (model/heads.hpp). A run records the resolved
   // value (never auto) in its config.toml and checkpoints.
-  std::string heads = "auto";
+  Heads heads = Heads::automatic;
   std::int64_t embedding = 0;         // 0: auto (none with softmax; 256 on leakcnn with a metric loss)
-  std::string input_norm = "none";    // none | instance
+  InputNorm input_norm = InputNorm::none;
 
   // [loss]
-  std::string loss_type = "softmax";  // softmax | am_softmax | aam_softmax | angleproto | softmaxproto
+  LossType loss_type = LossType::softmax;
   double margin = 0.2;        // AM/AAM-softmax's margin m
   double margin_scale = 30.0; // AM/AAM-softmax's scale s (not the fp16 loss scale)
 
@@ -53,7 +83,7 @@ struct RunConfig {
   std::int64_t epochs = 10;
   std::int64_t batch_size = 0;  // 0: auto, resolved by the trainer from the training set (train/batch_size.hpp)
   std::int64_t grad_accum = 1;
-  std::string precision = "auto";  // auto | fp32 | bf16 | fp16
+  std::optional<Precision> precision;  // nullopt: auto (bf16 on a GPU, fp32 on the CPU)
   std::string device = "auto";     // auto | cpu | cuda | cuda:N
   std::int64_t seed = 0;
   std::int64_t limit_batches = 0;   // optimizer steps per epoch at most (0: the whole epoch)
@@ -64,7 +94,7 @@ struct RunConfig {
 
   // [optim]
   double lr = 1e-3;
-  std::string schedule = "cosine";  // cosine | linear | constant
+  kernels::LrSchedule schedule = kernels::LrSchedule::cosine;
   std::int64_t warmup_steps = 0;
   double min_lr_ratio = 0.0;
   double weight_decay = 0.01;
@@ -81,7 +111,7 @@ struct RunConfig {
   // [reader]
   std::int64_t reader_threads = 2;
   std::int64_t reader_ring = 4;
-  std::string gpu_cache = "auto";  // auto | on | off
+  io::Residency gpu_cache = io::Residency::automatic;
   double gpu_cache_fraction = 0.5;
 
   // [eval]
@@ -99,7 +129,7 @@ struct RunConfig {
 
   // [log]
   std::int64_t log_interval = 50;  // steps
-  std::string progress = "auto";   // auto | tty | plain | off
+  ProgressMode progress = ProgressMode::automatic;
 
   // [augment] On-device augmentation of training batches (kernels/augment.hpp),
   // never of evaluation batches. Off by default (every count/width 0).
@@ -141,6 +171,9 @@ struct RunConfig {
   // "max" for metrics where larger is better, "min" for losses.
   bool metric_higher_is_better() const;
 };
+
+// model.arch as the user wrote it: leakcnn, cnn or the preset's name.
+std::string_view arch_name(const RunConfig& cfg);
 
 // What a key is, for help text and error messages.
 struct ConfigKeyInfo {

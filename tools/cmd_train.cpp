@@ -182,7 +182,7 @@ void register_train(CLI::App& app) {
     for (std::size_t i = 0; i < std::size(kConfigFlags); ++i)
       if (cmd->count(kConfigFlags[i].name) > 0) model::set_key(cfg, kConfigFlags[i].key, a.flag_values[i]);
     if (a.fast_dev_run) cfg.fast_dev_run = true;
-    if (a.gpu_cache) cfg.gpu_cache = "on";
+    if (a.gpu_cache) cfg.gpu_cache = io::Residency::on;
     for (const std::string& s : a.sets) model::apply_override(cfg, s);
     train::TrainerOptions options;
     options.stop_after_steps = a.stop_after_steps;

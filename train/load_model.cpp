@@ -59,7 +59,12 @@ LoadedModel load_model(const fs::path& checkpoint, const std::string& device, co
   }
   const Device dev = parse_device(device);
   set_current(dev);
-  lm.precision = precision.empty() ? checkpoint_precision(c) : resolve_precision(precision, dev);
+  if (precision.empty())
+    lm.precision = checkpoint_precision(c);
+  else
+    lm.precision = resolve_precision(precision == "auto" ? std::nullopt
+                                                         : std::optional(model::parse_precision(precision)),
+                                     dev);
   lm.model = checkpoint_model(c, lm.cfg);
   lm.class_names = checkpoint_class_names(c, lm.model.classes);
   lm.normal_class = int(c.get_int_in("normal_class", 0, lm.model.classes - 1));

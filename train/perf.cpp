@@ -148,7 +148,7 @@ Bottleneck classify_bottleneck(const PhaseTimes& t, const BottleneckContext& c) 
     b.kind = "compute-bound";
     if (!c.on_gpu)
       b.suggestion = "the CPU backend does the arithmetic: train on a GPU (--device cuda) for real speed";
-    else if (c.precision == "fp32")
+    else if (c.precision == model::Precision::fp32)
       b.suggestion = "use --precision bf16 (tensor cores; FP32 master weights keep the accuracy)";
     else if (c.peak_tflops > 0 && c.achieved_tflops > 0 && c.achieved_tflops < 0.3 * c.peak_tflops)
       b.suggestion = fmt::format("the kernels reach {:.0f}% of peak: a larger --batch-size (now {}) keeps more SMs "

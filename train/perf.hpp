@@ -63,7 +63,7 @@ struct BottleneckContext {
   bool fits_on_gpu = false;     // it would fit (reader.gpu_cache_fraction of free memory)
   int reader_threads = 2;
   int cpu_cores = 1;
-  std::string precision = "fp32";
+  model::Precision precision = model::Precision::fp32;
   bool cuda_graphs = true;
   std::int64_t batch_size = 0;
   std::int64_t log_interval = 0;

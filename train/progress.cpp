@@ -28,15 +28,13 @@ std::string progress_line(const ProgressState& s) {
   return o;
 }
 
-Progress::Progress(const std::string& mode, std::FILE* stream) : out_(stream) {
-  if (mode == "off")
-    mode_ = Mode::off;
-  else if (mode == "plain")
-    mode_ = Mode::plain;
-  else if (mode == "tty")
-    mode_ = Mode::tty;
-  else
-    mode_ = ::isatty(::fileno(stream)) ? Mode::tty : Mode::plain;
+Progress::Progress(model::ProgressMode mode, std::FILE* stream) : out_(stream) {
+  switch (mode) {
+    case model::ProgressMode::off: mode_ = Mode::off; break;
+    case model::ProgressMode::plain: mode_ = Mode::plain; break;
+    case model::ProgressMode::tty: mode_ = Mode::tty; break;
+    case model::ProgressMode::automatic: mode_ = ::isatty(::fileno(stream)) ? Mode::tty : Mode::plain; break;
+  }
 }
 
 Progress::~Progress() { finish(); }

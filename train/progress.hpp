@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <string>
 
+#include "model/run_config.hpp"
+
 namespace mf::train {
 
 struct ProgressState {
@@ -31,7 +33,7 @@ class Progress {
  public:
   enum class Mode { tty, plain, off };
   // "auto" picks tty when `stream` is a terminal, else plain.
-  explicit Progress(const std::string& mode, std::FILE* stream = stderr);
+  explicit Progress(model::ProgressMode mode, std::FILE* stream = stderr);
   ~Progress();
   Mode mode() const { return mode_; }
 
@@ -47,7 +49,7 @@ class Progress {
 
  private:
   void draw(const ProgressState& s);
-  Mode mode_;
+  Mode mode_ = Mode::plain;
   std::FILE* out_;
   bool line_open_ = false;
   std::chrono::steady_clock::time_point last_draw_{};

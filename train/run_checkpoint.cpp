@@ -44,9 +44,8 @@ json without_dropout_p(json layers) {
 // The layers a saved configuration describes: model.layers, a preset's, or
 // null for LeakCNN.
 json saved_layers(const model::RunConfig& saved) {
-  if (saved.arch == "cnn") return layers_json(saved.layers);
-  if (saved.arch != "leakcnn") return layers_json(model::cnn_preset(saved.arch));
-  return nullptr;
+  if (saved.arch == model::Arch::leakcnn) return nullptr;
+  return layers_json(saved.arch_preset.empty() ? saved.layers : model::cnn_preset(saved.arch_preset));
 }
 
 }  // namespace
@@ -160,7 +159,7 @@ void check_same_model(const model::Checkpoint& c, const model::TrainStep& ts, co
            mc.arch == model::Arch::cnn ? "model.arch/layers" : "model.channels/pools/kernel/dense");
   // LeakCNN against LeakCNN: the parameter count says enough (unchanged).
   const model::RunConfig saved = model::load_saved_config(c.get_string("config"), c.source + ":/strings/config");
-  if (mc.arch == model::Arch::cnn || saved.arch != "leakcnn")
+  if (mc.arch == model::Arch::cnn || saved.arch == model::Arch::cnn)
     check_same_layers(saved_layers(saved), ts, what, c.source);
 }
 

@@ -8,9 +8,9 @@
 
 namespace mf::train {
 
-model::Precision resolve_precision(const std::string& precision, Device dev) {
-  if (precision == "auto" || precision.empty()) return dev.is_cuda() ? model::Precision::bf16 : model::Precision::fp32;
-  return model::parse_precision(precision);
+model::Precision resolve_precision(std::optional<model::Precision> precision, Device dev) {
+  if (precision) return *precision;
+  return dev.is_cuda() ? model::Precision::bf16 : model::Precision::fp32;
 }
 
 io::DatasetNames dataset_names(const model::RunConfig& cfg) {
@@ -27,14 +27,9 @@ model::ModelConfig model_config(const model::RunConfig& cfg, std::int64_t mels, 
   model::ModelConfig m;
   m.in_mels = int(mels);
   m.in_frames = int(frames);
-  if (cfg.arch == "cnn") {
-    m.arch = model::Arch::cnn;
-    m.layers = cfg.layers;
-  } else if (cfg.arch != "leakcnn") {
-    m.arch = model::Arch::cnn;
-    m.layers = model::cnn_preset(cfg.arch);
-    m.preset = cfg.arch;
-  }
+  m.arch = cfg.arch;
+  m.preset = cfg.arch_preset;
+  if (cfg.arch == model::Arch::cnn) m.layers = cfg.arch_preset.empty() ? cfg.layers : model::cnn_preset(cfg.arch_preset);
   m.channels.assign(cfg.channels.begin(), cfg.channels.end());
   m.pools.assign(cfg.pools.begin(), cfg.pools.end());
   m.kernel = int(cfg.kernel);
@@ -42,8 +37,8 @@ model::ModelConfig model_config(const model::RunConfig& cfg, std::int64_t mels, 
   m.dropout = float(cfg.dropout);
   m.classes = classes;
   m.leak_head = model::has_leak_head(cfg);  // model.heads must be resolved (model::resolve_heads)
-  m.loss = model::parse_loss_type(cfg.loss_type);
-  m.input_norm = cfg.input_norm == "instance";
+  m.loss = cfg.loss_type;
+  m.input_norm = cfg.input_norm == model::InputNorm::instance;
   // model.embedding = auto: none with the softmax loss or on a stack (its last
   // layer is the embedding), 256 on LeakCNN with a metric loss.
   m.embedding = int(cfg.embedding);
@@ -65,9 +60,7 @@ model::TrainConfig step_config(const model::RunConfig& cfg, const model::ModelCo
   tc.optim.eps = float(cfg.eps);
   tc.optim.weight_decay = float(cfg.weight_decay);
   tc.optim.max_grad_norm = float(cfg.clip_norm);
-  tc.optim.schedule = cfg.schedule == "cosine"   ? kernels::LrSchedule::cosine
-                      : cfg.schedule == "linear" ? kernels::LrSchedule::linear
-                                                 : kernels::LrSchedule::constant;
+  tc.optim.schedule = cfg.schedule;
   tc.optim.warmup_steps = std::int32_t(cfg.warmup_steps);
   tc.optim.total_steps = std::int32_t(std::max<std::int64_t>(1, total_steps));
   tc.optim.min_lr = float(cfg.lr * cfg.min_lr_ratio);
@@ -94,7 +87,7 @@ io::ReaderConfig reader_config(const model::RunConfig& cfg, Device dev, DType dt
   rc.ring_slots = int(cfg.reader_ring);
   rc.device = dev;
   rc.dtype = dtype;
-  rc.resident = io::parse_residency(cfg.gpu_cache);
+  rc.resident = cfg.gpu_cache;
   rc.max_device_share = cfg.gpu_cache_fraction;
   if (train) rc.per_class = int(cfg.per_class);
   return rc;

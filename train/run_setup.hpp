@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "audio/frontend_params.hpp"
@@ -17,8 +18,8 @@
 
 namespace mf::train {
 
-// "auto" (or empty) -> bf16 on a GPU, fp32 on the CPU; otherwise the named precision.
-model::Precision resolve_precision(const std::string& precision, Device dev);
+// nullopt (auto) -> bf16 on a GPU, fp32 on the CPU; otherwise the precision given.
+model::Precision resolve_precision(std::optional<model::Precision> precision, Device dev);
 io::DatasetNames dataset_names(const model::RunConfig& cfg);
 // The LeakCNN for inputs of mels x frames and `classes` classes, with the
 // heads of cfg.heads (resolved: class or class+leak); throws when the

@@ -131,7 +131,7 @@ class Trainer::Run {
   Run(RunConfig cfg, TrainerOptions options);
 
   void restore_or_init();
-  bool epochs_left() const { return st_.epoch < cfg_.epochs && !stop_->requested() && !early_stopped_; }
+  bool epochs_left() const { return state_.epoch < cfg_.epochs && !stop_->requested() && !early_stopped_; }
   bool train_epoch();
   void report_epoch();
   bool validate();
@@ -155,35 +155,37 @@ class Trainer::Run {
   RunConfig cfg_;
   TrainerOptions options_;
   Clock::time_point run_t0_ = Clock::now();
-  Device dev_;
-  model::Precision precision_;
-  DType act_;
-  fs::path out_, ckpt_dir_;
-  std::optional<model::FoundCheckpoint> resume_;
+  Device device_;
+  model::Precision precision_;  // train.precision resolved for the device
+  DType act_dtype_;             // the activations' and working weights' dtype
+  fs::path out_dir_, ckpt_dir_;  // run.out and its checkpoints/
+  std::optional<model::FoundCheckpoint> resume_;  // the checkpoint run.resume found, if any
   RunData data_;
-  model::ModelConfig mc_;
+  model::ModelConfig model_config_;
   double dataset_load_s_ = 0;
-  std::int64_t k_ = 1, B_ = 1, steps_per_epoch_ = 0, total_steps_ = 0;
-  std::string dev_name_;
-  std::optional<PeakTflops> peak_;
-  double peak_tf_ = 0;
+  std::int64_t accum_steps_ = 1;  // micro-batches per optimizer step (train.grad_accum)
+  std::int64_t micro_batch_ = 1;  // samples per micro-batch (train.batch_size, resolved)
+  std::int64_t steps_per_epoch_ = 0, total_steps_ = 0;
+  std::string device_name_;
+  std::optional<PeakTflops> device_peak_;  // the GPU's dense peak, when known
+  double peak_tflops_ = 0;                 // that peak for this run's precision (0: unknown)
   ModelFlops flops_;
   bool profiling_ = false;
   EvalOptions eval_options_;
 
   // Components, built in the constructor once the data and device are known.
   std::unique_ptr<Stream> stream_;
-  std::unique_ptr<io::BatchReader> train_rd_, val_rd_, overfit_rd_;
-  std::unique_ptr<model::TrainStep> ts_;
+  std::unique_ptr<io::BatchReader> train_reader_, val_reader_, overfit_reader_;
+  std::unique_ptr<model::TrainStep> train_step_;
   std::unique_ptr<EventTimer> timer_;
-  std::unique_ptr<SystemMonitor> mon_;
-  std::unique_ptr<Progress> prog_;
-  std::unique_ptr<JsonlWriter> mlog_;
-  std::unique_ptr<model::CheckpointDir> ckpts_;
+  std::unique_ptr<SystemMonitor> sysmon_;
+  std::unique_ptr<Progress> progress_;
+  std::unique_ptr<JsonlWriter> metrics_log_;
+  std::unique_ptr<model::CheckpointDir> checkpoints_;
   std::optional<StopRequest> stop_;  // installed by restore_or_init, for the loop
 
   // Where the run stands.
-  RunState st_;
+  RunState state_;
   EarlyStopping selection_{MetricGoal{}};
   bool early_stopped_ = false, interrupted_ = false, warned_undefined_metric_ = false, best_written_ = false;
   std::int64_t saved_step_ = -1;
@@ -216,12 +218,12 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
     cfg_.limit_batches = 1;
     cfg_.overfit_batches = 0;
   }
-  dev_ = parse_device(cfg_.device);
-  set_current(dev_);
-  precision_ = resolve_precision(cfg_.precision, dev_);
-  act_ = model::activation_dtype(precision_);
-  out_ = fs::path(cfg_.out);
-  ckpt_dir_ = out_ / "checkpoints";
+  device_ = parse_device(cfg_.device);
+  set_current(device_);
+  precision_ = resolve_precision(cfg_.precision, device_);
+  act_dtype_ = model::activation_dtype(precision_);
+  out_dir_ = fs::path(cfg_.out);
+  ckpt_dir_ = out_dir_ / "checkpoints";
   resume_ = find_resume_checkpoint(cfg_, ckpt_dir_);  // before anything is written
 
   // Data (validated at open: a bad file stops here, before anything is written).
@@ -230,24 +232,24 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
   const io::DatasetInfo& ti = data_.train->info();
   resolve_heads(ti);
   resolve_frontend(cfg_, ti);
-  mc_ = model_config(cfg_, ti.n_mels, ti.frames, data_.classes);
+  model_config_ = model_config(cfg_, ti.n_mels, ti.frames, data_.classes);
   if (cfg_.batch_size == 0) {
-    cfg_.batch_size = auto_batch_size(ti.num_segments, cfg_.grad_accum, dev_.is_cuda());
+    cfg_.batch_size = auto_batch_size(ti.num_segments, cfg_.grad_accum, device_.is_cuda());
     log_info("train.batch_size = auto: {} for {} training segments on the {}", cfg_.batch_size, ti.num_segments,
-             dev_.is_cuda() ? "GPU" : "CPU");
+             device_.is_cuda() ? "GPU" : "CPU");
   }
-  stream_ = std::make_unique<Stream>(dev_, "compute");
-  train_rd_ = std::make_unique<io::BatchReader>(data_.train, reader_config(cfg_, dev_, act_, true));
+  stream_ = std::make_unique<Stream>(device_, "compute");
+  train_reader_ = std::make_unique<io::BatchReader>(data_.train, reader_config(cfg_, device_, act_dtype_, true));
   // Opening the datasets and (resident mode) loading the training set: the
   // "dataset load" that time-to-first-step figures leave out.
   dataset_load_s_ = seconds_since(load_t0);
 
-  k_ = cfg_.grad_accum;
-  B_ = cfg_.batch_size;
-  steps_per_epoch_ = train_rd_->batches_per_epoch() / k_;
+  accum_steps_ = cfg_.grad_accum;
+  micro_batch_ = cfg_.batch_size;
+  steps_per_epoch_ = train_reader_->batches_per_epoch() / accum_steps_;
   MF_CHECK(steps_per_epoch_ > 0,
            "data.train {}: {} segments make {} batches of {} (train.batch_size), fewer than train.grad_accum={}",
-           ti.path, ti.num_segments, train_rd_->batches_per_epoch(), B_, k_);
+           ti.path, ti.num_segments, train_reader_->batches_per_epoch(), micro_batch_, accum_steps_);
   if (cfg_.limit_batches > 0) steps_per_epoch_ = std::min(steps_per_epoch_, cfg_.limit_batches);
   if (cfg_.overfit_batches > 0) steps_per_epoch_ = std::min(steps_per_epoch_, cfg_.overfit_batches);
   total_steps_ = cfg_.epochs * steps_per_epoch_;
@@ -255,40 +257,40 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
            "train.epochs: {} epochs of {} optimizer steps make {} steps; the schedule accepts at most {}", cfg_.epochs,
            steps_per_epoch_, total_steps_, std::numeric_limits<std::int32_t>::max());
 
-  model::TrainConfig tc = step_config(cfg_, mc_, precision_, total_steps_);
+  model::TrainConfig tc = step_config(cfg_, model_config_, precision_, total_steps_);
   set_augmentation(tc, cfg_, ti);
-  ts_ = std::make_unique<model::TrainStep>(tc, dev_, *stream_);
-  timer_ = std::make_unique<EventTimer>(dev_);
-  ts_->set_phase_timer(timer_.get());  // per-layer times of eager steps
-  if (data_.val) val_rd_ = std::make_unique<io::BatchReader>(data_.val, reader_config(cfg_, dev_, act_, false));
+  train_step_ = std::make_unique<model::TrainStep>(tc, device_, *stream_);
+  timer_ = std::make_unique<EventTimer>(device_);
+  train_step_->set_phase_timer(timer_.get());  // per-layer times of eager steps
+  if (data_.val) val_reader_ = std::make_unique<io::BatchReader>(data_.val, reader_config(cfg_, device_, act_dtype_, false));
   // --overfit-batches validates on the very batches it trains on.
   if (cfg_.overfit_batches > 0)
-    overfit_rd_ = std::make_unique<io::BatchReader>(data_.train, reader_config(cfg_, dev_, act_, false));
+    overfit_reader_ = std::make_unique<io::BatchReader>(data_.train, reader_config(cfg_, device_, act_dtype_, false));
 
-  dev_name_ = dev_.is_cuda() ? device_properties(dev_.index).name : "CPU";
-  peak_ = dev_.is_cuda() ? peak_tflops(dev_name_) : std::nullopt;
-  peak_tf_ = peak_ ? (precision_ == model::Precision::fp32 ? peak_->fp32 : peak_->bf16) : 0.0;
-  flops_ = model_flops(mc_);
-  profiling_ = dev_.is_cuda() && cfg_.profile_begin() >= 0;
+  device_name_ = device_.is_cuda() ? device_properties(device_.index).name : "CPU";
+  device_peak_ = device_.is_cuda() ? peak_tflops(device_name_) : std::nullopt;
+  peak_tflops_ = device_peak_ ? (precision_ == model::Precision::fp32 ? device_peak_->fp32 : device_peak_->bf16) : 0.0;
+  flops_ = model_flops(model_config_);
+  profiling_ = device_.is_cuda() && cfg_.profile_begin() >= 0;
   eval_options_.threshold = cfg_.threshold;
   eval_options_.class_loss_weight = cfg_.class_loss_weight;
   eval_options_.leak_loss_weight = cfg_.leak_loss_weight;
-  if (cfg_.fast_dev_run) eval_options_.max_segments = B_;
+  if (cfg_.fast_dev_run) eval_options_.max_segments = micro_batch_;
   selection_ = EarlyStopping(MetricGoal{cfg_.metric_higher_is_better(), cfg_.min_delta, cfg_.patience});
-  mon_ = std::make_unique<SystemMonitor>(dev_.is_cuda() ? dev_.index : -1);
-  prog_ = std::make_unique<Progress>(cfg_.progress);
+  sysmon_ = std::make_unique<SystemMonitor>(device_.is_cuda() ? device_.index : -1);
+  progress_ = std::make_unique<Progress>(cfg_.progress);
 }
 
 // model.heads = auto becomes class or class+leak, recorded resolved in
 // config.toml and the checkpoints. A resumed run keeps its checkpoint's heads
 // (runs saved before the key existed had both), whatever the data would say.
 void Trainer::Run::resolve_heads(const io::DatasetInfo& train) {
-  if (cfg_.heads == "auto" && resume_)
+  if (cfg_.heads == model::Heads::automatic && resume_)
     cfg_.heads = model::load_saved_config(resume_->checkpoint.get_string("config"), resume_->path.string()).heads;
   cfg_.heads = model::resolve_heads(cfg_, train);
   // A metric loss has no class head to score: it validates by the EER of
   // trials drawn from the validation set.
-  if (cfg_.metric == "auto") cfg_.metric = cfg_.loss_type == "softmax" ? "val.file.macro_f1" : "val.eer";
+  if (cfg_.metric == "auto") cfg_.metric = cfg_.loss_type == model::LossType::softmax ? "val.file.macro_f1" : "val.eer";
   model::validate(cfg_);  // with the heads known: a leak eval.metric needs the leak head
 }
 
@@ -297,48 +299,48 @@ void Trainer::Run::resolve_heads(const io::DatasetInfo& train) {
 void Trainer::Run::restore_or_init() {
   if (resume_) {
     const model::Checkpoint& c = resume_->checkpoint;
-    check_same_model(c, *ts_, "--resume");
+    check_same_model(c, *train_step_, "--resume");
     const RunConfig saved = model::load_saved_config(c.get_string("config"), resume_->path.string());
     if (saved.seed != cfg_.seed || saved.batch_size != cfg_.batch_size || saved.grad_accum != cfg_.grad_accum ||
         saved.lr != cfg_.lr || saved.epochs != cfg_.epochs || saved.schedule != cfg_.schedule ||
         saved.precision != cfg_.precision || saved.heads != cfg_.heads)
       log_warn("--resume: the configuration differs from the checkpoint's in seed, batch size, accumulation, lr, "
                "epochs, schedule, precision or heads; the run continues but will not match an uninterrupted one");
-    restore_run_checkpoint(*ts_, c, *stream_);
-    st_ = run_state_of(c);
-    selection_ = EarlyStopping(selection_.goal(), st_.best);
-    log_info("resuming from {} (step {}, epoch {}, step {} of the epoch)", resume_->path.string(), st_.step,
-             st_.epoch + 1, st_.step_in_epoch);
+    restore_run_checkpoint(*train_step_, c, *stream_);
+    state_ = run_state_of(c);
+    selection_ = EarlyStopping(selection_.goal(), state_.best);
+    log_info("resuming from {} (step {}, epoch {}, step {} of the epoch)", resume_->path.string(), state_.step,
+             state_.epoch + 1, state_.step_in_epoch);
   } else if (!cfg_.init_from.empty()) {
-    init_weights_from(*ts_, cfg_.init_from);
+    init_weights_from(*train_step_, cfg_.init_from);
     log_info("initial weights from {}", cfg_.init_from);
   }
 
   std::error_code ec;
-  fs::create_directories(out_, ec);
-  MF_CHECK(!ec, "run.out: cannot create {}: {}", out_.string(), ec.message());
-  write_text_atomic(out_ / "config.toml", model::to_toml(cfg_));
-  if (!resume_) fs::remove(out_ / "metrics.jsonl", ec);
-  mlog_ = std::make_unique<JsonlWriter>(out_ / "metrics.jsonl", resume_ ? st_.step : -1);
-  ckpts_ = std::make_unique<model::CheckpointDir>(ckpt_dir_, cfg_.keep_last);
+  fs::create_directories(out_dir_, ec);
+  MF_CHECK(!ec, "run.out: cannot create {}: {}", out_dir_.string(), ec.message());
+  write_text_atomic(out_dir_ / "config.toml", model::to_toml(cfg_));
+  if (!resume_) fs::remove(out_dir_ / "metrics.jsonl", ec);
+  metrics_log_ = std::make_unique<JsonlWriter>(out_dir_ / "metrics.jsonl", resume_ ? state_.step : -1);
+  checkpoints_ = std::make_unique<model::CheckpointDir>(ckpt_dir_, cfg_.keep_last);
   stop_.emplace();
 
   const io::DatasetInfo& ti = data_.train->info();
-  prog_->message(fmt::format(
+  progress_->message(fmt::format(
       "melforge train: {} on {} ({}), {} parameters, {} precision; {} train segments ({} reader, {} batches of {}), "
       "{} steps/epoch x {} epochs{}",
-      mc_.str(), dev_.str(), dev_name_, ts_->params().count(), model::precision_name(precision_), ti.num_segments,
-      train_rd_->resident() ? "resident" : "streaming", train_rd_->batches_per_epoch(), B_, steps_per_epoch_,
-      cfg_.epochs, k_ > 1 ? fmt::format(" (accumulating {} batches per step)", k_) : std::string()));
+      model_config_.str(), device_.str(), device_name_, train_step_->params().count(), model::precision_name(precision_), ti.num_segments,
+      train_reader_->resident() ? "resident" : "streaming", train_reader_->batches_per_epoch(), micro_batch_, steps_per_epoch_,
+      cfg_.epochs, accum_steps_ > 1 ? fmt::format(" (accumulating {} batches per step)", accum_steps_) : std::string()));
   // A run that had stopped early is finished: resuming it must not train on
   // (an uninterrupted run would not have).
   if (resume_ && selection_.exhausted()) {
     early_stopped_ = true;
-    prog_->message(fmt::format("the run stopped early at step {} ({} evaluations without improvement, eval.patience "
+    progress_->message(fmt::format("the run stopped early at step {} ({} evaluations without improvement, eval.patience "
                                "= {}): nothing left to train",
-                               st_.step, st_.best.bad_evals, cfg_.patience));
+                               state_.step, state_.best.bad_evals, cfg_.patience));
   }
-  start_step_ = st_.step_in_epoch;
+  start_step_ = state_.step_in_epoch;
 }
 
 // ---- checkpoint ---------------------------------------------------------------------
@@ -347,38 +349,38 @@ void Trainer::Run::restore_or_init() {
 // includes this process's so far.
 void Trainer::Run::save(bool best, std::int64_t epoch_of_next_step) {
   if (cfg_.fast_dev_run) return;
-  RunState s = st_;
+  RunState s = state_;
   s.epoch = epoch_of_next_step;
   s.best = selection_.state();
   s.elapsed_s += seconds_since(run_t0_);
-  const io::ReaderState rs{s.epoch, s.step_in_epoch * k_};
-  const auto c = make_run_checkpoint(*ts_, cfg_, s, rs, data_.class_names, data_.normal_class, *stream_);
-  const fs::path p = ckpts_->save(c, st_.step, best);
-  saved_step_ = st_.step;
+  const io::ReaderState rs{s.epoch, s.step_in_epoch * accum_steps_};
+  const auto c = make_run_checkpoint(*train_step_, cfg_, s, rs, data_.class_names, data_.normal_class, *stream_);
+  const fs::path p = checkpoints_->save(c, state_.step, best);
+  saved_step_ = state_.step;
   if (best) best_written_ = true;
-  prog_->message(fmt::format("checkpoint {}{}", p.string(), best ? " (best so far)" : ""));
+  progress_->message(fmt::format("checkpoint {}{}", p.string(), best ? " (best so far)" : ""));
 }
 
 void Trainer::Run::checkpoint_after_epoch(bool best) {
-  const bool last_epoch = st_.epoch + 1 == cfg_.epochs;
-  const bool due = (st_.epoch + 1) % cfg_.checkpoint_every == 0 || last_epoch || early_stopped_ || best;
-  if (due) save(best, st_.epoch + 1);  // the state points at the next epoch
-  ++st_.epoch;
+  const bool last_epoch = state_.epoch + 1 == cfg_.epochs;
+  const bool due = (state_.epoch + 1) % cfg_.checkpoint_every == 0 || last_epoch || early_stopped_ || best;
+  if (due) save(best, state_.epoch + 1);  // the state points at the next epoch
+  ++state_.epoch;
   start_step_ = 0;
 }
 
 // After the loop: a stop request (signal, --stop-after-steps) checkpoints the
 // step it stopped at.
 void Trainer::Run::finish_training() {
-  prog_->finish();
+  progress_->finish();
   if (!stop_->requested()) return;
   interrupted_ = true;
-  const bool asked = options_.stop_after_steps >= 0 && st_.step >= options_.stop_after_steps;
-  prog_->message(asked ? fmt::format("--stop-after-steps {}: stopping after step {}", options_.stop_after_steps,
-                                     st_.step)
+  const bool asked = options_.stop_after_steps >= 0 && state_.step >= options_.stop_after_steps;
+  progress_->message(asked ? fmt::format("--stop-after-steps {}: stopping after step {}", options_.stop_after_steps,
+                                     state_.step)
                        : fmt::format("{}: stopping after step {}", stop_->signal() == SIGTERM ? "SIGTERM" : "SIGINT",
-                                     st_.step));
-  if (saved_step_ != st_.step) save(false, st_.epoch);
+                                     state_.step));
+  if (saved_step_ != state_.step) save(false, state_.epoch);
 }
 
 // ---- train_epoch: the optimizer steps -----------------------------------------------
@@ -388,13 +390,13 @@ void Trainer::Run::feed_step(std::int64_t j) {
   {
     MF_NVTX_RANGE("data_wait");
     const auto w0 = Clock::now();
-    last_batch_ = train_rd_->next(*stream_);
+    last_batch_ = train_reader_->next(*stream_);
     wait_ms_ += 1000.0 * seconds_since(w0);
   }
   MF_NVTX_RANGE("h2d_input");
   EventTimer::Scope t(*timer_, "h2d", *stream_);
-  Tensor x = ts_->input_x().slice(j * B_, (j + 1) * B_), y = ts_->input_labels().slice(j * B_, (j + 1) * B_),
-         l = ts_->input_leak().slice(j * B_, (j + 1) * B_);
+  Tensor x = train_step_->input_x().slice(j * micro_batch_, (j + 1) * micro_batch_), y = train_step_->input_labels().slice(j * micro_batch_, (j + 1) * micro_batch_),
+         l = train_step_->input_leak().slice(j * micro_batch_, (j + 1) * micro_batch_);
   x.copy_from(last_batch_.x, *stream_);
   y.copy_from(last_batch_.labels, *stream_);
   l.copy_from(last_batch_.leak, *stream_);
@@ -402,8 +404,8 @@ void Trainer::Run::feed_step(std::int64_t j) {
 
 bool Trainer::Run::train_epoch() {
   MF_NVTX_RANGE("epoch");
-  const io::ReaderState want{st_.epoch, start_step_ * k_};
-  if (!(train_rd_->state() == want)) train_rd_->restore(want);
+  const io::ReaderState want{state_.epoch, start_step_ * accum_steps_};
+  if (!(train_reader_->state() == want)) train_reader_->restore(want);
   timer_->reset();
   wait_ms_ = 0;
   epoch_samples_ = interval_samples_ = 0;
@@ -411,41 +413,41 @@ bool Trainer::Run::train_epoch() {
   interval_t0_ = epoch_t0;
   std::int64_t s = start_step_;
   while (s < steps_per_epoch_ && !stop_->requested()) {
-    if (profiling_ && st_.step == cfg_.profile_begin()) {
+    if (profiling_ && state_.step == cfg_.profile_begin()) {
       MF_CUDA_CHECK(cudaProfilerStart());
-      prog_->message(fmt::format("profiler capture on at step {}", st_.step));
+      progress_->message(fmt::format("profiler capture on at step {}", state_.step));
     }
-    for (std::int64_t j = 0; j < k_; ++j) feed_step(j);
+    for (std::int64_t j = 0; j < accum_steps_; ++j) feed_step(j);
     {
       MF_NVTX_RANGE("step");
       EventTimer::Scope t(*timer_, "step", *stream_);
-      ts_->step(*stream_);
+      train_step_->step(*stream_);
     }
     if (time_to_first_step_s_ < 0) {
       stream_->synchronize();  // once per run: when did the first step really end?
       time_to_first_step_s_ = seconds_since(run_t0_);
     }
     ++s;
-    ++st_.step;
-    st_.step_in_epoch = s;
-    st_.samples += k_ * B_;
-    epoch_samples_ += k_ * B_;
-    interval_samples_ += k_ * B_;
-    if (profiling_ && st_.step == cfg_.profile_end()) {
+    ++state_.step;
+    state_.step_in_epoch = s;
+    state_.samples += accum_steps_ * micro_batch_;
+    epoch_samples_ += accum_steps_ * micro_batch_;
+    interval_samples_ += accum_steps_ * micro_batch_;
+    if (profiling_ && state_.step == cfg_.profile_end()) {
       MF_CUDA_CHECK(cudaProfilerStop());
-      prog_->message(fmt::format("profiler capture off after step {}", st_.step - 1));
+      progress_->message(fmt::format("profiler capture off after step {}", state_.step - 1));
     }
-    if (st_.step % cfg_.log_interval == 0 || s == steps_per_epoch_)
+    if (state_.step % cfg_.log_interval == 0 || s == steps_per_epoch_)
       log_interval(s);
-    else if (prog_->mode() == Progress::Mode::tty)
+    else if (progress_->mode() == Progress::Mode::tty)
       tick(s);
-    if (options_.stop_after_steps >= 0 && st_.step >= options_.stop_after_steps) stop_->request();
+    if (options_.stop_after_steps >= 0 && state_.step >= options_.stop_after_steps) stop_->request();
   }
   stream_->synchronize();
   epoch_wall_s_ = seconds_since(epoch_t0);
   epoch_steps_done_ = s - start_step_;
-  if (s < steps_per_epoch_) return false;  // stopped inside the epoch: st_ points at the next step
-  st_.step_in_epoch = 0;
+  if (s < steps_per_epoch_) return false;  // stopped inside the epoch: state_ points at the next step
+  state_.step_in_epoch = 0;
   train_wall_s_ += epoch_wall_s_;
   train_samples_timed_ += epoch_samples_;
   if (epoch_steps_done_ == steps_per_epoch_) epoch_times_s_.push_back(epoch_wall_s_);
@@ -454,13 +456,13 @@ bool Trainer::Run::train_epoch() {
 
 // The position fields of `ps` (epoch, step, throughput, ETA); the rest is left as is.
 void Trainer::Run::set_position(ProgressState& ps, std::int64_t step_in_epoch, double samples_per_s) const {
-  ps.epoch = st_.epoch + 1;
+  ps.epoch = state_.epoch + 1;
   ps.epochs = cfg_.epochs;
   ps.step_in_epoch = step_in_epoch;
   ps.steps_per_epoch = steps_per_epoch_;
-  ps.global_step = st_.step;
+  ps.global_step = state_.step;
   ps.samples_per_s = samples_per_s;
-  const double remaining = double(total_steps_ - st_.step) * double(k_ * B_);
+  const double remaining = double(total_steps_ - state_.step) * double(accum_steps_ * micro_batch_);
   ps.eta_s = samples_per_s > 0 ? remaining / samples_per_s : -1;
 }
 
@@ -468,16 +470,16 @@ void Trainer::Run::set_position(ProgressState& ps, std::int64_t step_in_epoch, d
 // the interval reads the step's counters for the progress line and metrics.jsonl.
 void Trainer::Run::log_interval(std::int64_t step_in_epoch) {
   MF_NVTX_RANGE("log");
-  const model::StepMetrics m = ts_->read_metrics(*stream_);
+  const model::StepMetrics m = train_step_->read_metrics(*stream_);
   // Fold the finished timing events back into the timer's pool now that the
   // stream has caught up (no extra wait): otherwise an epoch holds (and
   // creates) events for every step it has timed.
-  if (dev_.is_cuda()) timer_->collect();
+  if (device_.is_cuda()) timer_->collect();
   const double dt = seconds_since(interval_t0_);
   const double sps = dt > 0 ? double(interval_samples_) / dt : 0;
   interval_t0_ = Clock::now();
   interval_samples_ = 0;
-  const SystemSample sys = mon_->sample();
+  const SystemSample sys = sysmon_->sample();
   ProgressState ps;
   set_position(ps, step_in_epoch, sps);
   ps.loss = m.loss;
@@ -487,11 +489,11 @@ void Trainer::Run::log_interval(std::int64_t step_in_epoch) {
   ps.gpu_util_pct = sys.gpu_util_pct;
   ps.gpu_mem_gib = double(sys.gpu_mem_used) / 1073741824.0;
   ps.gpu_mem_total_gib = double(sys.gpu_mem_total) / 1073741824.0;
-  prog_->log(ps);
+  progress_->log(ps);
   last_ps_ = ps;
   json line = {{"type", "train"},
-               {"epoch", st_.epoch + 1},
-               {"step", st_.step},
+               {"epoch", state_.epoch + 1},
+               {"step", state_.step},
                {"loss", nan_null(m.loss)},
                {"class_loss", nan_null(m.class_loss)},
                {"accuracy", nan_null(ps.accuracy)},
@@ -502,8 +504,8 @@ void Trainer::Run::log_interval(std::int64_t step_in_epoch) {
                {"samples_per_s", sps},
                {"cpu_pct", sys.cpu_pct},
                {"rss_mib", double(sys.rss_bytes) / 1048576.0},
-               {"time_s", st_.elapsed_s + seconds_since(run_t0_)}};
-  if (mc_.leak_head) {
+               {"time_s", state_.elapsed_s + seconds_since(run_t0_)}};
+  if (model_config_.leak_head) {
     line["leak_loss"] = nan_null(m.leak_loss);
     line["leak_accuracy"] = m.samples ? json(double(m.leak_correct) / double(m.samples)) : json(nullptr);
   }
@@ -515,7 +517,7 @@ void Trainer::Run::log_interval(std::int64_t step_in_epoch) {
     line["gpu_util_pct"] = sys.gpu_util_pct;
     line["gpu_mem_gib"] = ps.gpu_mem_gib;
   }
-  mlog_->write(line);
+  metrics_log_->write(line);
 }
 
 // Between log intervals the live line advances the step and keeps the last
@@ -523,7 +525,7 @@ void Trainer::Run::log_interval(std::int64_t step_in_epoch) {
 void Trainer::Run::tick(std::int64_t step_in_epoch) {
   ProgressState ps = last_ps_;
   set_position(ps, step_in_epoch, last_ps_.samples_per_s);
-  prog_->tick(ps);
+  progress_->tick(ps);
 }
 
 // ---- report_epoch: where the time went ---------------------------------------------------
@@ -533,53 +535,53 @@ void Trainer::Run::report_epoch() {
     // A forward-only probe splits a CUDA-graph step's time into estimates.
     MF_NVTX_RANGE("forward_probe");
     EventTimer::Scope t(*timer_, "forward_probe", *stream_);
-    (void)ts_->forward_eval(last_batch_.x, *stream_);
+    (void)train_step_->forward_eval(last_batch_.x, *stream_);
   }
   EpochMeasurements m;
   m.wall_s = epoch_wall_s_;
   m.data_wait_ms = wait_ms_;
   m.steps = epoch_steps_done_;
   m.samples = epoch_samples_;
-  m.micro_batches = k_;
+  m.micro_batches = accum_steps_;
   m.train_flops_per_sample = flops_.train;
-  m.peak_tflops = peak_tf_;
+  m.peak_tflops = peak_tflops_;
   BottleneckContext bc;
-  bc.on_gpu = dev_.is_cuda();
-  bc.resident = train_rd_->resident();
-  if (dev_.is_cuda() && !bc.resident) {
+  bc.on_gpu = device_.is_cuda();
+  bc.resident = train_reader_->resident();
+  if (device_.is_cuda() && !bc.resident) {
     std::size_t free_b = 0, total_b = 0;
     const io::DatasetInfo& ti = data_.train->info();
     if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
-      bc.fits_on_gpu = double(ti.num_segments) * double(ti.segment_elems()) * double(dtype_size(act_)) <
+      bc.fits_on_gpu = double(ti.num_segments) * double(ti.segment_elems()) * double(dtype_size(act_dtype_)) <
                        cfg_.gpu_cache_fraction * double(free_b);
   }
   bc.reader_threads = int(cfg_.reader_threads);
   bc.cpu_cores = int(::sysconf(_SC_NPROCESSORS_ONLN));
-  bc.precision = std::string(model::precision_name(precision_));
+  bc.precision = precision_;
   bc.cuda_graphs = cfg_.cuda_graphs;
-  bc.batch_size = B_;
+  bc.batch_size = micro_batch_;
   bc.log_interval = cfg_.log_interval;
   const EpochReport r = summarize_epoch(timer_->collect(), m, bc);
   last_phases_ = r.phases_json;
   last_bottleneck_ = r.bottleneck_json;
-  const SystemSample sys = mon_->sample();
+  const SystemSample sys = sysmon_->sample();
   json line = {{"type", "epoch"},
-               {"epoch", st_.epoch + 1},
-               {"step", st_.step},
+               {"epoch", state_.epoch + 1},
+               {"step", state_.step},
                {"samples_per_s", r.samples_per_s},
                {"train_tflops", r.achieved_tflops},
                {"phases", r.phases_json},
                {"bottleneck", r.bottleneck_json},
                {"cpu_pct", sys.cpu_pct},
                {"peak_rss_mib", double(sys.peak_rss_bytes) / 1048576.0}};
-  if (peak_tf_ > 0) line["share_of_peak"] = r.achieved_tflops / peak_tf_;
-  mlog_->write(line);
+  if (peak_tflops_ > 0) line["share_of_peak"] = r.achieved_tflops / peak_tflops_;
+  metrics_log_->write(line);
   std::string speed;
-  if (dev_.is_cuda()) {
+  if (device_.is_cuda()) {
     speed = fmt::format(", {:.1f} TFLOP/s", r.achieved_tflops);
-    if (peak_tf_ > 0) speed += fmt::format(" ({:.0f}% of {} peak)", 100 * r.achieved_tflops / peak_tf_, peak_->device);
+    if (peak_tflops_ > 0) speed += fmt::format(" ({:.0f}% of {} peak)", 100 * r.achieved_tflops / peak_tflops_, device_peak_->device);
   }
-  prog_->message(fmt::format("epoch {}/{}: {:.0f} samples/s{}; {}", st_.epoch + 1, cfg_.epochs, r.samples_per_s,
+  progress_->message(fmt::format("epoch {}/{}: {:.0f} samples/s{}; {}", state_.epoch + 1, cfg_.epochs, r.samples_per_s,
                              speed, r.bottleneck.line()));
 }
 
@@ -587,41 +589,41 @@ void Trainer::Run::report_epoch() {
 
 // Returns whether the weights after this epoch are the best so far.
 bool Trainer::Run::validate() {
-  const bool last_epoch = st_.epoch + 1 == cfg_.epochs;
-  const bool due = (st_.epoch + 1) % cfg_.val_every == 0 || last_epoch;
-  io::BatchReader* vr = overfit_rd_ ? overfit_rd_.get() : val_rd_.get();
-  if (!vr) return (st_.epoch + 1) % cfg_.val_every == 0 && selection_.observe_unvalidated(st_.step).is_best;
+  const bool last_epoch = state_.epoch + 1 == cfg_.epochs;
+  const bool due = (state_.epoch + 1) % cfg_.val_every == 0 || last_epoch;
+  io::BatchReader* vr = overfit_reader_ ? overfit_reader_.get() : val_reader_.get();
+  if (!vr) return (state_.epoch + 1) % cfg_.val_every == 0 && selection_.observe_unvalidated(state_.step).is_best;
   if (!due) return false;
   EvalOptions o = eval_options_;
-  if (overfit_rd_) o.max_segments = steps_per_epoch_ * k_ * B_;
+  if (overfit_reader_) o.max_segments = steps_per_epoch_ * accum_steps_ * micro_batch_;
   const auto e0 = Clock::now();
-  const EvalRun ev = evaluate(*ts_, *vr, o, *stream_);
+  const EvalRun ev = evaluate(*train_step_, *vr, o, *stream_);
   const double eval_s = seconds_since(e0);
   json j = model::to_json(ev.result, data_.class_names);
   j["type"] = "eval";
-  j["split"] = overfit_rd_ ? "train-overfit" : "val";
-  j["epoch"] = st_.epoch + 1;
-  j["step"] = st_.step;
+  j["split"] = overfit_reader_ ? "train-overfit" : "val";
+  j["epoch"] = state_.epoch + 1;
+  j["step"] = state_.step;
   j["eval_s"] = eval_s;
-  mlog_->write(j);
+  metrics_log_->write(j);
   last_eval_ = j;
 
   const double v = model::metric_value(ev.result, cfg_.metric);
-  const Verdict verdict = selection_.observe(v, st_.step);
+  const Verdict verdict = selection_.observe(v, state_.step);
   if (verdict.undefined && !warned_undefined_metric_) {
     warned_undefined_metric_ = true;
     log_warn("eval.metric {} is undefined (NaN) on the {} set at epoch {}: {}; undefined evaluations do not count "
              "toward early stopping (eval.patience) and, until the metric has a value, the newest checkpoint is kept "
              "as the best",
-             cfg_.metric, overfit_rd_ ? "overfit" : "validation", st_.epoch + 1, undefined_metric_reason(cfg_.metric));
+             cfg_.metric, overfit_reader_ ? "overfit" : "validation", state_.epoch + 1, undefined_metric_reason(cfg_.metric));
   }
   const model::EvalResult& e = ev.result;
-  std::string msg = eval_line(e, ev.files, st_.epoch + 1);
+  std::string msg = eval_line(e, ev.files, state_.epoch + 1);
   msg += fmt::format("; {} {:.4f}{}", cfg_.metric, v, verdict.improved ? " (best)" : "");
-  prog_->message(msg);
+  progress_->message(msg);
   if (verdict.stop) {
     early_stopped_ = true;
-    prog_->message(fmt::format("early stop: {} has not improved for {} evaluations (best {:.4f} at step {})",
+    progress_->message(fmt::format("early stop: {} has not improved for {} evaluations (best {:.4f} at step {})",
                                cfg_.metric, selection_.state().bad_evals, selection_.state().value,
                                selection_.state().step));
   }
@@ -634,7 +636,7 @@ bool Trainer::Run::validate() {
 // or (resumed) the checkpoint of the best step the resumed state records.
 // Anything else (a leftover of an earlier run) is ignored.
 std::optional<model::Checkpoint> Trainer::Run::best_checkpoint_of_this_run() {
-  const fs::path best = ckpts_->best_path();
+  const fs::path best = checkpoints_->best_path();
   const std::int64_t best_step = selection_.state().step;
   if (!fs::exists(best)) return std::nullopt;
   if (!best_written_ && !(resume_ && best_step >= 0)) {
@@ -650,33 +652,33 @@ std::optional<model::Checkpoint> Trainer::Run::best_checkpoint_of_this_run() {
 
 json Trainer::Run::test_with_best_weights(json& report) {
   if (const auto best = best_checkpoint_of_this_run()) {
-    restore_run_checkpoint(*ts_, *best, *stream_);
+    restore_run_checkpoint(*train_step_, *best, *stream_);
     report["test_weights"] = fmt::format("best ({} at step {})", cfg_.metric, selection_.state().step);
   } else {
     report["test_weights"] = "final";
   }
-  io::BatchReader test_rd(data_.test, reader_config(cfg_, dev_, act_, false));
-  const EvalRun ev = evaluate(*ts_, test_rd, eval_options_, *stream_);
+  io::BatchReader test_rd(data_.test, reader_config(cfg_, device_, act_dtype_, false));
+  const EvalRun ev = evaluate(*train_step_, test_rd, eval_options_, *stream_);
   json j = model::to_json(ev.result, data_.class_names);
   j["type"] = "eval";
   j["split"] = "test";
-  j["step"] = st_.step;
-  mlog_->write(j);
+  j["step"] = state_.step;
+  metrics_log_->write(j);
   return j;
 }
 
 json Trainer::Run::report_json() {
   const BestState& best = selection_.state();
   json report = {{"melforge", "0.1.0"},
-                 {"run_dir", out_.string()},
-                 {"device", dev_.str()},
-                 {"device_name", dev_name_},
+                 {"run_dir", out_dir_.string()},
+                 {"device", device_.str()},
+                 {"device_name", device_name_},
                  {"precision", std::string(model::precision_name(precision_))},
-                 {"model", mc_.str()},
-                 {"heads", cfg_.heads},
-                 {"parameters", ts_->params().count()},
-                 {"steps", st_.step},
-                 {"samples", st_.samples},
+                 {"model", model_config_.str()},
+                 {"heads", std::string(enum_name<model::Heads>(model::kHeadsNames, cfg_.heads))},
+                 {"parameters", train_step_->params().count()},
+                 {"steps", state_.step},
+                 {"samples", state_.samples},
                  {"interrupted", interrupted_},
                  {"early_stopped", early_stopped_},
                  {"train_samples_per_s", train_wall_s_ > 0 ? double(train_samples_timed_) / train_wall_s_ : 0.0},
@@ -685,9 +687,9 @@ json Trainer::Run::report_json() {
                  {"last_epoch_phases", last_phases_},
                  {"last_epoch_bottleneck", last_bottleneck_},
                  {"val", last_eval_}};
-  if (peak_) report["peak_tflops"] = {{"value", peak_tf_}, {"source", peak_->source}, {"table_entry", peak_->device}};
+  if (device_peak_) report["peak_tflops"] = {{"value", peak_tflops_}, {"source", device_peak_->source}, {"table_entry", device_peak_->device}};
   if (data_.test && !interrupted_) report["test"] = test_with_best_weights(report);
-  report["elapsed_s"] = st_.elapsed_s + seconds_since(run_t0_);
+  report["elapsed_s"] = state_.elapsed_s + seconds_since(run_t0_);
   // Top-level figures for side-by-side comparisons (bench/compare_torch.py).
   // Steady throughput leaves out the first epoch (graph capture, warm-up)
   // when there is more than one.
@@ -703,19 +705,19 @@ json Trainer::Run::report_json() {
     for (std::size_t i = skip; i < epoch_times_s_.size(); ++i) t += epoch_times_s_[i];
     const double n = double(epoch_times_s_.size() - skip);
     report["epoch_time_s"] = t / n;
-    report["steady_samples_per_s"] = double(steps_per_epoch_ * k_ * B_) / (t / n);
+    report["steady_samples_per_s"] = double(steps_per_epoch_ * accum_steps_ * micro_batch_) / (t / n);
   }
   report["gpu_util_mean_pct"] = gpu_util_samples_ ? json(gpu_util_sum_ / double(gpu_util_samples_)) : json(nullptr);
-  report["peak_device_memory_bytes"] = dev_.is_cuda() ? json(device_pool_stats(dev_.index).high_water) : json(nullptr);
+  report["peak_device_memory_bytes"] = device_.is_cuda() ? json(device_pool_stats(device_.index).high_water) : json(nullptr);
   return report;
 }
 
 void Trainer::Run::report() {
   const json report = report_json();
-  write_json_atomic(out_ / "report.json", report);
+  write_json_atomic(out_dir_ / "report.json", report);
   std::vector<fs::path> plots;
   try {
-    plots = plot_run(out_);
+    plots = plot_run(out_dir_);
   } catch (const Error& e) {
     log_warn("plots: {}", e.message());
   }
@@ -724,7 +726,7 @@ void Trainer::Run::report() {
 
 // The summary on stdout, every metric to 4 decimals.
 void Trainer::Run::print_summary(const json& report, const std::vector<fs::path>& plots) const {
-  fmt::print("\nmelforge train: {} steps, {} samples, {:.0f} samples/s{}\n", st_.step, st_.samples,
+  fmt::print("\nmelforge train: {} steps, {} samples, {:.0f} samples/s{}\n", state_.step, state_.samples,
              report["train_samples_per_s"].get<double>(),
              interrupted_ ? " (interrupted: resume with --resume auto)" : early_stopped_ ? " (early stop)" : "");
   auto print_metrics = [](const char* what, const json& j) {
@@ -750,7 +752,7 @@ void Trainer::Run::print_summary(const json& report, const std::vector<fs::path>
   };
   print_metrics("final validation", last_eval_);
   if (report.contains("test")) print_metrics("test (best weights)", report["test"]);
-  fmt::print("report: {}\n", (out_ / "report.json").string());
+  fmt::print("report: {}\n", (out_dir_ / "report.json").string());
   std::vector<std::string> plot_names;
   for (const auto& p : plots) plot_names.push_back(p.string());
   if (!plots.empty()) fmt::print("plots:  {}\n", fmt::join(plot_names, ", "));

@@ -319,7 +319,7 @@ TEST_CASE("bad reader configurations are errors with the expected and found valu
   c = cfg_cpu(16);
   c.dtype = DType::i32;
   CHECK_THROWS_WITH_AS(io::BatchReader(ds, c), doctest::Contains("compute dtype must be f32, bf16 or f16"), Error);
-  CHECK_THROWS_WITH_AS(io::parse_residency("maybe"), doctest::Contains("expected auto, on or off"), Error);
+  CHECK_THROWS_WITH_AS(io::parse_residency("maybe"), doctest::Contains("resident mode: expected one of auto, on, off, found 'maybe'"), Error);
   c = cfg_cpu(16);
   c.threads = 100000;  // once std::terminate: threads left joinable when the system refused one
   CHECK_THROWS_WITH_AS(io::BatchReader(ds, c), doctest::Contains("threads must be in [1, 256], found 100000"), Error);

@@ -138,11 +138,12 @@ TEST_CASE("model.layers: TOML tables and inline tables parse, defaults apply, an
   const ModelConfig b = stack_b();
   CHECK_FALSE(b.layers[1].relu);
   RunConfig cfg;
-  cfg.arch = "cnn";
+  cfg.arch = Arch::cnn;
   cfg.layers = a.layers;
   RunConfig back;
   load_toml_string(back, to_toml(cfg), "written");
-  CHECK(back.arch == "cnn");
+  CHECK(back.arch == Arch::cnn);
+  CHECK(back.arch_preset.empty());
   CHECK(back.layers == a.layers);
   RunConfig over;
   apply_override(over, R"(model.layers=[{type="conv", cout=4}, {type="global_avg_pool"}])");
@@ -184,14 +185,18 @@ TEST_CASE("model.layers: errors name the layer, the key and what is accepted") {
   // arch and layers must agree.
   RunConfig cfg;
   cfg.train_path = "t.h5";
-  cfg.arch = "cnn";
+  apply_override(cfg, "model.arch=cnn");
   CHECK_THROWS_WITH_AS(validate(cfg), doctest::Contains("model.arch = cnn needs its layers"), Error);
-  cfg.arch = "resnet34se-light";
+  apply_override(cfg, "model.arch=resnet34se-light");
+  CHECK(cfg.arch == Arch::cnn);
+  CHECK(cfg.arch_preset == "resnet34se-light");
   cfg.layers = stack_c().layers;
-  CHECK_THROWS_WITH_AS(validate(cfg), doctest::Contains("only model.arch = cnn takes layers"), Error);
-  cfg.arch = "resnet";
-  cfg.layers.clear();
-  CHECK_THROWS_WITH_AS(validate(cfg), doctest::Contains("one of leakcnn, cnn, resnet34se-light"), Error);
+  CHECK_THROWS_WITH_AS(validate(cfg),
+                       doctest::Contains("only model.arch = cnn takes layers; model.arch = resnet34se-light"), Error);
+  // An unknown word is refused where it is read, naming the choices.
+  CHECK_THROWS_WITH_AS(apply_override(cfg, "model.arch=resnet"),
+                       doctest::Contains("model.arch: expected one of leakcnn, cnn, resnet34se-light, found 'resnet'"),
+                       Error);
 }
 
 TEST_CASE("resnet34se-light: ResNetSE34L's stages, SE, attentive pooling and a 512-wide embedding") {

@@ -104,8 +104,9 @@ TEST_CASE("impossible values name the key and what is accepted") {
     RunConfig c;
     c.train_path = "t.h5";
     c.val_path = "v.h5";
-    apply_override(c, set);
-    const std::string e = error_of([&] { validate(c); });
+    // A choice key refuses an unknown word where it is read; the rest at validate.
+    std::string e = error_of([&] { apply_override(c, set); });
+    if (e == "<no error>") e = error_of([&] { validate(c); });
     CHECK_MESSAGE(e.find(want) != std::string::npos, set, " -> ", e);
   };
   check("train.batch_size=-1", "train.batch_size: expected auto or an integer > 0, found -1");
@@ -163,8 +164,9 @@ TEST_CASE("integers narrowed by the trainer are range-checked; huge integers con
   auto check = [](const std::string& set, const std::string& want) {
     RunConfig c;
     c.train_path = "t.h5";
-    apply_override(c, set);
-    const std::string e = error_of([&] { validate(c); });
+    // A choice key refuses an unknown word where it is read; the rest at validate.
+    std::string e = error_of([&] { apply_override(c, set); });
+    if (e == "<no error>") e = error_of([&] { validate(c); });
     CHECK_MESSAGE(e.find(want) != std::string::npos, set, " -> ", e);
   };
   check("optim.warmup_steps=2147483648", "optim.warmup_steps: expected an integer in [0, 2147483647], found 2147483648");

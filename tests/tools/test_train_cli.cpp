@@ -198,7 +198,7 @@ TEST_CASE("heads: data without a leak target trains the class head alone; no lea
   for (const char* plot : {"/loss.svg", "/accuracy.svg"}) no_leak(plot, file_text(run_dir + plot));
   mf::model::RunConfig cfg;
   mf::model::load_toml_file(cfg, run_dir + "/config.toml");
-  CHECK(cfg.heads == "class");  // recorded resolved
+  CHECK(cfg.heads == mf::model::Heads::class_only);  // recorded resolved
   const json rep = read_json(run_dir + "/report.json");
   CHECK(rep["test"]["file"]["accuracy"].get<double>() >= 0.9);
   const std::string ckpt = run_dir + "/checkpoints/best.h5";

@@ -105,7 +105,7 @@ TEST_CASE("cnn stack: train, eval, predict, export -> PyTorch, --init-from; othe
   CHECK(std::isfinite(rep["val"]["loss"].get<double>()));
   mf::model::RunConfig saved;
   mf::model::load_toml_file(saved, run_dir + "/config.toml");
-  CHECK(saved.arch == "cnn");
+  CHECK(saved.arch == mf::model::Arch::cnn);
   CHECK(saved.layers.size() == 4);
   const std::string last = mf::model::CheckpointDir(run_dir + "/checkpoints", 1).list().front().string();
 

@@ -33,7 +33,7 @@ TEST_CASE("bottleneck: input-bound suggests the GPU cache when the data fits") {
   BottleneckContext c;
   c.on_gpu = true;
   c.fits_on_gpu = true;
-  c.precision = "bf16";
+  c.precision = mf::model::Precision::bf16;
   const Bottleneck b = classify_bottleneck(t, c);
   CHECK(b.kind == "input-bound");
   CHECK(b.input_share == doctest::Approx(0.61));
@@ -56,12 +56,12 @@ TEST_CASE("bottleneck: compute-bound suggests bf16, then batch size, by the numb
   t.steps = 10;
   BottleneckContext c;
   c.on_gpu = true;
-  c.precision = "fp32";
+  c.precision = mf::model::Precision::fp32;
   Bottleneck b = classify_bottleneck(t, c);
   CHECK(b.kind == "compute-bound");
   CHECK(b.compute_share == doctest::Approx(0.9));
   CHECK(b.suggestion.find("--precision bf16") != std::string::npos);
-  c.precision = "bf16";
+  c.precision = mf::model::Precision::bf16;
   c.achieved_tflops = 100;
   c.peak_tflops = 989.4;
   c.batch_size = 512;
@@ -225,7 +225,7 @@ TEST_CASE("progress: the line, durations, plain mode prints per log") {
   CHECK(format_duration(12.4) == "12s");
   std::FILE* f = std::tmpfile();
   {
-    Progress p("auto", f);  // not a terminal -> plain
+    Progress p(mf::model::ProgressMode::automatic, f);  // not a terminal -> plain
     CHECK(p.mode() == Progress::Mode::plain);
     p.tick(s);
     p.log(s);
@@ -253,7 +253,7 @@ TEST_CASE("load_model: out-of-range model entries of a checkpoint are errors nam
     mf::model::Checkpoint c;
     mf::model::RunConfig cfg;
     cfg.train_path = "train.h5";
-    cfg.heads = "class+leak";  // a run records its heads resolved
+    cfg.heads = mf::model::Heads::class_and_leak;  // a run records its heads resolved
     c.strings = {{"config", mf::model::to_toml(cfg)}, {"precision", "fp32"}, {"class_names", R"(["normal","leak"])"}};
     c.ints = {{"in_mels", 16}, {"in_frames", 32}, {"classes", 2}, {"normal_class", 0}, {"step", 1}};
     return c;
@@ -280,7 +280,7 @@ TEST_CASE("load_model: out-of-range model entries of a checkpoint are errors nam
       {[](auto& c) {
          mf::model::RunConfig cfg;
          cfg.train_path = "train.h5";
-         cfg.heads = "class+leak";
+         cfg.heads = mf::model::Heads::class_and_leak;
          cfg.reader_threads = 100000;
          c.strings["config"] = mf::model::to_toml(cfg);
        },
