@@ -532,7 +532,7 @@ void assign(RunConfig& cfg, const Field& f, const toml::node& n, std::string_vie
       });
 }
 
-void load_table(RunConfig& cfg, const toml::table& root, std::string_view origin) {
+void load_table(RunConfig& cfg, const toml::table& root, std::string_view origin, std::vector<std::string>* keys) {
   for (auto&& [section_key, section] : root) {
     const std::string sec(section_key.str());
     const toml::table* t = section.as_table();
@@ -545,6 +545,7 @@ void load_table(RunConfig& cfg, const toml::table& root, std::string_view origin
       const Field* f = find_field(key);
       if (!f) unknown_key(key, origin);
       assign(cfg, *f, v, origin);
+      if (keys) keys->push_back(key);
     }
   }
 }
@@ -635,7 +636,7 @@ void load_toml_string(RunConfig& cfg, std::string_view text, std::string_view or
     const auto& b = e.source().begin;
     MF_THROW("{}:{}:{}: TOML syntax error: {}", origin, b.line, b.column, e.description());
   }
-  load_table(cfg, root, origin);
+  load_table(cfg, root, origin, nullptr);
 }
 
 RunConfig load_saved_config(std::string_view text, std::string_view origin) {
@@ -647,7 +648,7 @@ RunConfig load_saved_config(std::string_view text, std::string_view origin) {
   return cfg;
 }
 
-void load_toml_file(RunConfig& cfg, const std::filesystem::path& path) {
+void load_toml_file(RunConfig& cfg, const std::filesystem::path& path, std::vector<std::string>* keys) {
   std::error_code ec;
   MF_CHECK(std::filesystem::is_regular_file(path, ec), "config file {} does not exist or is not a file",
            path.string());
@@ -658,7 +659,7 @@ void load_toml_file(RunConfig& cfg, const std::filesystem::path& path) {
     const auto& b = e.source().begin;
     MF_THROW("{}:{}:{}: TOML syntax error: {}", path.string(), b.line, b.column, e.description());
   }
-  load_table(cfg, root, path.string());
+  load_table(cfg, root, path.string(), keys);
 }
 
 void set_key(RunConfig& cfg, std::string_view key, std::string_view value) {
@@ -689,7 +690,7 @@ void set_key(RunConfig& cfg, std::string_view key, std::string_view value) {
   assign(cfg, *f, *t.get("v"), "");
 }
 
-void apply_override(RunConfig& cfg, std::string_view assignment) {
+std::string apply_override(RunConfig& cfg, std::string_view assignment) {
   const auto eq = assignment.find('=');
   MF_CHECK(eq != std::string_view::npos && eq > 0, "--set expects key=value (e.g. --set optim.lr=3e-4), found '{}'",
            assignment);
@@ -698,6 +699,7 @@ void apply_override(RunConfig& cfg, std::string_view assignment) {
   std::string_view value = assignment.substr(eq + 1);
   while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
   set_key(cfg, key, value);
+  return std::string(key);
 }
 
 // Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code
@@ -776,66 +778,81 @@ void validate(const RunConfig& cfg) {
            cfg.fe_short);
 }
 
-std::string to_toml(const RunConfig& cfg) {
-  std::map<std::string, toml::table> sections;
-  std::vector<std::string> order;
+std::vector<std::pair<std::string, std::string>> config_values(const RunConfig& cfg) {
+  std::vector<std::pair<std::string, std::string>> out;
   for (const Field& f : fields()) {
-    const std::string sec = f.key.substr(0, f.key.find('.'));
     const std::string name = f.key.substr(f.key.find('.') + 1);
-    if (!sections.count(sec)) order.push_back(sec);
-    toml::table& t = sections[sec];
-    if (const Choice* c = std::get_if<Choice>(&f.member)) {
-      t.insert_or_assign(name, std::string(c->get(cfg)));
+    if (const auto* lm = std::get_if<std::vector<CnnLayer> RunConfig::*>(&f.member)) {
+      // An array of inline tables, one layer per line (round-trips through assign).
+      const std::vector<CnnLayer>& ls = cfg.**lm;
+      std::string v = "[";
+      for (std::size_t i = 0; i < ls.size(); ++i) v += (i ? ",\n  " : "\n  ") + cnn_layer_toml(ls[i]);
+      out.emplace_back(f.key, v + (ls.empty() ? "]" : ",\n]"));
       continue;
     }
+    toml::table one;
+    if (const Choice* c = std::get_if<Choice>(&f.member)) one.insert_or_assign(name, std::string(c->get(cfg)));
     visit_pointer(f.member, [&](auto m) {
-          using T = std::remove_cvref_t<decltype(cfg.*m)>;
-          if constexpr (std::is_same_v<T, std::vector<std::int64_t>> || std::is_same_v<T, std::vector<double>>) {
-            toml::array a;
-            for (auto x : cfg.*m) a.push_back(x);
-            t.insert_or_assign(name, std::move(a));
-          } else if constexpr (std::is_same_v<T, std::vector<CnnLayer>>) {
-            t.insert_or_assign(name, toml::array{});  // written by hand below
-          } else if constexpr (std::is_same_v<T, std::int64_t>) {
-            if (f.auto_zero && cfg.*m == 0)
-              t.insert_or_assign(name, std::string(kAuto));
-            else
-              t.insert_or_assign(name, cfg.*m);
-          } else {
-            t.insert_or_assign(name, cfg.*m);
-          }
-        });
+      using T = std::remove_cvref_t<decltype(cfg.*m)>;
+      if constexpr (std::is_same_v<T, std::vector<std::int64_t>> || std::is_same_v<T, std::vector<double>>) {
+        toml::array a;
+        for (auto x : cfg.*m) a.push_back(x);
+        one.insert_or_assign(name, std::move(a));
+      } else if constexpr (std::is_same_v<T, std::int64_t>) {
+        if (f.auto_zero && cfg.*m == 0)
+          one.insert_or_assign(name, std::string(kAuto));
+        else
+          one.insert_or_assign(name, cfg.*m);
+      } else if constexpr (!std::is_same_v<T, std::vector<CnnLayer>>) {
+        one.insert_or_assign(name, cfg.*m);
+      }
+    });
+    const toml::node& n = *one.get(name);
+    if (n.is_floating_point()) {
+      // Shortest round-trip text (0.9, not 0.90000000000000002), kept a TOML float.
+      std::string v = fmt::format("{}", *n.value<double>());
+      if (v.find_first_of(".eni") == std::string::npos) v += ".0";
+      out.emplace_back(f.key, v);
+      continue;
+    }
+    std::ostringstream os;
+    os << one;
+    const std::string line = os.str();
+    out.emplace_back(f.key, line.substr(line.find(" = ") + 3));
   }
+  return out;
+}
+
+std::string to_toml(const RunConfig& cfg) {
   std::ostringstream os;
   os << "# melforge train: the resolved configuration (every key)\n";
-  for (const std::string& sec : order) {
-    os << "\n[" << sec << "]\n";
-    // Keys in table order, one per line (toml++ sorts; keep the table's order instead).
-    for (const Field& f : fields()) {
-      if (f.key.compare(0, sec.size() + 1, sec + ".") != 0) continue;
-      const std::string name = f.key.substr(sec.size() + 1);
-      if (const auto* lm = std::get_if<std::vector<CnnLayer> RunConfig::*>(&f.member)) {
-        // An array of inline tables, one layer per line (round-trips through assign).
-        const std::vector<CnnLayer>& ls = cfg.**lm;
-        os << name << " = [";
-        for (std::size_t i = 0; i < ls.size(); ++i) os << (i ? ",\n  " : "\n  ") << cnn_layer_toml(ls[i]);
-        os << (ls.empty() ? "]\n" : ",\n]\n");
-        continue;
-      }
-      const toml::node& n = *sections[sec].get(name);
-      if (n.is_floating_point()) {
-        // Shortest round-trip text (0.9, not 0.90000000000000002), kept a TOML float.
-        std::string v = fmt::format("{}", *n.value<double>());
-        if (v.find_first_of(".eni") == std::string::npos) v += ".0";
-        os << name << " = " << v << "\n";
-        continue;
-      }
-      toml::table one;
-      one.insert_or_assign(name, n);
-      os << one << "\n";
-    }
+  std::string section;
+  for (const auto& [key, value] : config_values(cfg)) {
+    const std::string sec = key.substr(0, key.find('.'));
+    if (sec != section) os << "\n[" << sec << "]\n";
+    section = sec;
+    os << key.substr(sec.size() + 1) << " = " << value << "\n";
   }
   return os.str();
+}
+
+void copy_key(RunConfig& dst, const RunConfig& src, std::string_view key) {
+  const Field* f = find_field(key);
+  if (!f) unknown_key(key, "");
+  if (const Choice* c = std::get_if<Choice>(&f->member)) {
+    const std::string word(c->get(src));
+    c->set(dst, word);
+    return;
+  }
+  visit_pointer(f->member, [&](auto m) { dst.*m = src.*m; });
+}
+
+std::vector<std::string> config_differences(const RunConfig& before, const RunConfig& after) {
+  const auto a = config_values(before), b = config_values(after);
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i].second != b[i].second) out.push_back(fmt::format("{}: {} -> {}", a[i].first, a[i].second, b[i].second));
+  return out;
 }
 
 }  // namespace mf::model

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "engine/named_enum.hpp"
@@ -184,9 +185,10 @@ struct ConfigKeyInfo {
 };
 const std::vector<ConfigKeyInfo>& config_keys();
 
-// Loads a TOML file over `cfg` (only the keys present change). Throws mf::Error
-// naming the file, the key and what is accepted.
-void load_toml_file(RunConfig& cfg, const std::filesystem::path& path);
+// Loads a TOML file over `cfg` (only the keys present change; `keys`, when
+// given, gets each of them). Throws mf::Error naming the file, the key and
+// what is accepted.
+void load_toml_file(RunConfig& cfg, const std::filesystem::path& path, std::vector<std::string>* keys = nullptr);
 // Same from TOML text (`origin` names it in messages).
 void load_toml_string(RunConfig& cfg, std::string_view text, std::string_view origin);
 // The configuration a run saved (its config.toml, a checkpoint's
@@ -198,7 +200,8 @@ RunConfig load_saved_config(std::string_view text, std::string_view origin);
 
 // Applies one override "key=value". The value is parsed as TOML when it can be
 // (numbers, true/false, [1, 2]); otherwise it is taken as a string.
-void apply_override(RunConfig& cfg, std::string_view assignment);
+// Returns the key set.
+std::string apply_override(RunConfig& cfg, std::string_view assignment);
 // Sets one key from text (the CLI's plain flags use this).
 void set_key(RunConfig& cfg, std::string_view key, std::string_view value);
 
@@ -208,6 +211,12 @@ void validate(const RunConfig& cfg);
 
 // The resolved configuration as TOML (every key), and back.
 std::string to_toml(const RunConfig& cfg);
+// Every key and its value as TOML text ("optim.lr", "0.001"), in the table's order.
+std::vector<std::pair<std::string, std::string>> config_values(const RunConfig& cfg);
+// Sets `key` of dst to src's value (model.arch: the architecture and the preset).
+void copy_key(RunConfig& dst, const RunConfig& src, std::string_view key);
+// "key: old -> new" for every key whose value differs, in the table's order.
+std::vector<std::string> config_differences(const RunConfig& before, const RunConfig& after);
 
 // The closest known keys to `key` (for "did you mean"); empty when none is close.
 std::vector<std::string> suggest_keys(std::string_view key);

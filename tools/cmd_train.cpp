@@ -177,15 +177,28 @@ void register_train(CLI::App& app) {
       ->type_name("INT")
       ->default_str("-1: never");
   cmd->callback([cmd] {
+    // Precedence: defaults < --config < flags < --set. On --resume the run's
+    // saved configuration takes the defaults' place (train::resumed_config).
     model::RunConfig cfg;
-    if (!a.config.empty()) model::load_toml_file(cfg, a.config);
+    std::vector<std::string> given;
+    if (!a.config.empty()) model::load_toml_file(cfg, a.config, &given);
     for (std::size_t i = 0; i < std::size(kConfigFlags); ++i)
-      if (cmd->count(kConfigFlags[i].name) > 0) model::set_key(cfg, kConfigFlags[i].key, a.flag_values[i]);
-    if (a.fast_dev_run) cfg.fast_dev_run = true;
-    if (a.gpu_cache) cfg.gpu_cache = io::Residency::on;
-    for (const std::string& s : a.sets) model::apply_override(cfg, s);
+      if (cmd->count(kConfigFlags[i].name) > 0) {
+        model::set_key(cfg, kConfigFlags[i].key, a.flag_values[i]);
+        given.emplace_back(kConfigFlags[i].key);
+      }
+    if (a.fast_dev_run) {
+      cfg.fast_dev_run = true;
+      given.emplace_back("train.fast_dev_run");
+    }
+    if (a.gpu_cache) {
+      cfg.gpu_cache = io::Residency::on;
+      given.emplace_back("reader.gpu_cache");
+    }
+    for (const std::string& s : a.sets) given.push_back(model::apply_override(cfg, s));
     train::TrainerOptions options;
     options.stop_after_steps = a.stop_after_steps;
+    options.given_keys = std::move(given);
     const int rc = train::Trainer(cfg, options).run();
     if (rc != 0) throw CLI::RuntimeError(rc);
   });

@@ -147,6 +147,22 @@ std::optional<model::FoundCheckpoint> find_resume_checkpoint(const model::RunCon
   return resume;
 }
 
+model::RunConfig resumed_config(const model::FoundCheckpoint& found, const model::RunConfig& given,
+                                const std::vector<std::string>& given_keys) {
+  model::RunConfig cfg = model::load_saved_config(found.checkpoint.get_string("config"), found.path.string());
+  for (const std::string& key : given_keys) model::copy_key(cfg, given, key);
+  cfg.out = given.out;  // where the checkpoint was found
+  cfg.resume = given.resume;
+  return cfg;
+}
+
+std::vector<std::string> resume_differences(const model::RunConfig& saved, const model::RunConfig& now) {
+  model::RunConfig a = saved, b = now;
+  a.resume = b.resume = "";  // how a process started, not a setting of the run (saved by earlier melforge)
+  a.out = b.out;             // the run's directory, which may have moved
+  return model::config_differences(a, b);
+}
+
 void check_same_model(const model::Checkpoint& c, const model::TrainStep& ts, const std::string& what) {
   const model::ModelConfig& mc = ts.config().model;
   MF_CHECK(c.get_int("in_mels") == mc.in_mels && c.get_int("in_frames") == mc.in_frames &&

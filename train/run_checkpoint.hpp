@@ -59,6 +59,14 @@ RunState run_state_of(const model::Checkpoint& c);
 // that directory. Throws with the reason when --resume names nothing usable.
 std::optional<model::FoundCheckpoint> find_resume_checkpoint(const model::RunConfig& cfg,
                                                              const std::filesystem::path& ckpt_dir);
+// A resumed run's configuration: the checkpoint's own (/strings/config) with
+// the keys the user gave again (`given_keys`: a --config file's keys, flags,
+// --set) taken from `given`; run.out and run.resume are always the given ones.
+model::RunConfig resumed_config(const model::FoundCheckpoint& found, const model::RunConfig& given,
+                                const std::vector<std::string>& given_keys);
+// "key: old -> new" for every setting of `now` that differs from the saved
+// run's (run.resume and run.out left out).
+std::vector<std::string> resume_differences(const model::RunConfig& saved, const model::RunConfig& now);
 
 // Model shape checks between a checkpoint and a model built from the data;
 // `what` names the source in the message ("--resume", "--init-from", ...).

@@ -212,6 +212,12 @@ class Trainer::Run {
 // ---- setup --------------------------------------------------------------------------
 
 Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)), options_(options) {
+  out_dir_ = fs::path(cfg_.out);
+  ckpt_dir_ = out_dir_ / "checkpoints";
+  MF_CHECK(!cfg_.out.empty(), "run.out: expected a non-empty directory path, found ''");
+  resume_ = find_resume_checkpoint(cfg_, ckpt_dir_);  // before anything is written
+  if (resume_ && options_.given_keys) cfg_ = resumed_config(*resume_, cfg_, *options_.given_keys);
+  cfg_.resume.clear();  // config.toml and the checkpoints record the run, not how this process started
   model::validate(cfg_);
   if (cfg_.fast_dev_run) {
     cfg_.epochs = 1;
@@ -222,9 +228,6 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
   set_current(device_);
   precision_ = resolve_precision(cfg_.precision, device_);
   act_dtype_ = model::activation_dtype(precision_);
-  out_dir_ = fs::path(cfg_.out);
-  ckpt_dir_ = out_dir_ / "checkpoints";
-  resume_ = find_resume_checkpoint(cfg_, ckpt_dir_);  // before anything is written
 
   // Data (validated at open: a bad file stops here, before anything is written).
   const auto load_t0 = Clock::now();
@@ -300,12 +303,11 @@ void Trainer::Run::restore_or_init() {
   if (resume_) {
     const model::Checkpoint& c = resume_->checkpoint;
     check_same_model(c, *train_step_, "--resume");
-    const RunConfig saved = model::load_saved_config(c.get_string("config"), resume_->path.string());
-    if (saved.seed != cfg_.seed || saved.batch_size != cfg_.batch_size || saved.grad_accum != cfg_.grad_accum ||
-        saved.lr != cfg_.lr || saved.epochs != cfg_.epochs || saved.schedule != cfg_.schedule ||
-        saved.precision != cfg_.precision || saved.heads != cfg_.heads)
-      log_warn("--resume: the configuration differs from the checkpoint's in seed, batch size, accumulation, lr, "
-               "epochs, schedule, precision or heads; the run continues but will not match an uninterrupted one");
+    const std::vector<std::string> changed =
+        resume_differences(model::load_saved_config(c.get_string("config"), resume_->path.string()), cfg_);
+    if (!changed.empty())
+      log_warn("--resume: {} setting(s) differ from the run's: {}; the run continues with them (where they change "
+               "the training, it will not match an uninterrupted run)", changed.size(), fmt::join(changed, ", "));
     restore_run_checkpoint(*train_step_, c, *stream_);
     state_ = run_state_of(c);
     selection_ = EarlyStopping(selection_.goal(), state_.best);

@@ -20,6 +20,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "model/run_config.hpp"
 
@@ -29,6 +32,12 @@ struct TrainerOptions {
   // Stop as SIGINT would (checkpoint, report, exit 0) once this process has
   // reached this optimizer step; -1: never. `melforge train --stop-after-steps`.
   std::int64_t stop_after_steps = -1;
+  // The configuration keys the user gave (a --config file's keys, flags,
+  // --set), as `melforge train` collects them. On resume the run's saved
+  // configuration is the default and only these keys override it (each
+  // difference named in the log). nullopt: the configuration passed is taken
+  // whole (a program that builds it).
+  std::optional<std::vector<std::string>> given_keys;
 };
 
 class Trainer {

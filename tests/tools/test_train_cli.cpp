@@ -288,6 +288,43 @@ TEST_CASE("resume: an interrupted run continued with --resume auto is bit-identi
   CHECK(plain != augmented);  // the augmentation did change what was trained on
 }
 
+TEST_CASE("resume: the run's own configuration is the default; keys given again override it, each named") {
+  TempDir d("resume_cfg");
+  write_easy(d / "train.h5", 12, 21);  // 72 segments / 16 = 4 steps an epoch
+  const std::string out = d / "run";
+  Result r = run(fmt::format("train --train {} --out {} --epochs 2 {} --stop-after-steps 2", d / "train.h5", out,
+                             kModel));
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  // As the README shows it: only --resume auto and --out. The data, the model,
+  // --epochs 2 and the rest come from the run itself, not from the defaults.
+  r = run(fmt::format("train --out {} --resume auto --progress plain", out));
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK(has(r, "resuming from"));
+  CHECK_FALSE(has(r, "differ from the run's"));
+  CHECK(read_json(out + "/report.json")["steps"] == 8);  // 2 epochs, not the default 10
+  mf::model::RunConfig saved;
+  mf::model::load_toml_file(saved, out + "/config.toml");
+  CHECK(saved.epochs == 2);
+  CHECK(saved.resume.empty());  // config.toml records the run, not how a process started
+  std::ifstream cf(out + "/config.toml");
+  const std::string text((std::istreambuf_iterator<char>(cf)), std::istreambuf_iterator<char>());
+  CHECK(text.find("resume = 'auto'") == std::string::npos);
+  CHECK(text.find("resume = ''") != std::string::npos);
+
+  // A key given again overrides the run's value, named with both values.
+  r = run(fmt::format("train --out {} --resume auto --epochs 3 --set optim.clip_norm=0.5", out));
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK(has(r, "train.epochs: 2 -> 3"));
+  CHECK(has(r, "optim.clip_norm: 1.0 -> 0.5"));
+  CHECK(read_json(out + "/report.json")["steps"] == 12);
+  mf::model::load_toml_file(saved, out + "/config.toml");
+  CHECK(saved.epochs == 3);
+  CHECK(saved.clip_norm == 0.5);
+}
+
 TEST_CASE("resume of a run that stopped early does not train on") {
   TempDir d("early");
   write_easy(d / "train.h5", 12, 11);
