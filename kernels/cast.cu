@@ -4,6 +4,7 @@
 
 #include "engine/error.hpp"
 #include "kernels/cuda_types.cuh"
+#include "kernels/launch.cuh"
 
 namespace mf::kernels {
 
@@ -19,8 +20,8 @@ template <class S, class D>
 void launch(const void* src, void* dst, std::int64_t n, cudaStream_t stream) {
   using SD = cuda::device_t<S>;
   using DD = cuda::device_t<D>;
-  constexpr unsigned block = 256;
-  cast_kernel<SD, DD><<<cuda::grid_for(n, block), block, 0, stream>>>(
+  constexpr unsigned threads = cuda::kElementwiseThreads;
+  cast_kernel<SD, DD><<<cuda::grid_for(n, threads), threads, 0, stream>>>(
       static_cast<const SD*>(src), static_cast<DD*>(dst), n);
   MF_CUDA_CHECK_LAUNCH();
 }

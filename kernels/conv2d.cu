@@ -33,6 +33,7 @@
 #include "engine/error.hpp"
 #include "engine/memory.hpp"
 #include "kernels/cuda_types.cuh"
+#include "kernels/launch.cuh"
 
 namespace mf::kernels {
 

@@ -40,6 +40,7 @@
 #include "engine/error.hpp"
 #include "kernels/conv2d_mma.cuh"
 #include "kernels/cuda_types.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/mma.cuh"
 
 namespace mf::kernels {
@@ -369,13 +370,11 @@ bool sm80_or_newer() {
   return major >= 8;
 }
 
-unsigned blocks_of(std::int64_t n, int per) { return unsigned((n + per - 1) / per); }
-
 std::atomic<std::uint64_t> g_launches{0};
 
 template <class D>
 void launch_forward(const Conv2dDims& d, const void* x, const void* w, const void* b, void* y, cudaStream_t stream) {
-  const dim3 grid(blocks_of(d.n * d.oh() * d.ow(), kBM), blocks_of(d.cout, kBN));
+  const dim3 grid(cuda::blocks_for(d.n * d.oh() * d.ow(), kBM), cuda::blocks_for(d.cout, kBN));
   forward_kernel<D><<<grid, kThreads, 0, stream>>>(d, static_cast<const D*>(x), static_cast<const D*>(w),
                                                    static_cast<const D*>(b), static_cast<D*>(y));
   MF_CUDA_CHECK_LAUNCH();
@@ -391,7 +390,7 @@ void launch_dx(const Conv2dDims& d, const void* w, const void* dy, void* dx, cud
     const std::int64_t m = d.n * pc.rows * pc.cols;
     m_max = m > m_max ? m : m_max;
   }
-  const dim3 grid(blocks_of(m_max, kBM), blocks_of(d.cin, kBN), unsigned(classes));
+  const dim3 grid(cuda::blocks_for(m_max, kBM), cuda::blocks_for(d.cin, kBN), unsigned(classes));
   dx_kernel<D><<<grid, kThreads, 0, stream>>>(d, static_cast<const D*>(w), static_cast<const D*>(dy),
                                               static_cast<D*>(dx));
   MF_CUDA_CHECK_LAUNCH();
@@ -401,7 +400,7 @@ void launch_dx(const Conv2dDims& d, const void* w, const void* dy, void* dx, cud
 template <class D>
 void launch_dw(const Conv2dDims& d, const void* x, const void* dy, int chunks, float* part, cudaStream_t stream) {
   // grid.z = chunks (<= 256 by conv2d.cu's rule), grid.y = Cout / 64: far below 65535.
-  const dim3 grid(blocks_of(std::int64_t(d.k) * d.k * d.cin + 1, kBN), blocks_of(d.cout, kBM), unsigned(chunks));
+  const dim3 grid(cuda::blocks_for(std::int64_t(d.k) * d.k * d.cin + 1, kBN), cuda::blocks_for(d.cout, kBM), unsigned(chunks));
   dw_kernel<D><<<grid, kThreads, 0, stream>>>(d, static_cast<const D*>(x), static_cast<const D*>(dy), chunks, part);
   MF_CUDA_CHECK_LAUNCH();
   g_launches.fetch_add(1);

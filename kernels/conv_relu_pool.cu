@@ -45,6 +45,7 @@
 #include "engine/memory.hpp"
 #include "kernels/conv_relu_pool_cuda.cuh"
 #include "kernels/cuda_types.cuh"
+#include "kernels/launch.cuh"
 
 namespace mf::kernels {
 
@@ -210,6 +211,9 @@ __global__ void direct_dx_kernel(ConvReluPoolDims d, const T* __restrict__ w, co
 }
 
 // Partials: part[(chunk * cout + co) * (kkc + 1) + j], j < kkc: dw[co][j]; j = kkc: db[co].
+// A block per (chunk, co); its threads stride the kkc + 1 weights, each summing
+// its weight over the chunk alone (the block size does not change the bits).
+constexpr unsigned kDirectDwThreads = 128;
 template <class T>
 __global__ void direct_dw_kernel(ConvReluPoolDims d, const T* __restrict__ x, const T* __restrict__ dy,
                                  const std::uint8_t* __restrict__ code, int chunks, float* __restrict__ part) {
@@ -250,8 +254,8 @@ void direct_forward(const ConvReluPoolDims& d, const void* x, const void* w, con
                     std::uint8_t* code, cudaStream_t stream) {
   using D = cuda::device_t<T>;
   const std::int64_t total = d.n * d.ph() * d.pw() * d.cout;
-  constexpr unsigned block = 256;
-  direct_forward_kernel<D><<<cuda::grid_for(total, block), block, 0, stream>>>(
+  constexpr unsigned threads = cuda::kElementwiseThreads;
+  direct_forward_kernel<D><<<cuda::grid_for(total, threads), threads, 0, stream>>>(
       d, static_cast<const D*>(x), static_cast<const D*>(w), static_cast<const D*>(b), static_cast<D*>(y),
       code);
   MF_CUDA_CHECK_LAUNCH();
@@ -261,15 +265,15 @@ template <class T>
 void direct_backward(const ConvReluPoolDims& d, const void* x, const void* w, const void* dy,
                      const std::uint8_t* code, void* dx, float* dw, float* db, cudaStream_t stream) {
   using D = cuda::device_t<T>;
-  constexpr unsigned block = 256;
+  constexpr unsigned threads = cuda::kElementwiseThreads;
   if (dx) {
     const std::int64_t total = d.n * d.h * d.w * d.cin;
-    direct_dx_kernel<D><<<cuda::grid_for(total, block), block, 0, stream>>>(
+    direct_dx_kernel<D><<<cuda::grid_for(total, threads), threads, 0, stream>>>(
         d, static_cast<const D*>(w), static_cast<const D*>(dy), code, static_cast<D*>(dx));
     MF_CUDA_CHECK_LAUNCH();
   }
   dw_db_by_partials(d, pooled_conv_rows(d), kMaxPartialChunks, dw, db, stream, [&](int chunks, float* part) {
-    direct_dw_kernel<D><<<dim3(unsigned(chunks), unsigned(d.cout)), 128, 0, stream>>>(
+    direct_dw_kernel<D><<<dim3(unsigned(chunks), unsigned(d.cout)), kDirectDwThreads, 0, stream>>>(
         d, static_cast<const D*>(x), static_cast<const D*>(dy), code, chunks, part);
     MF_CUDA_CHECK_LAUNCH();
   });

@@ -70,6 +70,7 @@
 #include "engine/error.hpp"
 #include "kernels/conv_relu_pool_cuda.cuh"
 #include "kernels/cuda_types.cuh"
+#include "kernels/launch.cuh"
 
 namespace mf::kernels {
 

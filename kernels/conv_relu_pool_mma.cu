@@ -47,6 +47,8 @@ constexpr int kRow = kKC + 8;   // padded smem row (halves)
 constexpr int kMaxK = 3;
 constexpr int kHalo = kT + kMaxK - 1;
 
+constexpr int kThreads = 128;  // 4 warps (the layout above)
+
 enum class Mode { forward, dx };
 
 using mma::load_b16x2;
@@ -75,7 +77,7 @@ __device__ __forceinline__ void store2(D* p, float a, float b) {
 }
 
 template <class D, int P, Mode M>
-__global__ void __launch_bounds__(128) mma_conv_kernel(ConvReluPoolDims d, const D* __restrict__ x,
+__global__ void __launch_bounds__(kThreads) mma_conv_kernel(ConvReluPoolDims d, const D* __restrict__ x,
                                                        const D* __restrict__ w, const D* __restrict__ b,
                                                        const D* __restrict__ dy,
                                                        const std::uint8_t* __restrict__ code_in,
@@ -104,7 +106,7 @@ __global__ void __launch_bounds__(128) mma_conv_kernel(ConvReluPoolDims d, const
   for (int c0 = 0; c0 < in_c; c0 += kKC) {
     if constexpr (M == Mode::forward) {
       // Halo: 16 channels = two 16-byte vectors per pixel.
-      for (int e = tid; e < halo * halo * 2; e += 128) {
+      for (int e = tid; e < halo * halo * 2; e += kThreads) {
         const int pix = e / 2, part = e % 2;
         const int ih = oh0 - pad + pix / halo, iw = ow0 - pad + pix % halo;
         uint4 v = make_uint4(0, 0, 0, 0);
@@ -112,7 +114,7 @@ __global__ void __launch_bounds__(128) mma_conv_kernel(ConvReluPoolDims d, const
           v = *reinterpret_cast<const uint4*>(x + ((n * d.h + ih) * d.w + iw) * d.cin + c0 + part * 8);
         *reinterpret_cast<uint4*>(&s_a[pix][part * 8]) = v;
       }
-      for (int e = tid; e < k * k * kN * 2; e += 128) {
+      for (int e = tid; e < k * k * kN * 2; e += kThreads) {
         const int part = e % 2, o = (e / 2) % kN, rs = e / (2 * kN);
         uint4 v = make_uint4(0, 0, 0, 0);
         if (n0 + o < out_c)
@@ -120,13 +122,13 @@ __global__ void __launch_bounds__(128) mma_conv_kernel(ConvReluPoolDims d, const
         *reinterpret_cast<uint4*>(&s_b[rs][o][part * 8]) = v;
       }
     } else {
-      for (int e = tid; e < halo * halo * kKC; e += 128) {
+      for (int e = tid; e < halo * halo * kKC; e += kThreads) {
         const int c = e % kKC, pix = e / kKC;
         const int oh = oh0 - pad + pix / halo, ow = ow0 - pad + pix % halo;
         s_a[pix][c] = cuda::store_f32<D>(routed_grad(d, dy, code_in, n, oh, ow, c0 + c));
       }
       // B[r][s][co][ci] = w[co][k-1-r][k-1-s][ci]; o indexes ci (fastest, coalesced), c indexes co.
-      for (int e = tid; e < k * k * kN * kKC; e += 128) {
+      for (int e = tid; e < k * k * kN * kKC; e += kThreads) {
         const int o = e % kN, c = (e / kN) % kKC, rs = e / (kN * kKC);
         const int r = rs / k, s = rs % k;
         D v = cuda::store_f32<D>(0.f);
@@ -226,7 +228,7 @@ constexpr int kDwPix = 32;         // conv pixels per smem step (two k16 steps)
 constexpr int kDwRow = kDwPix + 8; // padded smem row (halves)
 
 template <class D>
-__global__ void __launch_bounds__(128) mma_dw_kernel(ConvReluPoolDims d, const D* __restrict__ x,
+__global__ void __launch_bounds__(kThreads) mma_dw_kernel(ConvReluPoolDims d, const D* __restrict__ x,
                                                      const D* __restrict__ dy,
                                                      const std::uint8_t* __restrict__ code, int chunks,
                                                      int ci_tiles, float* __restrict__ part) {
@@ -250,7 +252,7 @@ __global__ void __launch_bounds__(128) mma_dw_kernel(ConvReluPoolDims d, const D
   float dbacc = 0.f;
 
   for (std::int64_t qb = q0; qb < q1; qb += kDwPix) {
-    for (int e = tid; e < kDwPix * kN; e += 128) {
+    for (int e = tid; e < kDwPix * kN; e += kThreads) {
       const int c = e % kN, i = e / kN;
       const std::int64_t q = qb + i;
       float gv = 0.f;
@@ -315,7 +317,7 @@ void launch_conv(const ConvReluPoolDims& d, const D* x, const D* w, const D* b, 
   const int out_c = M == Mode::forward ? d.cout : d.cin;
   const std::int64_t tiles = std::int64_t((oh_n + kT - 1) / kT) * ((ow_n + kT - 1) / kT);
   const dim3 grid(unsigned(d.n * tiles), unsigned((out_c + kN - 1) / kN));
-  mma_conv_kernel<D, P, M><<<grid, 128, 0, stream>>>(d, x, w, b, dy, code_in, out, code_out);
+  mma_conv_kernel<D, P, M><<<grid, kThreads, 0, stream>>>(d, x, w, b, dy, code_in, out, code_out);
   MF_CUDA_CHECK_LAUNCH();
 }
 
@@ -362,7 +364,7 @@ bool mma_backward(const ConvReluPoolDims& d, const void* x, const void* w, const
     dw_db_by_partials(d, pooled_conv_rows(d), kMaxPartialChunks, dw, db, stream, [&](int chunks, float* part) {
       const int ci_tiles = (d.cin + kN - 1) / kN, co_tiles = (d.cout + kN - 1) / kN;
       const dim3 grid(unsigned(chunks), unsigned(co_tiles * ci_tiles), unsigned(d.k * d.k));
-      mma_dw_kernel<D><<<grid, 128, 0, stream>>>(d, static_cast<const D*>(x), static_cast<const D*>(dy), code,
+      mma_dw_kernel<D><<<grid, kThreads, 0, stream>>>(d, static_cast<const D*>(x), static_cast<const D*>(dy), code,
                                                  chunks, ci_tiles, part);
       MF_CUDA_CHECK_LAUNCH();
     });

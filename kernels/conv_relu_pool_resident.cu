@@ -84,6 +84,7 @@
 #include "kernels/conv_relu_pool_cuda.cuh"
 #include "kernels/conv_route.cuh"
 #include "kernels/cuda_types.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/mma.cuh"
 
 namespace mf::kernels {
@@ -637,7 +638,7 @@ bool resident_dx(const ConvReluPoolDims& d, const void* w, const void* dy, const
     const std::int64_t elems = std::int64_t(d.cin) * d.k * d.k * d.cout;
     WeightPartials flipped(std::size_t(elems + 1) / 2, stream);
     D* wf = reinterpret_cast<D*>(flipped.data());
-    flip_weights_kernel<D><<<cuda::grid_for(elems, 256), 256, 0, stream>>>(static_cast<const D*>(w), wf, d.k,
+    flip_weights_kernel<D><<<cuda::grid_for(elems, cuda::kElementwiseThreads), cuda::kElementwiseThreads, 0, stream>>>(static_cast<const D*>(w), wf, d.k,
                                                                             d.cin, d.cout);
     MF_CUDA_CHECK_LAUNCH();
     a.in = static_cast<const D*>(dy);

@@ -43,6 +43,8 @@ constexpr int kCiSlice = 8;   // reduction channels per shared-memory slice
 constexpr int kMaxK = 5;
 constexpr int kMaxHalo = kTile + kMaxK - 1;
 
+constexpr int kThreads = 256;  // 64 pixel groups x 4 output-channel groups (the layout above)
+
 enum class Mode { forward, dx };
 
 // The gradient reaching conv position (oh, ow), channel co of image n: dy where
@@ -61,7 +63,7 @@ __device__ __forceinline__ float routed_grad(const ConvReluPoolDims& d, const D*
 // out channels cin. `pad` = k/2 in both: dx is the correlation of g with the
 // flipped weights, which has the same zero padding.
 template <class D, int P, Mode M>
-__global__ void __launch_bounds__(256) tiled_conv_kernel(ConvReluPoolDims d, const D* __restrict__ x,
+__global__ void __launch_bounds__(kThreads) tiled_conv_kernel(ConvReluPoolDims d, const D* __restrict__ x,
                                                          const D* __restrict__ w, const D* __restrict__ b,
                                                          const D* __restrict__ dy,
                                                          const std::uint8_t* __restrict__ code_in,
@@ -90,7 +92,7 @@ __global__ void __launch_bounds__(256) tiled_conv_kernel(ConvReluPoolDims d, con
 
   for (int c0 = 0; c0 < in_c; c0 += kCiSlice) {
     // Input halo: s_in[c][hy * halo + hx] = input at (oh0 - pad + hy, ow0 - pad + hx), channel c0 + c.
-    for (int e = tid; e < kCiSlice * halo * halo; e += 256) {
+    for (int e = tid; e < kCiSlice * halo * halo; e += kThreads) {
       const int c = e % kCiSlice, pix = e / kCiSlice;
       const int ih = oh0 - pad + pix / halo, iw = ow0 - pad + pix % halo;
       float v = 0.f;
@@ -105,7 +107,7 @@ __global__ void __launch_bounds__(256) tiled_conv_kernel(ConvReluPoolDims d, con
       s_in[c][pix] = v;
     }
     // Weights: s_w[r*k + s][c][o] = B(r, s, reduction channel c0 + c, output channel co0 + o).
-    for (int e = tid; e < k * k * kCiSlice * kCoTile; e += 256) {
+    for (int e = tid; e < k * k * kCiSlice * kCoTile; e += kThreads) {
       const int o = e % kCoTile, c = (e / kCoTile) % kCiSlice, rs = e / (kCoTile * kCiSlice);
       const int r = rs / k, s = rs % k;
       float v = 0.f;
@@ -186,7 +188,7 @@ constexpr int kDwPix = 32;  // conv pixels per shared-memory step
 
 // Partials part[(chunk * cout + co) * (kkc + 1) + (r*k + s)*cin + ci], db at kkc.
 template <class D>
-__global__ void __launch_bounds__(256) tiled_dw_kernel(ConvReluPoolDims d, const D* __restrict__ x,
+__global__ void __launch_bounds__(kThreads) tiled_dw_kernel(ConvReluPoolDims d, const D* __restrict__ x,
                                                        const D* __restrict__ dy,
                                                        const std::uint8_t* __restrict__ code, int chunks,
                                                        int ci_tiles, float* __restrict__ part) {
@@ -204,7 +206,7 @@ __global__ void __launch_bounds__(256) tiled_dw_kernel(ConvReluPoolDims d, const
   float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
   float dbacc = 0.f;
   for (std::int64_t qb = q0; qb < q1; qb += kDwPix) {
-    for (int e = tid; e < kDwPix * kCoTile; e += 256) {
+    for (int e = tid; e < kDwPix * kCoTile; e += kThreads) {
       const int c = e % kCoTile, i = e / kCoTile;
       const std::int64_t q = qb + i;
       float gv = 0.f, xv = 0.f;
@@ -252,7 +254,7 @@ void launch_conv(const ConvReluPoolDims& d, const D* x, const D* w, const D* b, 
   const int out_c = M == Mode::forward ? d.cout : d.cin;
   const std::int64_t tiles = std::int64_t((oh_n + kTile - 1) / kTile) * ((ow_n + kTile - 1) / kTile);
   const dim3 grid(unsigned(d.n * tiles), unsigned((out_c + kCoTile - 1) / kCoTile));
-  tiled_conv_kernel<D, P, M><<<grid, 256, 0, stream>>>(d, x, w, b, dy, code_in, out, code_out);
+  tiled_conv_kernel<D, P, M><<<grid, kThreads, 0, stream>>>(d, x, w, b, dy, code_in, out, code_out);
   MF_CUDA_CHECK_LAUNCH();
 }
 
@@ -285,7 +287,7 @@ bool tiled_backward(const ConvReluPoolDims& d, const void* x, const void* w, con
   dw_db_by_partials(d, pooled_conv_rows(d), kMaxPartialChunks, dw, db, stream, [&](int chunks, float* part) {
     const int ci_tiles = (d.cin + kCoTile - 1) / kCoTile, co_tiles = (d.cout + kCoTile - 1) / kCoTile;
     const dim3 grid(unsigned(chunks), unsigned(co_tiles * ci_tiles), unsigned(d.k * d.k));
-    tiled_dw_kernel<D><<<grid, 256, 0, stream>>>(d, static_cast<const D*>(x), static_cast<const D*>(dy), code,
+    tiled_dw_kernel<D><<<grid, kThreads, 0, stream>>>(d, static_cast<const D*>(x), static_cast<const D*>(dy), code,
                                                  chunks, ci_tiles, part);
     MF_CUDA_CHECK_LAUNCH();
   });

@@ -35,9 +35,4 @@ template <> __device__ __forceinline__ std::uint8_t store_f32<std::uint8_t>(floa
   return std::uint8_t(v);
 }
 
-inline unsigned grid_for(std::int64_t n, unsigned block, unsigned max_blocks = 65535u * 8u) {
-  const std::int64_t b = (n + block - 1) / block;
-  return unsigned(b < 1 ? 1 : (b > max_blocks ? max_blocks : b));
-}
-
 }  // namespace mf::cuda

@@ -28,6 +28,7 @@
 #include "engine/error.hpp"
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_types.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/loss.hpp"
 
 namespace mf::kernels {
@@ -36,18 +37,6 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kSharedConfusionClasses = 100;  // C*C ints in shared memory: 40 KB
-
-__device__ float block_sum(float v, float* sh) {
-  sh[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = kThreads / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-    __syncthreads();
-  }
-  const float r = sh[0];
-  __syncthreads();
-  return r;
-}
 
 // d(row numerator of label y)/d(logit c) from lp = z_c - lse (loss.cpp's
 // class_grad): 0 for a label outside [0, C).
@@ -126,12 +115,12 @@ __global__ void __launch_bounds__(kThreads) leak_loss_kernel(
       lcorrect += ((zl > 0.f) == (t > 0.5f)) ? 1.f : 0.f;
     }
   }
-  den = block_sum(den, red);
-  ce = block_sum(ce, red);
-  correct = block_sum(correct, red);  // exact: integers below 2^24
+  den = cuda::block_reduce<kThreads>(den, red, cuda::Add{});
+  ce = cuda::block_reduce<kThreads>(ce, red, cuda::Add{});
+  correct = cuda::block_reduce<kThreads>(correct, red, cuda::Add{});  // exact: integers below 2^24
   if (d.leak_head) {  // uniform over the block: every thread reaches the same barriers
-    bce = block_sum(bce, red);
-    lcorrect = block_sum(lcorrect, red);
+    bce = cuda::block_reduce<kThreads>(bce, red, cuda::Add{});
+    lcorrect = cuda::block_reduce<kThreads>(lcorrect, red, cuda::Add{});
   }
 
   const float scale = (loss_scale ? *loss_scale : 1.f) * d.grad_scale;
@@ -260,19 +249,10 @@ __device__ __forceinline__ float row_weight(std::int64_t i, int C, const std::in
 __device__ float batch_den(std::int64_t batch, int C, const std::int32_t* labels, const std::int32_t* labels_b,
                            const float* lam, const float* cw, float* sh) {
   const int t = int(threadIdx.x);
-  if (t < kDenLanes) {
-    float v = 0.f;
+  float v = 0.f;
+  if (t < kDenLanes)
     for (std::int64_t i = t; i < batch; i += kDenLanes) v = __fadd_rn(v, row_weight(i, C, labels, labels_b, lam, cw));
-    sh[t] = v;
-  }
-  __syncthreads();
-  for (int s = kDenLanes / 2; s > 0; s >>= 1) {
-    if (t < s) sh[t] = __fadd_rn(sh[t], sh[t + s]);
-    __syncthreads();
-  }
-  const float r = sh[0];
-  __syncthreads();
-  return r;
+  return cuda::block_reduce<kDenLanes>(v, sh, cuda::Add{});  // a lone add: never contracted
 }
 
 // The CE numerator of label y for a row (loss.cpp's n(y)): 0 outside [0, C).
@@ -425,9 +405,10 @@ template <class T>
 void launch_probs(std::int64_t batch, int classes, const void* logits, float* probs, float* leak_prob,
                   cudaStream_t stream) {
   using D = cuda::device_t<T>;
-  head_probs_kernel<D><<<cuda::grid_for(batch, 256), 256, 0, stream>>>(batch, classes,
-                                                                      static_cast<const D*>(logits), probs,
-                                                                      leak_prob);
+  constexpr unsigned threads = cuda::kElementwiseThreads;  // a thread per row, grid-stride
+  head_probs_kernel<D><<<cuda::grid_for(batch, threads), threads, 0, stream>>>(batch, classes,
+                                                                              static_cast<const D*>(logits), probs,
+                                                                              leak_prob);
   MF_CUDA_CHECK_LAUNCH();
 }
 
