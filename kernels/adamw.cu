@@ -1,8 +1,19 @@
-// adamw on the GPU: three launches (norm partials over a fixed grid, a
-// one-block finalize, the element-wise update), all reading the device-held
-// AdamWState, so a captured graph needs no host value. Memory-bound: the update
-// reads grad, master, m, v (16 B) and writes master, m, v and the working copy
-// (12 + 2 B) per parameter; the norm pass reads the gradients once more (4 B).
+// adamw on the GPU (the contract and the update's formula: kernels/adamw.hpp):
+// one flat f32 parameter buffer [n] with its moments m, v, the gradients and an
+// optional bf16/f16 working copy, all [n]; AdamWState in device memory. Three
+// launches, all reading the device-held state, so a captured graph needs no
+// host value:
+//   norm_partials  a fixed grid (at most kAdamWNormBlocks blocks of
+//                  kNormThreads) sums (grad / loss_scale)^2 in double and counts
+//                  non-finite gradients, one block tree each (block_reduce.cuh);
+//   finalize       one block adds the partials in a fixed tree and runs
+//                  detail::finalize_step (the CPU twin's code): norm, clip
+//                  coefficient, LR schedule, loss scale, skip;
+//   update         the element-wise step, grid-stride (a no-op when skipped).
+// The per-tensor form runs one update launch per [begin, end) range.
+// Memory-bound: the update reads grad, master, m, v (16 B) and writes master,
+// m, v and the working copy (12 + 2 B) per parameter; the norm pass reads the
+// gradients once more (4 B). The only variant.
 #include "engine/error.hpp"
 #include "kernels/adamw.hpp"
 #include "kernels/adamw_common.hpp"

@@ -1,5 +1,13 @@
-// cast kernel: one grid-stride loop, one element per thread per iteration.
-// Memory-bound; reads sizeof(S) and writes sizeof(D) bytes per element.
+// cast on the GPU (kernels/cast.hpp): dst[i] = src[i] converted, for every pair
+// of f32, f16, bf16, i32 and u8 (flat buffers of n elements, any shape).
+// Each element goes through f32: load_f32 widens the source exactly (an i32
+// above 2^24 rounds to the nearest f32), store_f32 rounds to the destination
+// once (f16/bf16 round to nearest even; i32/u8 truncate toward zero as C++
+// does, the caller keeping values in range).
+// One grid-stride loop, one element per thread per iteration
+// (cuda::kElementwiseThreads, kernels/launch.cuh); any grid gives the same
+// bits. Memory-bound: reads sizeof(S) and writes sizeof(D) bytes per element.
+// The only variant.
 #include "kernels/cast.hpp"
 
 #include "engine/error.hpp"

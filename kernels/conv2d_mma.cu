@@ -3,36 +3,18 @@
 // kernels/conv2d.cu (layouts and rules in kernels/conv2d.hpp). Products of
 // bf16/f16 operands are exact in f32; sums are f32 (in the tensor cores' own
 // order, so the bits differ from variant 1's but not run to run); each T output
-// is rounded once. Runs when T is bf16/f16, Cin and Cout are multiples of 16
-// (every 8-element group of a GEMM row then lies inside one tap), the operands
-// it reads are 16-byte aligned and the GPU is sm_80+; any odd k, stride 1 or 2.
-//
-// One GEMM core for the three kernels: a block of 128 threads (2 x 2 warps)
-// computes a 64 x 64 tile of C, each warp 32 x 32 (2 m16 x 4 n8 tiles, 32 f32
-// accumulators a thread), over K in steps of 32. Operand tiles are gathered
-// global -> shared by 16-byte cp.async (out-of-image and out-of-range groups
-// zero-filled by the copy itself), two stages deep, and read by ldmatrix.x4
-// (.trans where the tile is stored K-major). Padded rows (80 B / 144 B) keep
-// the eight row addresses of each 8 x 8 matrix on distinct bank groups.
-//
-//   forward  M = N*OH*OW output pixels, N = Cout, K = k*k*Cin (w's OHWI rows
-//            are already the GEMM's B rows). Epilogue: + bias, ReLU, two
-//            channels per 32-bit store.
-//   dx       the transposed conv, one GEMM per phase class (grid.z = stride^2):
-//            the dx pixels with ih = a (mod stride), iw = b (mod stride) are
-//            reached only by the taps r = a + pad (mod stride), s likewise, so
-//            each class has M = its pixels, N = Cin, K = its taps x Cout and no
-//            zero MMAs (stride 2, k = 3: classes of 4, 2, 2 and 1 taps).
-//            A = dy rows, B = w read as [co, r, s][ci] rows (ci contiguous).
-//   dw, db   M = Cout, N = k*k*Cin + 1, K = the pixels of one fixed chunk;
-//            A = dy stored [pixel][co], B = x shifted by each tap stored
-//            [pixel][(r, s, ci)], plus a column of ones whose sums are db. One
-//            f32 partial per (chunk, co, j); conv2d.cu sums them in chunk order.
-//            No atomics.
-// Not yet run on a GPU (tests/kernels/test_conv2d_gpu.cpp checks it on the CUDA
-// emulator); expected to be correct before fast. Known costs: the 64-wide N
-// tile wastes half the MMAs at Cout = 16 or 32 (dx: Cin); staging recomputes
-// one 64-bit pixel decomposition per 16-byte copy.
+// is rounded once. Router: only when asked for (Conv2dAlgo::mma; `automatic`
+// runs variant 1) and T is bf16/f16, Cin and Cout are multiples of 16, the
+// operands it reads are 16-byte aligned and the GPU is sm_80+; any odd k,
+// stride 1 or 2. One GEMM core (a 64 x 64 tile of C per 128-thread block, K in
+// steps of 32, cp.async staging two deep) for three kernels:
+//   forward  M = N*OH*OW output pixels, N = Cout, K = k*k*Cin; + bias, ReLU.
+//   dx       one GEMM per stride phase class (grid.z = stride^2): M = the
+//            class's dx pixels, N = Cin, K = its taps x Cout (no zero MMAs).
+//   dw, db   M = Cout, N = k*k*Cin + 1 (a column of ones gives db), K = the
+//            pixels of one fixed chunk; one f32 partial per (chunk, co, j),
+//            summed by conv2d.cu in chunk order. No atomics.
+// Tile and bank layout, known costs: bench/NOTES.md, "Kernel lab notes".
 #include <cuda_runtime.h>
 
 #include <atomic>

@@ -1,32 +1,20 @@
 // conv_relu_pool variant 3, "mma": BF16/FP16 implicit GEMM on tensor cores
-// (mma.sync.m16n8k16, f32 accumulation; sm_80 and newer: Ampere, Ada, Hopper,
-// Blackwell). Products of bf16/f16 operands are exact in f32; sums are f32;
-// outputs rounded once. Runs when T is bf16/f16, k in {1, 3}, pool in {1, 2},
-// Cin and Cout multiples of 16, 16-byte aligned tensors and an sm_80+ GPU;
-// anything else falls back to the tiled variant (Cin = 1, the input layer,
-// always does: it is memory-bound and has no reduction depth for an MMA).
-//
-// mma_conv_kernel (forward; dx as the correlation of g with flipped weights):
-//   GEMM     M = conv pixels (an 8 x 8 tile), N = 64 output channels,
-//            K = k*k*C_in in 16-channel slices (one m16n8k16 step per (r, s)).
-//   threads  128 = 4 warps; warp w owns tile rows 2w and 2w+1 (its 16 M rows)
-//            and all 64 N (8 n-tiles): 32 f32 accumulators per thread.
-//   smem     per slice: the (8+k-1)^2 x 16 input halo and the k*k x 64 x 16
-//            weights, T, rows padded to 24 halves (bank-conflict-free 32-bit
-//            fragment loads); ~32 KB at k = 3. Synchronous staging (the
-//            resident variant pipelines it with cp.async).
-//   forward  epilogue: + bias, ReLU, 2 x 2 max with PyTorch's first-wins/NaN rule;
-//            the window's other column lives in lane ^ 4 (one shuffle). Writes y
-//            (|T| B) + code (1 B) per output, two channels per store. Reads x
-//            ~ (10/8)^2 * ceil(Cout/64) times (L2), w once per block.
-//   dx       input = g rebuilt from dy (|T| B) and code (1 B); writes dx (|T| B).
-// mma_dw_kernel (dw, db):
-//   GEMM     M = 64 Cout, N = 64 Cin, K = the conv pixels of one chunk (fixed
-//            rows, a function of the shape only), per (r, s); A = g^T, B = x
-//            shifted by (r, s), both staged transposed in smem (32 pixels per
-//            step). Writes one f32 partial per (chunk, co, r, s, ci) and db
-//            partials (sum of g, from the rs = 0, Cin-tile 0 blocks);
-//            launch_reduce_partials then sums chunks in order. No atomics.
+// (mma.sync.m16n8k16, f32 accumulation; sm_80 and newer). Products of bf16/f16
+// operands are exact in f32; sums are f32; outputs rounded once.
+// Router: `automatic`'s choice for bf16/f16 after cin1; runs when T is
+// bf16/f16, k in {1, 3}, pool in {1, 2}, Cin and Cout multiples of 16,
+// 16-byte aligned tensors and an sm_80+ GPU; anything else falls back to the
+// tiled variant (Cin = 1, the input layer, always does).
+//   mma_conv_kernel  forward (dx as the correlation of g with the flipped
+//            weights): M = an 8 x 8 tile of conv pixels, N = 64 output
+//            channels, K = k*k*Cin in 16-channel slices; 128 threads, warp w
+//            owns tile rows 2w, 2w+1. Epilogue: + bias, ReLU, 2 x 2 max with
+//            PyTorch's first-wins/NaN rule, y and the 1-byte code.
+//   mma_dw_kernel    dw, db: M = 64 Cout, N = 64 Cin, K = the conv pixels of one
+//            chunk (fixed rows, a function of the shape only), per (r, s); one
+//            f32 partial per (chunk, co, r, s, ci) and db partials, summed by
+//            launch_reduce_partials in chunk order. No atomics.
+// Shared memory and bytes read per output: bench/NOTES.md, "Kernel lab notes".
 #include <cuda_runtime.h>
 
 #include <type_traits>

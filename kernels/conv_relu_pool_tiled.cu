@@ -1,32 +1,19 @@
 // conv_relu_pool variant 2, "tiled": shared-memory tiles on CUDA cores, for
 // every T (f32, bf16, f16) with f32 accumulation. No TF32: FP32 stays full f32.
-// Runs pool p in {1, 2} and k <= 5 (else the caller falls back to direct).
-//
-// tiled_conv_kernel (forward, and dx as the same correlation):
-//   layout   NHWC in, NHWC out. A block owns one image, a 16 x 16 tile of conv
-//            pixels and 32 output channels; 256 threads = 64 pixel groups (2 x 2
-//            conv pixels, one pool window when p = 2) x 4 channel groups of 8.
-//            Each thread keeps 4 pixels x 8 channels = 32 f32 accumulators.
-//   smem     per 8-channel slice of the reduction: the (16+k-1)^2 input halo
-//            ([channel][pixel], f32) and the k*k x 8 x 32 weights (f32);
-//            <= 38.4 KB at k = 5.
-//   forward  input = x, weights w, + bias, ReLU, 2 x 2 max with PyTorch's tie/NaN
-//            rule in registers; writes y (|T| B) and code (1 B) per output.
-//            Reads each x element ~ (1 + (k-1)/16)^2 * ceil(Cout/32) times from
-//            global (L2), w once per block.
-//   dx       input = g, the pre-activation gradient rebuilt on the fly from dy
-//            (|T| B) and code (1 B) (zero where the code does not point at the
-//            position); weights flipped (w[co][k-1-r][k-1-s][ci]); writes dx
-//            (|T| B per element). Output channels = Cin.
-// tiled_dw_kernel (dw, db):
-//   grid     (chunk, 32-channel Cout tile x 32-channel Cin tile, r*k+s); a
-//            chunk is a fixed range of conv rows (dw_db_by_partials: the count
-//            is a function of the shape only). 256 threads, each 2 Cout x 2 Cin
-//            accumulators.
-//   smem     32 pixels x 32 channels of g and of the shifted x per step (f32).
-//   writes   one partial per (chunk, co, r, s, ci) and per (chunk, co) for db
-//            (summed by the (rs = 0, Cin tile 0) blocks), then
+// Router: `automatic`'s choice when cin1 and mma cannot run (f32, or shapes
+// they refuse); runs pool p in {1, 2} and k <= 5 (else direct).
+//   tiled_conv_kernel  forward, and dx as the same correlation: a block owns
+//            one image, a 16 x 16 tile of conv pixels and 32 output channels;
+//            256 threads = 64 pixel groups (2 x 2 conv pixels, one pool window
+//            at p = 2) x 4 channel groups of 8, 4 x 8 f32 accumulators each.
+//            forward: input x, weights w, + bias, ReLU, 2 x 2 max with
+//            PyTorch's tie/NaN rule -> y, code (NHWC). dx: input g rebuilt
+//            from dy and code, weights flipped (w[co][k-1-r][k-1-s][ci]) -> dx.
+//   tiled_dw_kernel  dw, db: grid (chunk, Cout tile x Cin tile, r*k+s), a chunk
+//            a fixed range of conv rows (a function of the shape only); one
+//            partial per (chunk, co, r, s, ci) and per (chunk, co) for db, then
 //            launch_reduce_partials sums the chunks in order: deterministic.
+// Shared-memory sizes and reads per element: bench/NOTES.md, "Kernel lab notes".
 #include <cuda_runtime.h>
 
 #include "engine/error.hpp"

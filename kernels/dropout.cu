@@ -1,6 +1,13 @@
-// dropout on the GPU: one element per thread per grid-stride iteration; the
-// mask is the shared counter-based hash (kernels/dropout.hpp), the counter read
-// from device memory so a replayed graph draws a new mask every step.
+// dropout on the GPU (kernels/dropout.hpp): y[i] = keep(i) ? x[i] * (1 / (1 - p)) : 0
+// over a flat buffer of n elements (any layout), forward and backward alike
+// (backward applies the same mask to dy; nothing is stored between them).
+// keep(i) = dropout_uniform(seed, counter, stream, i) >= p, the counter-based
+// hash shared with the CPU twin, so the mask is a function of (seed, counter,
+// stream, i) only: the same on CPU and GPU, whatever the grid. The
+// counter is read from device memory, so a replayed graph draws a new mask
+// every step.
+// One element per thread per grid-stride iteration
+// (cuda::kElementwiseThreads, kernels/launch.cuh). The only variant.
 #include "engine/error.hpp"
 #include "kernels/cuda_types.cuh"
 #include "kernels/dropout.hpp"

@@ -1,30 +1,21 @@
-// leak_loss on the GPU, two modes (kernels/loss.hpp).
-//
-// With the confusion matrix (counts [kLossCounts + C*C]) and C <= 100
-// (kSharedConfusionClasses): one block
-// of 512 threads (the loss is tiny next to the GEMMs: B rows of C+1 logits, C
-// without the leak head). Pass 1: each thread takes rows t, t+512, ...,
-// accumulating its weighted CE numerator, weight, BCE and correct counts; the
-// confusion matrix is counted in shared memory with integer atomics (exact,
-// order-free); the float partials are added in a fixed tree. Pass 2 (same
-// block, after the denominator is known): the logits' gradients. Reads the
-// logits twice, writes dlogits once.
-//
-// Otherwise (no matrix, counts [kLossCounts], or more classes: speaker sets of
-// thousands, a softmax head of 101-256 classes): a warp
-// per row, its lanes striding the columns (coalesced) and combining by xor
-// butterflies, so a row's max, log-sum-exp and sums have the same bits in every
-// lane and in both kernels. loss_stats_kernel: one block of 32 warps, warp w
-// takes rows w, w+32, ... in order, and the warps' partials are added in warp
-// order by one thread (the sums and counts are a single write each).
-// loss_grad_kernel: a grid of 8-warp blocks, a warp per row, writes dlogits;
-// each block computes the weighted-mean denominator itself (it depends on the
-// labels only) with the same fixed tree as the stats kernel, so no scratch
-// memory is needed and the op allocates nothing. Shared memory is fixed
-// (a few KB), whatever C; a confusion matrix is counted in the caller's
-// counts with integer atomics.
-//
-// Deterministic: no float atomics, every reduction in a fixed order.
+// class_leak_loss on the GPU (kernels/loss.hpp): logits [B, C (+1 leak head)],
+// labels [B] (labels_b, lam with mixup's soft targets), dlogits [B, C (+1)].
+// Two modes, picked per call by launch_loss:
+//   with the confusion matrix and C <= kSharedConfusionClasses (100):
+//   leak_loss_kernel, one block of kThreads (512): pass 1, thread t takes rows
+//   t, t + 512, ... (weighted CE numerator, weight, BCE, correct counts), the
+//   matrix counted in shared memory with integer atomics (exact, order-free),
+//   the float partials added by cuda::block_reduce's fixed tree; pass 2 (same
+//   block, the denominator known) writes dlogits.
+//   otherwise (no matrix, or more classes): a warp per row, lanes striding the
+//   columns and combining by xor butterflies (a row's max, lse and sums have
+//   the same bits in every lane and both kernels). loss_stats_kernel: one block
+//   of 32 warps, warp w takes rows w, w + 32, ..., the warps' partials added in
+//   warp order by one thread. loss_grad_kernel: 8-warp blocks, a warp per row;
+//   each block recomputes the weighted-mean denominator (labels only) with the
+//   stats kernel's tree, so the op needs no scratch. Shared memory is fixed
+//   whatever C; a large confusion matrix is counted with integer atomics.
+// Deterministic: no float atomics, every float reduction in a fixed order.
 #include "engine/error.hpp"
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_types.cuh"
