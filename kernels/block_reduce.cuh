@@ -1,6 +1,5 @@
-// Fixed-order reductions over a warp or a block, the one home of the CUDA
-// kernels' block reductions.
-//
+// Fixed-order reductions over a warp or a block: the CUDA kernels' one home
+// for block reductions.
 // Contract (every function here):
 //   - deterministic: operands combine in one pairwise tree that depends only
 //     on the tree width N (a template argument), never on scheduling; no
@@ -9,15 +8,16 @@
 //     int, long long, ...); several values, of different types, can share one
 //     tree (one barrier per level for all of them).
 //   - every thread gets the result back.
-//   - block: blockDim.x >= N, N a power of two, 1-D blocks (blockIdx.y/z
-//     unused); every thread of the block calls (the calls contain
-//     __syncthreads); threads t >= N contribute nothing but take part in the
-//     barriers.
+//   - block: every thread of the block calls (the calls contain
+//     __syncthreads). block_reduce_all / block_reduce: 1-D blocks, blockDim.x
+//     >= N, N a power of two; threads t >= N contribute nothing but take part
+//     in the barriers. block_argmax: blockDim.x == N. block_reduce_columns:
+//     see there.
 //   - shared memory: the caller's, N entries of T per value (sizeof(T) * N
 //     bytes); it may be reused as soon as the call returns (it ends with a
 //     barrier).
-// The tree: sh[t] = op(sh[t], sh[t + s]) for s = N/2, ..., 1, then sh[0].
-// Callers that must match a CPU twin's order say so where they call.
+// The tree: sh[t] = op(sh[t], sh[t + s]) for s = N/2, ..., 1, then sh[0]
+// (a caller that must match a CPU twin's order says so where it calls).
 #pragma once
 
 namespace mf::cuda {
@@ -106,7 +106,7 @@ __device__ T block_reduce_columns(T v, T (*sh)[Pitch], Op op) {
 // The index of the first maximum over the block's (value, index) pairs, with
 // the same tree as block_reduce (N threads); index order breaks ties, an
 // index < 0 means "no candidate". Every thread gets the index (-1 when no
-// thread had one). shv and shi hold N entries each.
+// thread had one). blockDim.x == N; shv and shi hold N entries each.
 template <int N>
 __device__ int block_argmax(float v, int i, float* shv, int* shi) {
   shv[threadIdx.x] = v;
