@@ -1,74 +1,81 @@
-// adamw on the GPU: three launches (norm partials over a fixed grid, a
-// one-block finalize, the element-wise update), all reading the device-held
-// AdamWState, so a captured graph needs no host value. Memory-bound: the update
-// reads grad, master, m, v (16 B) and writes master, m, v and the working copy
-// (12 + 2 B) per parameter; the norm pass reads the gradients once more (4 B).
+// adamw on the GPU (the contract and the update's formula: kernels/adamw.hpp):
+// one flat f32 parameter buffer [n] with its moments m, v, the gradients and an
+// optional bf16/f16 working copy, all [n]; AdamWState in device memory. Three
+// launches, all reading the device-held state, so a captured graph needs no
+// host value:
+//   norm_partials  a fixed grid (at most kAdamWNormBlocks blocks of
+//                  kNormThreads) sums (grad / loss_scale)^2 in double and counts
+//                  non-finite gradients, one block tree each (block_reduce.cuh);
+//   finalize       one block adds the partials in a fixed tree and runs
+//                  detail::finalize_step (the CPU twin's code): norm, clip
+//                  coefficient, LR schedule, loss scale, skip;
+//   update         the element-wise step, grid-stride (a no-op when skipped).
+// The per-tensor form runs one update launch per [begin, end) range.
+// Memory-bound: the update reads grad, master, m, v (16 B) and writes master,
+// m, v and the working copy (12 + 2 B) per parameter; the norm pass reads the
+// gradients once more (4 B). The only variant.
 #include "engine/error.hpp"
 #include "kernels/adamw.hpp"
 #include "kernels/adamw_common.hpp"
+#include "kernels/block_reduce.cuh"
 #include "kernels/cuda_types.cuh"
+#include "kernels/launch.cuh"
 
 namespace mf::kernels {
 
 namespace {
 
+// The norm pass's threads per block (the width of its block tree) and the
+// elements each thread takes before the grid reaches kAdamWNormBlocks blocks.
+constexpr int kNormThreads = 256;
+constexpr int kNormElemsPerThread = 8;
+// The finalize pass: one block, the width of its tree over the norm partials.
+constexpr int kFinalizeThreads = 256;
+// The element-wise update and accumulate passes (grid-stride; any size gives
+// the same bits).
+constexpr unsigned kUpdateThreads = cuda::kElementwiseThreads;
+
 unsigned norm_blocks(std::int64_t n) {
-  const std::int64_t b = (n + std::int64_t(kAdamWBlock) * 8 - 1) / (std::int64_t(kAdamWBlock) * 8);
-  return unsigned(b < 1 ? 1 : (b > kAdamWNormBlocks ? kAdamWNormBlocks : b));
+  return cuda::grid_for(n, kNormThreads * kNormElemsPerThread, kAdamWNormBlocks);
 }
 
-// Tree-sums (acc, nb) over the block into sh[0] / shb[0], in a fixed order
-// (deterministic). Every thread of the block must call it.
-template <class A, class C>
-__device__ __forceinline__ void block_sum_pair(A* sh, C* shb, A acc, C nb) {
-  sh[threadIdx.x] = acc;
-  shb[threadIdx.x] = nb;
-  __syncthreads();
-  for (int s = kAdamWBlock / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) {
-      sh[threadIdx.x] += sh[threadIdx.x + s];
-      shb[threadIdx.x] += shb[threadIdx.x + s];
-    }
-    __syncthreads();
-  }
-}
-
-__global__ void __launch_bounds__(kAdamWBlock) norm_partials(std::int64_t n, const float* __restrict__ grad,
+__global__ void __launch_bounds__(kNormThreads) norm_partials(std::int64_t n, const float* __restrict__ grad,
                                                              const AdamWState* __restrict__ state,
                                                              double* __restrict__ part, int* __restrict__ bad) {
   // Squares summed in double: the clip coefficient scales every gradient, so
   // its relative error reaches every parameter (f32 partials were ~1e-6 off
   // the CPU twin's double sums, found by the CUDA emulator's run of the suite).
-  __shared__ double sh[kAdamWBlock];
-  __shared__ int shb[kAdamWBlock];
+  __shared__ double sh[kNormThreads];
+  __shared__ int shb[kNormThreads];
   const float inv_scale = 1.f / state->loss_scale;
   double acc = 0.0;
   int nb = 0;
-  for (std::int64_t i = blockIdx.x * std::int64_t(kAdamWBlock) + threadIdx.x; i < n;
-       i += std::int64_t(gridDim.x) * kAdamWBlock) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(kNormThreads) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * kNormThreads) {
     const float g = grad[i] * inv_scale;
     if (!isfinite(g)) ++nb;
     else acc += double(g) * double(g);
   }
-  block_sum_pair(sh, shb, acc, nb);
+  cuda::block_reduce_all<kNormThreads>(cuda::Add{}, cuda::reduced(acc, sh), cuda::reduced(nb, shb));
   if (threadIdx.x == 0) {
-    part[blockIdx.x] = sh[0];
-    bad[blockIdx.x] = shb[0];
+    part[blockIdx.x] = acc;
+    bad[blockIdx.x] = nb;
   }
 }
 
-__global__ void __launch_bounds__(kAdamWBlock) finalize(AdamWConfig c, int blocks, const double* __restrict__ part,
-                                                        const int* __restrict__ bad, AdamWState* state) {
-  __shared__ double sh[kAdamWBlock];
-  __shared__ long long shb[kAdamWBlock];
+__global__ void __launch_bounds__(kFinalizeThreads) finalize(AdamWConfig c, int blocks,
+                                                             const double* __restrict__ part,
+                                                             const int* __restrict__ bad, AdamWState* state) {
+  __shared__ double sh[kFinalizeThreads];
+  __shared__ long long shb[kFinalizeThreads];
   double acc = 0;
   long long nb = 0;
-  for (int i = threadIdx.x; i < blocks; i += kAdamWBlock) {
+  for (int i = threadIdx.x; i < blocks; i += kFinalizeThreads) {
     acc += part[i];
     nb += bad[i];
   }
-  block_sum_pair(sh, shb, acc, nb);
-  if (threadIdx.x == 0) detail::finalize_step(c, *state, sh[0], shb[0]);
+  cuda::block_reduce_all<kFinalizeThreads>(cuda::Add{}, cuda::reduced(acc, sh), cuda::reduced(nb, shb));
+  if (threadIdx.x == 0) detail::finalize_step(c, *state, acc, nb);
 }
 
 template <class T>
@@ -93,9 +100,9 @@ void norm_and_finalize(const AdamWDims& d, const AdamWConfig& c, const float* gr
   const unsigned nb = norm_blocks(d.n);
   double* part = static_cast<double*>(scratch);
   int* bad = reinterpret_cast<int*>(part + kAdamWNormBlocks);
-  norm_partials<<<nb, kAdamWBlock, 0, stream>>>(d.n, grad, state, part, bad);
+  norm_partials<<<nb, kNormThreads, 0, stream>>>(d.n, grad, state, part, bad);
   MF_CUDA_CHECK_LAUNCH();
-  finalize<<<1, kAdamWBlock, 0, stream>>>(c, int(nb), part, bad, state);
+  finalize<<<1, kFinalizeThreads, 0, stream>>>(c, int(nb), part, bad, state);
   MF_CUDA_CHECK_LAUNCH();
 }
 
@@ -103,19 +110,19 @@ void launch_update(const AdamWConfig& c, std::int64_t begin, std::int64_t end, s
                    DType work_dtype, float* master, const float* grad, float* m, float* v, void* work,
                    const AdamWState* state, cudaStream_t stream) {
   if (end <= begin) return;
-  const unsigned grid = cuda::grid_for(end - begin, 256, 132 * 16);
+  const unsigned grid = cuda::grid_for(end - begin, kUpdateThreads, cuda::kFillGpuBlocks);
   switch (work ? work_dtype : DType::f32) {
     case DType::f16:
-      update<__half><<<grid, 256, 0, stream>>>(c, begin, end, decay_end, master, grad, m, v,
-                                               static_cast<__half*>(work), state);
+      update<__half><<<grid, kUpdateThreads, 0, stream>>>(c, begin, end, decay_end, master, grad, m, v,
+                                                          static_cast<__half*>(work), state);
       break;
     case DType::bf16:
-      update<__nv_bfloat16><<<grid, 256, 0, stream>>>(c, begin, end, decay_end, master, grad, m, v,
-                                                      static_cast<__nv_bfloat16*>(work), state);
+      update<__nv_bfloat16><<<grid, kUpdateThreads, 0, stream>>>(c, begin, end, decay_end, master, grad, m,
+                                                                 v, static_cast<__nv_bfloat16*>(work), state);
       break;
     default:
-      update<float><<<grid, 256, 0, stream>>>(c, begin, end, decay_end, master, grad, m, v,
-                                              static_cast<float*>(work), state);
+      update<float><<<grid, kUpdateThreads, 0, stream>>>(c, begin, end, decay_end, master, grad, m, v,
+                                                         static_cast<float*>(work), state);
       break;
   }
   MF_CUDA_CHECK_LAUNCH();
@@ -147,7 +154,8 @@ void adamw_step_per_tensor_cuda(const AdamWDims& d, const AdamWConfig& c, DType 
 
 void accumulate_f32_cuda(std::int64_t n, const float* src, float* dst, cudaStream_t stream) {
   if (n == 0) return;
-  accumulate_kernel<<<cuda::grid_for(n, 256, 132 * 16), 256, 0, stream>>>(n, src, dst);
+  const unsigned grid = cuda::grid_for(n, kUpdateThreads, cuda::kFillGpuBlocks);
+  accumulate_kernel<<<grid, kUpdateThreads, 0, stream>>>(n, src, dst);
   MF_CUDA_CHECK_LAUNCH();
 }
 

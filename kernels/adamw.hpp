@@ -77,7 +77,6 @@ struct AdamWState {
 };
 
 inline constexpr int kAdamWNormBlocks = 512;
-inline constexpr int kAdamWBlock = 256;
 
 struct AdamWDims {
   std::int64_t n = 0;

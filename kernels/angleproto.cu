@@ -28,6 +28,7 @@ constexpr int kPrepThreads = 128;
 constexpr int kFwdThreads = 256;
 constexpr int kFwdWarps = kFwdThreads / 32;
 constexpr int kGradThreads = 128;
+constexpr int kFinalizeThreads = 32;  // one warp; thread 0 sums the rows in order
 constexpr int kRowStats = 5;  // loss, pred, t, dw, db
 
 using cuda::Add;
@@ -223,7 +224,7 @@ void launch(const AngleProtoArgs& d, const void* emb_v, const float* wb, const f
   MF_CUDA_CHECK_LAUNCH();
   grad_kernel<Dt><<<2 * n, kGradThreads, 0, stream>>>(d, sc, static_cast<Dt*>(demb_v));
   MF_CUDA_CHECK_LAUNCH();
-  finalize_kernel<<<1, 32, 0, stream>>>(d, wb, sc, dwb, sums, counts, step_loss);
+  finalize_kernel<<<1, kFinalizeThreads, 0, stream>>>(d, wb, sc, dwb, sums, counts, step_loss);
   MF_CUDA_CHECK_LAUNCH();
 }
 

@@ -25,6 +25,7 @@
 #include "kernels/attentive_pool.hpp"
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_types.cuh"
+#include "kernels/launch.cuh"
 
 namespace mf::kernels {
 
@@ -256,7 +257,7 @@ void backward_typed(const AttentivePoolDims& d, const void* w, const void* v, fl
         d, L, static_cast<const T*>(w), static_cast<const T*>(v), saved, static_cast<const T*>(dy), static_cast<T*>(dx));
     MF_CUDA_CHECK_LAUNCH();
   }
-  const dim3 tiles(unsigned((d.c + kTile - 1) / kTile), unsigned((d.a + kTile - 1) / kTile), unsigned(L.groups));
+  const dim3 tiles(cuda::blocks_for(d.c, kTile), cuda::blocks_for(d.a, kTile), unsigned(L.groups));
   attentive_pool_dw_partial_kernel<<<tiles, kThreads, 0, stream>>>(d.n * d.w, d.a, d.c, L.groups, saved + L.dz,
                                                                    saved + L.xm, saved + L.dwp);
   MF_CUDA_CHECK_LAUNCH();

@@ -15,29 +15,20 @@
 // so a replayed graph draws afresh each step.
 #include "engine/error.hpp"
 #include "kernels/augment.hpp"
+#include "kernels/block_reduce.cuh"
 #include "kernels/cuda_types.cuh"
+#include "kernels/launch.cuh"
 
 namespace mf::kernels {
 
 namespace {
-
-// red[0..1][t] -> red[k][0] = the header's pairwise sum of the lanes. Starts
-// and ends with a barrier, so red may be read and refilled around it.
-__device__ void augment_block_sum(float (*red)[kAugmentThreads], int arrays, int t) {
-  __syncthreads();
-  for (int s = kAugmentThreads / 2; s > 0; s >>= 1) {
-    if (t < s)
-      for (int k = 0; k < arrays; ++k) red[k][t] += red[k][t + s];
-    __syncthreads();
-  }
-}
 
 template <class T>
 __global__ void __launch_bounds__(kAugmentThreads)
     augment_kernel(AugmentArgs d, T* __restrict__ x, const float* __restrict__ noise,
                    const std::int32_t* __restrict__ counter) {
   __shared__ float stage[kAugmentStageFloats];
-  __shared__ float red[2][kAugmentThreads];
+  __shared__ float red_x[kAugmentThreads], red_n[kAugmentThreads];  // the trees of P_x (then the mean), P_n
   __shared__ int mask_lo[2 * kAugmentMaxMasks], mask_hi[2 * kAugmentMaxMasks];
   const std::uint32_t ctr = std::uint32_t(*counter);
   const int t = int(threadIdx.x);
@@ -66,10 +57,8 @@ __global__ void __launch_bounds__(kAugmentThreads)
         px += augment_power(gain ? v + a.offset : v, kp);
         pn += augment_power(nz[e], kp);
       }
-      red[0][t] = px;
-      red[1][t] = pn;
-      augment_block_sum(red, 2, t);
-      scale = augment_noise_scale(red[0][0], red[1][0], a.snr_ratio);  // pass B's barriers precede pass C's refill
+      cuda::block_reduce_all<kAugmentThreads>(cuda::Add{}, cuda::reduced(px, red_x), cuda::reduced(pn, red_n));
+      scale = augment_noise_scale(px, pn, a.snr_ratio);
     }
     float acc = 0.f;
     for (int r0 = 0; r0 < M; r0 += rows_per_stage) {  // pass B
@@ -90,9 +79,7 @@ __global__ void __launch_bounds__(kAugmentThreads)
       __syncthreads();  // the stage is refilled next
     }
     if (masks > 0) {  // pass C
-      red[0][t] = acc;
-      augment_block_sum(red, 1, t);
-      const float mean = red[0][0] / float(N);
+      const float mean = cuda::block_reduce<kAugmentThreads>(acc, red_x, cuda::Add{}) / float(N);
       const T fill = cuda::store_f32<T>(mean);
       for (int e = t; e < N; e += kAugmentThreads) {
         const int m = e / F, c = e - m * F;
@@ -104,13 +91,13 @@ __global__ void __launch_bounds__(kAugmentThreads)
         if (masked) xs[e] = fill;
       }
     }
-    __syncthreads();  // red and the mask ranges are refilled by the next sample
+    __syncthreads();  // the mask ranges are refilled by the next sample
   }
 }
 
 template <class T>
 void launch(const AugmentArgs& d, void* x, const float* noise, const std::int32_t* counter, cudaStream_t stream) {
-  const unsigned grid = unsigned(d.batch < kAugmentMaxBlocks ? d.batch : kAugmentMaxBlocks);
+  const unsigned grid = cuda::grid_for(d.batch, 1, kAugmentMaxBlocks);  // a block per sample
   augment_kernel<<<grid, kAugmentThreads, 0, stream>>>(d, static_cast<T*>(x), noise, counter);
 }
 

@@ -11,6 +11,7 @@
 #include "engine/error.hpp"
 #include "kernels/batch_norm.hpp"
 #include "kernels/cuda_types.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/relu.hpp"
 
 namespace mf::kernels {
@@ -184,9 +185,9 @@ __global__ void dx_kernel(BatchNormArgs d, const T* __restrict__ x, const T* __r
 }
 
 dim3 partials_grid(const BatchNormArgs& d) {
-  return dim3(unsigned(batch_norm_chunks(d.m)), unsigned((d.c + kCh - 1) / kCh));
+  return dim3(unsigned(batch_norm_chunks(d.m)), cuda::blocks_for(d.c, kCh));
 }
-unsigned channel_blocks(const BatchNormArgs& d) { return unsigned((d.c + kThreads - 1) / kThreads); }
+unsigned channel_blocks(const BatchNormArgs& d) { return cuda::blocks_for(d.c, kThreads); }
 
 template <class T>
 void train_forward(const BatchNormArgs& d, const void* x, const void* gamma, const void* beta, const void* residual,

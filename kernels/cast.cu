@@ -1,9 +1,18 @@
-// cast kernel: one grid-stride loop, one element per thread per iteration.
-// Memory-bound; reads sizeof(S) and writes sizeof(D) bytes per element.
+// cast on the GPU (kernels/cast.hpp): dst[i] = src[i] converted, for every pair
+// of f32, f16, bf16, i32 and u8 (flat buffers of n elements, any shape).
+// Each element goes through f32: load_f32 widens the source exactly (an i32
+// above 2^24 rounds to the nearest f32), store_f32 rounds to the destination
+// once (f16/bf16 round to nearest even; i32/u8 truncate toward zero as C++
+// does, the caller keeping values in range).
+// One grid-stride loop, one element per thread per iteration
+// (cuda::kElementwiseThreads, kernels/launch.cuh); any grid gives the same
+// bits. Memory-bound: reads sizeof(S) and writes sizeof(D) bytes per element.
+// The only variant.
 #include "kernels/cast.hpp"
 
 #include "engine/error.hpp"
 #include "kernels/cuda_types.cuh"
+#include "kernels/launch.cuh"
 
 namespace mf::kernels {
 
@@ -19,8 +28,8 @@ template <class S, class D>
 void launch(const void* src, void* dst, std::int64_t n, cudaStream_t stream) {
   using SD = cuda::device_t<S>;
   using DD = cuda::device_t<D>;
-  constexpr unsigned block = 256;
-  cast_kernel<SD, DD><<<cuda::grid_for(n, block), block, 0, stream>>>(
+  constexpr unsigned threads = cuda::kElementwiseThreads;
+  cast_kernel<SD, DD><<<cuda::grid_for(n, threads), threads, 0, stream>>>(
       static_cast<const SD*>(src), static_cast<DD*>(dst), n);
   MF_CUDA_CHECK_LAUNCH();
 }

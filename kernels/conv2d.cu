@@ -1,27 +1,20 @@
 // conv2d CUDA kernels, variant 1: the simplest correct kernels (layouts and
 // rules in kernels/conv2d.hpp), and the launchers that pick a variant
-// (Conv2dAlgo; variant 2, mma, is in kernels/conv2d_mma.cu and shares this
-// file's ReLU mask, dw chunk rule, workspace and chunk-order reduction).
-//
-//   forward: one thread per y element (n, oh, ow, co), co fastest so the y
-//            stores coalesce; the thread sums r, s, ci in that order straight
-//            from global memory (x reads broadcast across the warp's co lanes,
-//            w reads hit L1/L2), adds the bias, applies ReLU, rounds once.
-//   mask:    with relu, dy[i] = 0 where !(y[i] > 0), one thread per element,
-//            before the gradient kernels read dy.
-//   dx:      one thread per dx element (n, ih, iw, ci), ci fastest; it gathers
-//            over the taps r, s that reach an output row/column at this stride
-//            and over co, in that order.
-//   dw, db:  the output pixels (n, oh, ow) are cut into `chunks` contiguous
-//            ranges (a function of the shape only, dw_chunks). One block per
-//            (co, tap r*k + s or the bias, chunk): its 256 threads are `lanes`
-//            input channels (min(Cin, 32), consecutive so the x reads
-//            coalesce) x `slices` pixel slices; slice j sums the chunk's pixels
-//            j, j + slices, ... in order, then slice 0 adds the slice sums in
-//            slice order and writes one partial to a stream-ordered workspace.
-//            reduce_chunks_kernel sums each weight's partials in chunk order.
-// No floating-point atomics: bit-identical run after run. Indices are 64-bit
-// where N*H*W*C can pass 2^31.
+// (Conv2dAlgo: `automatic` runs this one; variant 2, mma, in
+// kernels/conv2d_mma.cu, only when asked for; it shares this file's ReLU mask,
+// dw chunk rule, workspace and chunk-order reduction).
+//   forward: one thread per y element (n, oh, ow, co), co fastest; sums r, s,
+//            ci in that order from global memory, + bias, ReLU, rounds once.
+//   mask:    with relu, dy[i] = 0 where !(y[i] > 0), before the gradients.
+//   dx:      one thread per dx element (n, ih, iw, ci), ci fastest, gathering
+//            over the taps that reach it at this stride, then co.
+//   dw, db:  the output pixels cut into `chunks` contiguous ranges (dw_chunks,
+//            a function of the shape only); a block per (co, tap or bias,
+//            chunk): `lanes` input channels x `slices` pixel slices, slice j
+//            sums pixels j, j + slices, ... in order, slice 0 adds the slice
+//            sums in slice order; reduce_chunks_kernel sums the partials in
+//            chunk order. No floating-point atomics: bit-identical run after
+//            run. Indices are 64-bit where N*H*W*C can pass 2^31.
 #include "kernels/conv2d.hpp"
 
 #include <cuda_runtime.h>
@@ -33,6 +26,7 @@
 #include "engine/error.hpp"
 #include "engine/memory.hpp"
 #include "kernels/cuda_types.cuh"
+#include "kernels/launch.cuh"
 
 namespace mf::kernels {
 

@@ -3,36 +3,18 @@
 // kernels/conv2d.cu (layouts and rules in kernels/conv2d.hpp). Products of
 // bf16/f16 operands are exact in f32; sums are f32 (in the tensor cores' own
 // order, so the bits differ from variant 1's but not run to run); each T output
-// is rounded once. Runs when T is bf16/f16, Cin and Cout are multiples of 16
-// (every 8-element group of a GEMM row then lies inside one tap), the operands
-// it reads are 16-byte aligned and the GPU is sm_80+; any odd k, stride 1 or 2.
-//
-// One GEMM core for the three kernels: a block of 128 threads (2 x 2 warps)
-// computes a 64 x 64 tile of C, each warp 32 x 32 (2 m16 x 4 n8 tiles, 32 f32
-// accumulators a thread), over K in steps of 32. Operand tiles are gathered
-// global -> shared by 16-byte cp.async (out-of-image and out-of-range groups
-// zero-filled by the copy itself), two stages deep, and read by ldmatrix.x4
-// (.trans where the tile is stored K-major). Padded rows (80 B / 144 B) keep
-// the eight row addresses of each 8 x 8 matrix on distinct bank groups.
-//
-//   forward  M = N*OH*OW output pixels, N = Cout, K = k*k*Cin (w's OHWI rows
-//            are already the GEMM's B rows). Epilogue: + bias, ReLU, two
-//            channels per 32-bit store.
-//   dx       the transposed conv, one GEMM per phase class (grid.z = stride^2):
-//            the dx pixels with ih = a (mod stride), iw = b (mod stride) are
-//            reached only by the taps r = a + pad (mod stride), s likewise, so
-//            each class has M = its pixels, N = Cin, K = its taps x Cout and no
-//            zero MMAs (stride 2, k = 3: classes of 4, 2, 2 and 1 taps).
-//            A = dy rows, B = w read as [co, r, s][ci] rows (ci contiguous).
-//   dw, db   M = Cout, N = k*k*Cin + 1, K = the pixels of one fixed chunk;
-//            A = dy stored [pixel][co], B = x shifted by each tap stored
-//            [pixel][(r, s, ci)], plus a column of ones whose sums are db. One
-//            f32 partial per (chunk, co, j); conv2d.cu sums them in chunk order.
-//            No atomics.
-// Not yet run on a GPU (tests/kernels/test_conv2d_gpu.cpp checks it on the CUDA
-// emulator); expected to be correct before fast. Known costs: the 64-wide N
-// tile wastes half the MMAs at Cout = 16 or 32 (dx: Cin); staging recomputes
-// one 64-bit pixel decomposition per 16-byte copy.
+// is rounded once. Router: only when asked for (Conv2dAlgo::mma; `automatic`
+// runs variant 1) and T is bf16/f16, Cin and Cout are multiples of 16, the
+// operands it reads are 16-byte aligned and the GPU is sm_80+; any odd k,
+// stride 1 or 2. One GEMM core (a 64 x 64 tile of C per 128-thread block, K in
+// steps of 32, cp.async staging two deep) for three kernels:
+//   forward  M = N*OH*OW output pixels, N = Cout, K = k*k*Cin; + bias, ReLU.
+//   dx       one GEMM per stride phase class (grid.z = stride^2): M = the
+//            class's dx pixels, N = Cin, K = its taps x Cout (no zero MMAs).
+//   dw, db   M = Cout, N = k*k*Cin + 1 (a column of ones gives db), K = the
+//            pixels of one fixed chunk; one f32 partial per (chunk, co, j),
+//            summed by conv2d.cu in chunk order. No atomics.
+// Tile and bank layout, known costs: bench/NOTES.md, "Kernel lab notes".
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -40,6 +22,7 @@
 #include "engine/error.hpp"
 #include "kernels/conv2d_mma.cuh"
 #include "kernels/cuda_types.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/mma.cuh"
 
 namespace mf::kernels {
@@ -369,13 +352,11 @@ bool sm80_or_newer() {
   return major >= 8;
 }
 
-unsigned blocks_of(std::int64_t n, int per) { return unsigned((n + per - 1) / per); }
-
 std::atomic<std::uint64_t> g_launches{0};
 
 template <class D>
 void launch_forward(const Conv2dDims& d, const void* x, const void* w, const void* b, void* y, cudaStream_t stream) {
-  const dim3 grid(blocks_of(d.n * d.oh() * d.ow(), kBM), blocks_of(d.cout, kBN));
+  const dim3 grid(cuda::blocks_for(d.n * d.oh() * d.ow(), kBM), cuda::blocks_for(d.cout, kBN));
   forward_kernel<D><<<grid, kThreads, 0, stream>>>(d, static_cast<const D*>(x), static_cast<const D*>(w),
                                                    static_cast<const D*>(b), static_cast<D*>(y));
   MF_CUDA_CHECK_LAUNCH();
@@ -391,7 +372,7 @@ void launch_dx(const Conv2dDims& d, const void* w, const void* dy, void* dx, cud
     const std::int64_t m = d.n * pc.rows * pc.cols;
     m_max = m > m_max ? m : m_max;
   }
-  const dim3 grid(blocks_of(m_max, kBM), blocks_of(d.cin, kBN), unsigned(classes));
+  const dim3 grid(cuda::blocks_for(m_max, kBM), cuda::blocks_for(d.cin, kBN), unsigned(classes));
   dx_kernel<D><<<grid, kThreads, 0, stream>>>(d, static_cast<const D*>(w), static_cast<const D*>(dy),
                                               static_cast<D*>(dx));
   MF_CUDA_CHECK_LAUNCH();
@@ -401,7 +382,7 @@ void launch_dx(const Conv2dDims& d, const void* w, const void* dy, void* dx, cud
 template <class D>
 void launch_dw(const Conv2dDims& d, const void* x, const void* dy, int chunks, float* part, cudaStream_t stream) {
   // grid.z = chunks (<= 256 by conv2d.cu's rule), grid.y = Cout / 64: far below 65535.
-  const dim3 grid(blocks_of(std::int64_t(d.k) * d.k * d.cin + 1, kBN), blocks_of(d.cout, kBM), unsigned(chunks));
+  const dim3 grid(cuda::blocks_for(std::int64_t(d.k) * d.k * d.cin + 1, kBN), cuda::blocks_for(d.cout, kBM), unsigned(chunks));
   dw_kernel<D><<<grid, kThreads, 0, stream>>>(d, static_cast<const D*>(x), static_cast<const D*>(dy), chunks, part);
   MF_CUDA_CHECK_LAUNCH();
   g_launches.fetch_add(1);

@@ -1,37 +1,20 @@
-// conv_relu_pool CUDA kernels and the launchers that pick a variant.
-//
-// Layouts (kernels/conv_relu_pool.hpp): x NHWC [N,H,W,Cin], w OHWI
-// [Cout,k,k,Cin], y and code [N,PH,PW,Cout], dw f32 OHWI, db f32 [Cout].
-//
-// Precision policy (every variant): T operands (f32, bf16, f16) are widened to
-// f32 and multiplied-accumulated in f32; each output is rounded to T once.
-// TF32 is NOT used anywhere: the FP32 path runs on CUDA cores in full f32 (so it
-// matches the CPU twin within the fp32 tolerance, 1e-5); the bf16/f16 paths are
-// where tensor cores are used.
-//
-// Determinism: dw/db are summed without atomics. Each variant writes per-chunk
-// partial sums into a workspace (chunks = fixed ranges of the variant's work
-// units: conv rows, pooled rows or pixel tiles; their number a function of the
-// shape only), then one reduction kernel sums the partials of every weight in
-// chunk order (dw_db_by_partials, conv_relu_pool_cuda.cuh). Same inputs, same
-// bits.
-//
-// Variant 1, "direct" (this file): the simplest correct kernels.
-//   forward:  one thread per pooled output element (n, ph, pw, co), co fastest so
-//             y/code stores coalesce; it computes the p*p conv values of its
-//             window straight from global memory (x reads are broadcast across
-//             the warp's co lanes; w reads hit L1/L2). Reads k*k*Cin*p*p*(|T|x +
-//             |T|w) bytes per output from cache, writes |T| + 1 bytes.
-//   dx:       one thread per dx element (n, ih, iw, ci), gathering over r, s, co
-//             from dy and code (the gradient routed to each conv position is
-//             rebuilt from the 1-byte code). Writes |T| bytes per element.
-//   dw/db:    grid (chunk, co); each thread owns some (r, s, ci) of its co (and
-//             one thread the bias) and sums over the chunk's conv positions;
-//             partials [chunk][co][k*k*Cin + 1] in a stream-ordered workspace,
-//             then reduce_partials sums them in a fixed order.
-// Faster variants (tiled FP32, tensor-core mma, the Cin = 1 input layer's cin1,
-// the workload-shaped tensor-core resident) live in their own files and are
-// chosen by conv_relu_pool_algo() (kernels/conv_relu_pool.hpp).
+// conv_relu_pool CUDA kernels, variant 1 "direct", and the router that picks a
+// variant per call (forward_t, backward_t; conv_relu_pool_resolve_algo says
+// which one a shape gets). Layouts (kernels/conv_relu_pool.hpp): x NHWC
+// [N,H,W,Cin], w OHWI [Cout,k,k,Cin], y and code [N,PH,PW,Cout], dw f32 OHWI,
+// db f32 [Cout].
+// Router (conv_relu_pool_algo(), MELFORGE_CONV_ALGO): resident only when asked
+// for; automatic tries cin1 (Cin = 1), then mma (bf16/f16), then tiled, then
+// direct. A variant that refuses (shape, alignment, GPU) passes to the next.
+// Precision (every variant): T operands widened to f32 and multiplied-
+// accumulated in f32, each output rounded to T once; no TF32 (FP32 runs on
+// CUDA cores in full f32, bf16/f16 is where tensor cores are used).
+// Determinism: dw/db are summed without atomics: per-chunk partials (chunks a
+// function of the shape only), then reduce_partials_kernel sums each weight's
+// partials in a fixed order (a function of the chunk count). Same bits always.
+// Direct: forward one thread per pooled output (co fastest), the p*p conv
+// values from global memory; dx one thread per dx element, gathering over
+// r, s, co through the codes; dw/db grid (chunk, co), a thread per (r, s, ci).
 #include "kernels/conv_relu_pool.hpp"
 
 #include <cuda_runtime.h>
@@ -45,6 +28,7 @@
 #include "engine/memory.hpp"
 #include "kernels/conv_relu_pool_cuda.cuh"
 #include "kernels/cuda_types.cuh"
+#include "kernels/launch.cuh"
 
 namespace mf::kernels {
 
@@ -210,6 +194,9 @@ __global__ void direct_dx_kernel(ConvReluPoolDims d, const T* __restrict__ w, co
 }
 
 // Partials: part[(chunk * cout + co) * (kkc + 1) + j], j < kkc: dw[co][j]; j = kkc: db[co].
+// A block per (chunk, co); its threads stride the kkc + 1 weights, each summing
+// its weight over the chunk alone (the block size does not change the bits).
+constexpr unsigned kDirectDwThreads = 128;
 template <class T>
 __global__ void direct_dw_kernel(ConvReluPoolDims d, const T* __restrict__ x, const T* __restrict__ dy,
                                  const std::uint8_t* __restrict__ code, int chunks, float* __restrict__ part) {
@@ -250,8 +237,8 @@ void direct_forward(const ConvReluPoolDims& d, const void* x, const void* w, con
                     std::uint8_t* code, cudaStream_t stream) {
   using D = cuda::device_t<T>;
   const std::int64_t total = d.n * d.ph() * d.pw() * d.cout;
-  constexpr unsigned block = 256;
-  direct_forward_kernel<D><<<cuda::grid_for(total, block), block, 0, stream>>>(
+  constexpr unsigned threads = cuda::kElementwiseThreads;
+  direct_forward_kernel<D><<<cuda::grid_for(total, threads), threads, 0, stream>>>(
       d, static_cast<const D*>(x), static_cast<const D*>(w), static_cast<const D*>(b), static_cast<D*>(y),
       code);
   MF_CUDA_CHECK_LAUNCH();
@@ -261,15 +248,15 @@ template <class T>
 void direct_backward(const ConvReluPoolDims& d, const void* x, const void* w, const void* dy,
                      const std::uint8_t* code, void* dx, float* dw, float* db, cudaStream_t stream) {
   using D = cuda::device_t<T>;
-  constexpr unsigned block = 256;
+  constexpr unsigned threads = cuda::kElementwiseThreads;
   if (dx) {
     const std::int64_t total = d.n * d.h * d.w * d.cin;
-    direct_dx_kernel<D><<<cuda::grid_for(total, block), block, 0, stream>>>(
+    direct_dx_kernel<D><<<cuda::grid_for(total, threads), threads, 0, stream>>>(
         d, static_cast<const D*>(w), static_cast<const D*>(dy), code, static_cast<D*>(dx));
     MF_CUDA_CHECK_LAUNCH();
   }
   dw_db_by_partials(d, pooled_conv_rows(d), kMaxPartialChunks, dw, db, stream, [&](int chunks, float* part) {
-    direct_dw_kernel<D><<<dim3(unsigned(chunks), unsigned(d.cout)), 128, 0, stream>>>(
+    direct_dw_kernel<D><<<dim3(unsigned(chunks), unsigned(d.cout)), kDirectDwThreads, 0, stream>>>(
         d, static_cast<const D*>(x), static_cast<const D*>(dy), code, chunks, part);
     MF_CUDA_CHECK_LAUNCH();
   });

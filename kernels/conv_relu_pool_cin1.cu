@@ -1,67 +1,22 @@
 // conv_relu_pool variant 4, "cin1": the single-channel input layer (LeakCNN's
 // 1 -> 32 at 64 x 64), on CUDA cores, any T (f32, bf16, f16), f32 accumulation
 // (FMA-contracted, like the other CUDA variants; no TF32).
-// Runs when Cin == 1, k == 3, pool in {1, 2}, Cout a power of two in
-// [16, 256], y/code (forward) and dy/code (backward) 16-byte aligned and
-// N * tiles < 2^31; anything else falls back to tiled (then direct).
-//
-// cin1_forward_kernel
-//   tile     one image, 8 x 32 pooled outputs (16 x 64 conv pixels at p = 2),
-//            all Cout channels. 256 threads; thread = (slot, channel group):
-//            cg = tid % (Cout/8) owns 8 consecutive channels for its whole life,
-//            slot = tid / (Cout/8) walks the tile's pooled pixels with stride
-//            256 / (Cout/8) (every thread the same trip count).
-//   smem     the (8p+2) x (32p+2) input halo as f32, staged once per block
-//            (4.6 KB at p = 2); the 9 x Cout weights and the biases (<= 10 KB).
-//   regs     the thread's 9 x 8 weights are held in registers (biases: smem);
-//            per pooled pixel it reads its (p+2)^2 input patch from smem, forms
-//            the p*p conv values one at a time (bias + 9 FMAs per channel, in
-//            r, s order), pools them with PyTorch's rule (strictly greater wins,
-//            ties keep the first in row-major order, NaN always wins), ReLU.
-//   stores   y: 8 channels per thread = one 16-byte store (bf16/f16) or two
-//            (f32); code: lanes cg and cg^1 hold the two halves of 16 channels
-//            of the same pixel; each step does two pixels (A, B), the lanes
-//            swap halves with two shuffles and the even lane writes A's 16 code
-//            bytes, the odd lane B's: every store is 16 bytes. NHWC, Cout
-//            contiguous, a warp's stores cover contiguous runs.
-//   bytes    x read once from HBM (the halo rows of neighbouring tiles come from
-//            L2), y + code written once. Per pooled output element (n, ph, pw,
-//            co): |T| (y) + 1 (code) + |T| * p*p / Cout (x). LeakCNN layer 1,
-//            bf16, p = 2, Cout = 32: 2 + 1 + 0.25 = 3.25 B per output element,
-//            106,496 B per image, 872 MB at batch 8192 (weights: 0.6 KB).
-//   expected share of HBM bandwidth: the arithmetic is 36 FMA per output
-//            element (9 per conv value x 4) plus ~12 instructions of pooling /
-//            packing, i.e. ~22 FLOP per byte: on an H100 SXM (~3.35 TB/s,
-//            ~67 TFLOP/s FP32 FMA, ridge ~20 FLOP/B) the kernel sits right at
-//            the ridge, so ~70-80% of the measured HBM bandwidth is the
-//            expectation if the FMA pipe is kept ~85% busy; it is the FP32 issue
-//            rate, not HBM, that bounds it. If the first GPU run shows it
-//            ALU-bound below 70%, the next step for bf16/f16 is tensor cores
-//            with K = 9 padded to 16 (products of bf16/f16 are exact in f32, so
-//            the precision contract holds).
-// cin1_dw_kernel (dw [Cout,3,3,1], db [Cout], f32)
-//   partition a fixed number of chunks (min(N*PH, 1024), a function of the
-//            shape only) of contiguous pooled rows (n, ph); one block per chunk.
-//            Thread (slot, cg) as above walks the chunk's pooled pixels with a
-//            fixed stride; per pixel it loads 8 dy (16 B or 32 B) + 8 codes
-//            (8 B) and the (p+2)^2 x patch (global, L1/L2), and for each
-//            window position q adds (code == q ? dy : 0) * x to its 9 x 8 dw
-//            accumulators (the routed gradient is zero elsewhere) and the routed
-//            dy to its 8 db accumulators. Then a fixed-order reduction over the
-//            slots in shared memory writes one partial per (chunk, co, r*3+s)
-//            and per (chunk, co) for db into the shared workspace layout, and
-//            launch_reduce_partials sums the chunks in order (shared with the
-//            other variants, conv_relu_pool_cuda.cuh). No atomics: bit-identical
-//            run to run. Reads dy + code + x once: the same 3.25 B per output
-//            element as the forward.
-// registers (ptxas -v, CUDA 13.0, sm_90): forward 125-128, dw 120-128, no
-//   spills for any T and P under __launch_bounds__(256, 2) (the patch is read
-//   from smem per conv value, the argmax positions are packed 4 bits per
-//   channel, 16-bit dy stays packed). sm_80 (f32 dw, p = 2) and sm_100/120
-//   (p = 2) still spill 4-28 bytes.
-// cin1_dx_kernel (only when dx is requested; the first layer passes null):
-//   one thread per dx element, gathering the routed gradient over the 9 taps
-//   and Cout channels (weights in smem). Simple, not tuned.
+// Router: the first choice of `automatic` (and of cin1 / resident when
+// resident refuses). Runs when Cin == 1, k == 3, pool in {1, 2}, Cout a power
+// of two in [16, 256], y/code (forward) and dy/code (backward) 16-byte aligned
+// and N * tiles < 2^31; anything else falls back to mma / tiled (then direct).
+//   cin1_forward_kernel  x [N,H,W,1] -> y, code [N,PH,PW,Cout]: a block per
+//            8 x 32 pooled outputs of one image, all Cout; per conv value bias
+//            + 9 FMAs per channel in r, s order; PyTorch's pooling rule
+//            (strictly greater wins, ties keep the first, NaN wins), ReLU.
+//   cin1_dw_kernel  dw [Cout,3,3,1], db [Cout] (f32): fixed chunks (min(N*PH,
+//            1024), a function of the shape only), a fixed-order reduction over
+//            the block's slots, one partial per (chunk, co, tap | db), summed
+//            by launch_reduce_partials in chunk order: no atomics.
+//   cin1_dx_kernel  (only when dx is requested; the first layer passes null)
+//            one thread per dx element, gathering over taps and Cout.
+// Thread layout, bytes per output, register counts, expected share of HBM
+// bandwidth: bench/NOTES.md, "Kernel lab notes".
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -70,6 +25,7 @@
 #include "engine/error.hpp"
 #include "kernels/conv_relu_pool_cuda.cuh"
 #include "kernels/cuda_types.cuh"
+#include "kernels/launch.cuh"
 
 namespace mf::kernels {
 

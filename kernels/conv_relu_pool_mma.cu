@@ -1,32 +1,20 @@
 // conv_relu_pool variant 3, "mma": BF16/FP16 implicit GEMM on tensor cores
-// (mma.sync.m16n8k16, f32 accumulation; sm_80 and newer: Ampere, Ada, Hopper,
-// Blackwell). Products of bf16/f16 operands are exact in f32; sums are f32;
-// outputs rounded once. Runs when T is bf16/f16, k in {1, 3}, pool in {1, 2},
-// Cin and Cout multiples of 16, 16-byte aligned tensors and an sm_80+ GPU;
-// anything else falls back to the tiled variant (Cin = 1, the input layer,
-// always does: it is memory-bound and has no reduction depth for an MMA).
-//
-// mma_conv_kernel (forward; dx as the correlation of g with flipped weights):
-//   GEMM     M = conv pixels (an 8 x 8 tile), N = 64 output channels,
-//            K = k*k*C_in in 16-channel slices (one m16n8k16 step per (r, s)).
-//   threads  128 = 4 warps; warp w owns tile rows 2w and 2w+1 (its 16 M rows)
-//            and all 64 N (8 n-tiles): 32 f32 accumulators per thread.
-//   smem     per slice: the (8+k-1)^2 x 16 input halo and the k*k x 64 x 16
-//            weights, T, rows padded to 24 halves (bank-conflict-free 32-bit
-//            fragment loads); ~32 KB at k = 3. Synchronous staging (the
-//            resident variant pipelines it with cp.async).
-//   forward  epilogue: + bias, ReLU, 2 x 2 max with PyTorch's first-wins/NaN rule;
-//            the window's other column lives in lane ^ 4 (one shuffle). Writes y
-//            (|T| B) + code (1 B) per output, two channels per store. Reads x
-//            ~ (10/8)^2 * ceil(Cout/64) times (L2), w once per block.
-//   dx       input = g rebuilt from dy (|T| B) and code (1 B); writes dx (|T| B).
-// mma_dw_kernel (dw, db):
-//   GEMM     M = 64 Cout, N = 64 Cin, K = the conv pixels of one chunk (fixed
-//            rows, a function of the shape only), per (r, s); A = g^T, B = x
-//            shifted by (r, s), both staged transposed in smem (32 pixels per
-//            step). Writes one f32 partial per (chunk, co, r, s, ci) and db
-//            partials (sum of g, from the rs = 0, Cin-tile 0 blocks);
-//            launch_reduce_partials then sums chunks in order. No atomics.
+// (mma.sync.m16n8k16, f32 accumulation; sm_80 and newer). Products of bf16/f16
+// operands are exact in f32; sums are f32; outputs rounded once.
+// Router: `automatic`'s choice for bf16/f16 after cin1; runs when T is
+// bf16/f16, k in {1, 3}, pool in {1, 2}, Cin and Cout multiples of 16,
+// 16-byte aligned tensors and an sm_80+ GPU; anything else falls back to the
+// tiled variant (Cin = 1, the input layer, always does).
+//   mma_conv_kernel  forward (dx as the correlation of g with the flipped
+//            weights): M = an 8 x 8 tile of conv pixels, N = 64 output
+//            channels, K = k*k*Cin in 16-channel slices; 128 threads, warp w
+//            owns tile rows 2w, 2w+1. Epilogue: + bias, ReLU, 2 x 2 max with
+//            PyTorch's first-wins/NaN rule, y and the 1-byte code.
+//   mma_dw_kernel    dw, db: M = 64 Cout, N = 64 Cin, K = the conv pixels of one
+//            chunk (fixed rows, a function of the shape only), per (r, s); one
+//            f32 partial per (chunk, co, r, s, ci) and db partials, summed by
+//            launch_reduce_partials in chunk order. No atomics.
+// Shared memory and bytes read per output: bench/NOTES.md, "Kernel lab notes".
 #include <cuda_runtime.h>
 
 #include <type_traits>
@@ -46,6 +34,8 @@ constexpr int kKC = 16;         // reduction channels per slice
 constexpr int kRow = kKC + 8;   // padded smem row (halves)
 constexpr int kMaxK = 3;
 constexpr int kHalo = kT + kMaxK - 1;
+
+constexpr int kThreads = 128;  // 4 warps (the layout above)
 
 enum class Mode { forward, dx };
 
@@ -75,7 +65,7 @@ __device__ __forceinline__ void store2(D* p, float a, float b) {
 }
 
 template <class D, int P, Mode M>
-__global__ void __launch_bounds__(128) mma_conv_kernel(ConvReluPoolDims d, const D* __restrict__ x,
+__global__ void __launch_bounds__(kThreads) mma_conv_kernel(ConvReluPoolDims d, const D* __restrict__ x,
                                                        const D* __restrict__ w, const D* __restrict__ b,
                                                        const D* __restrict__ dy,
                                                        const std::uint8_t* __restrict__ code_in,
@@ -104,7 +94,7 @@ __global__ void __launch_bounds__(128) mma_conv_kernel(ConvReluPoolDims d, const
   for (int c0 = 0; c0 < in_c; c0 += kKC) {
     if constexpr (M == Mode::forward) {
       // Halo: 16 channels = two 16-byte vectors per pixel.
-      for (int e = tid; e < halo * halo * 2; e += 128) {
+      for (int e = tid; e < halo * halo * 2; e += kThreads) {
         const int pix = e / 2, part = e % 2;
         const int ih = oh0 - pad + pix / halo, iw = ow0 - pad + pix % halo;
         uint4 v = make_uint4(0, 0, 0, 0);
@@ -112,7 +102,7 @@ __global__ void __launch_bounds__(128) mma_conv_kernel(ConvReluPoolDims d, const
           v = *reinterpret_cast<const uint4*>(x + ((n * d.h + ih) * d.w + iw) * d.cin + c0 + part * 8);
         *reinterpret_cast<uint4*>(&s_a[pix][part * 8]) = v;
       }
-      for (int e = tid; e < k * k * kN * 2; e += 128) {
+      for (int e = tid; e < k * k * kN * 2; e += kThreads) {
         const int part = e % 2, o = (e / 2) % kN, rs = e / (2 * kN);
         uint4 v = make_uint4(0, 0, 0, 0);
         if (n0 + o < out_c)
@@ -120,13 +110,13 @@ __global__ void __launch_bounds__(128) mma_conv_kernel(ConvReluPoolDims d, const
         *reinterpret_cast<uint4*>(&s_b[rs][o][part * 8]) = v;
       }
     } else {
-      for (int e = tid; e < halo * halo * kKC; e += 128) {
+      for (int e = tid; e < halo * halo * kKC; e += kThreads) {
         const int c = e % kKC, pix = e / kKC;
         const int oh = oh0 - pad + pix / halo, ow = ow0 - pad + pix % halo;
         s_a[pix][c] = cuda::store_f32<D>(routed_grad(d, dy, code_in, n, oh, ow, c0 + c));
       }
       // B[r][s][co][ci] = w[co][k-1-r][k-1-s][ci]; o indexes ci (fastest, coalesced), c indexes co.
-      for (int e = tid; e < k * k * kN * kKC; e += 128) {
+      for (int e = tid; e < k * k * kN * kKC; e += kThreads) {
         const int o = e % kN, c = (e / kN) % kKC, rs = e / (kN * kKC);
         const int r = rs / k, s = rs % k;
         D v = cuda::store_f32<D>(0.f);
@@ -226,7 +216,7 @@ constexpr int kDwPix = 32;         // conv pixels per smem step (two k16 steps)
 constexpr int kDwRow = kDwPix + 8; // padded smem row (halves)
 
 template <class D>
-__global__ void __launch_bounds__(128) mma_dw_kernel(ConvReluPoolDims d, const D* __restrict__ x,
+__global__ void __launch_bounds__(kThreads) mma_dw_kernel(ConvReluPoolDims d, const D* __restrict__ x,
                                                      const D* __restrict__ dy,
                                                      const std::uint8_t* __restrict__ code, int chunks,
                                                      int ci_tiles, float* __restrict__ part) {
@@ -250,7 +240,7 @@ __global__ void __launch_bounds__(128) mma_dw_kernel(ConvReluPoolDims d, const D
   float dbacc = 0.f;
 
   for (std::int64_t qb = q0; qb < q1; qb += kDwPix) {
-    for (int e = tid; e < kDwPix * kN; e += 128) {
+    for (int e = tid; e < kDwPix * kN; e += kThreads) {
       const int c = e % kN, i = e / kN;
       const std::int64_t q = qb + i;
       float gv = 0.f;
@@ -315,7 +305,7 @@ void launch_conv(const ConvReluPoolDims& d, const D* x, const D* w, const D* b, 
   const int out_c = M == Mode::forward ? d.cout : d.cin;
   const std::int64_t tiles = std::int64_t((oh_n + kT - 1) / kT) * ((ow_n + kT - 1) / kT);
   const dim3 grid(unsigned(d.n * tiles), unsigned((out_c + kN - 1) / kN));
-  mma_conv_kernel<D, P, M><<<grid, 128, 0, stream>>>(d, x, w, b, dy, code_in, out, code_out);
+  mma_conv_kernel<D, P, M><<<grid, kThreads, 0, stream>>>(d, x, w, b, dy, code_in, out, code_out);
   MF_CUDA_CHECK_LAUNCH();
 }
 
@@ -362,7 +352,7 @@ bool mma_backward(const ConvReluPoolDims& d, const void* x, const void* w, const
     dw_db_by_partials(d, pooled_conv_rows(d), kMaxPartialChunks, dw, db, stream, [&](int chunks, float* part) {
       const int ci_tiles = (d.cin + kN - 1) / kN, co_tiles = (d.cout + kN - 1) / kN;
       const dim3 grid(unsigned(chunks), unsigned(co_tiles * ci_tiles), unsigned(d.k * d.k));
-      mma_dw_kernel<D><<<grid, 128, 0, stream>>>(d, static_cast<const D*>(x), static_cast<const D*>(dy), code,
+      mma_dw_kernel<D><<<grid, kThreads, 0, stream>>>(d, static_cast<const D*>(x), static_cast<const D*>(dy), code,
                                                  chunks, ci_tiles, part);
       MF_CUDA_CHECK_LAUNCH();
     });

@@ -1,80 +1,21 @@
-// conv_relu_pool variant 5, "resident": forward and dx (dw/db are in
-// conv_relu_pool_resident_dw.cu). BF16/FP16 implicit GEMM on tensor cores,
-// shaped for LeakCNN-64's layers 2/3 at a large batch (32x32x32 -> 64 and
-// 16x16x64 -> 128, k 3, pool 2): tiny weights, a huge batch.
-//
-// One kernel, resident_kernel<D, K, P, NT, Mode>, runs both directions as a
-// forward-style convolution of a 16-channel-sliced input with weights laid out
-// [out channel][K*K*in channels] (OHWI):
-//   forward  input x [N,H,W,Cin], weights w as given, output y/code [N,PH,PW,Cout]
-//            through the fused bias + ReLU + p x p max + argmax-code epilogue
-//            (the mma variant's rules exactly: ties to the first element in
+// conv_relu_pool variant 5, "resident": forward and dx on tensor cores (bf16/f16
+// implicit GEMM, mma.sync.m16n8k16, f32 accumulation, sm_80+); dw/db are in
+// conv_relu_pool_resident_dw.cu. Shaped for LeakCNN-64's layers 2/3 at a large
+// batch: tiny weights, kept resident in shared memory, a huge batch.
+// Router: only when asked for (ConvAlgo::resident) and resident_can_run (bf16/
+// f16, k 1 or 3, pool 1 or 2, Cin and Cout multiples of 16, sm_80+); a part it
+// refuses (shared memory, 16-byte alignment) falls back to the mma variant.
+// resident_kernel<D, K, P, NT, Mode> runs both directions as a forward-style
+// convolution over 16-channel stages, weights [out][K*K*in] (OHWI):
+//   forward  x [N,H,W,Cin] -> y, code [N,PH,PW,Cout]: + bias, ReLU, p x p max
+//            with the mma variant's rules (ties to the first element in
 //            row-major order, NaN wins, a winner <= 0 gives kNoGrad).
-//   dx       input g = dy routed through the codes (g[n][oh][ow][co] = dy at the
-//            pooled cell when its code names (oh % p, ow % p), else 0), weights
-//            w' [Cin][K][K][Cout] with w'[ci][r][s][co] = w[co][K-1-r][K-1-s][ci]
-//            (flip_weights_kernel, once per call into a stream-ordered
-//            workspace), output dx [N,H,W,Cin]: dx = correlation of g with w'.
-//
-// GEMM per block: M = a 16 x 16 tile of output pixels, N = one slice of NT*8
-// output channels, K = K*K*in_c in 16-channel stages. NT (pick_nt): 4 when
-// the layer has <= 32 output channels (layer 2's dx: no half-empty MMAs),
-// else 8, unless only 4 keeps two blocks per SM or fits at all.
-//   threads  256 = 8 warps, all along M. Warp w owns tile rows 2w, 2w+1, as
-//            two m16 tiles (cols 0..7 and 8..15; fragment row g -> row 2w,
-//            g + 8 -> row 2w+1, col g: the 2 x 2 pool window is the fragment's
-//            two rows and lane ^ 4), and the whole N slice: warp tile 32 x 64
-//            (NT 8) or 32 x 32 (NT 4); 2*NT*4 f32 accumulators per thread.
-//   per tap  (r, s) and 16-channel stage: 2 ldmatrix.x4 (A, from the halo) +
-//            NT/2 ldmatrix.x4 (B, resident weights) feed 2*NT mma.m16n8k16:
-//            NT 8: 6 x 512 B per 16 MMAs (32768 MACs) = 0.094 B/MAC from shared
-//            memory; NT 4: 0.125 B/MAC (the mma variant: 0.156 B/MAC, 32-bit loads).
-//   smem     (dynamic; opt-in above 48 KB, refused when over the device's limit)
-//            weights  NT*8 rows x (K*K*in_c + 8) halves, loaded once per block
-//                     by cp.async and kept for all its tiles (the 8-half pad
-//                     makes the row stride an odd number of 16-byte units:
-//                     ldmatrix is bank-conflict-free);
-//            halo     2 stages x (16+K-1)^2 pixels x 24 halves (16 channels +
-//                     8 pad = 48 B: conflict-free ldmatrix rows).
-//            bf16/f16 k 3 on sm_90 (227 KB per block, 228 KB per SM):
-//              layer 2 forward NT 8, 1 slice:  37,888 + 31,104 =  68,992 B
-//              layer 3 forward NT 8, 2 slices: 74,752 + 31,104 = 105,856 B
-//              layer 2 dx      NT 4, 1 slice:  37,376 + 31,104 =  68,480 B
-//              layer 3 dx      NT 4, 2 slices: 74,240 + 31,104 = 105,344 B
-//            (NT 8 would be 179,584 B: one block per SM), so 2 blocks per SM
-//            each. On sm_80 (163 KB) layer 3 forward takes NT 4 too; on
-//            sm_86/89/120 (99 KB) layer 3 forward runs NT 4 with one block per
-//            SM and layer 3 dx does not fit (the mma variant runs it).
-//   pipeline persistent: grid = (SMs x blocks per SM (<= 2, from the shared
-//            memory each needs) / slices, slices); a block walks tiles
-//            blockIdx.x, + gridDim.x, ... and within each tile its 16-channel
-//            stages, as one flat sequence (the next tile's first stage loads
-//            during the current tile's last). Forward: the next stage's halo is
-//            copied by cp.async (16 B, zero-filled outside the image) while the
-//            current one is multiplied (2 stages, one barrier per stage). dx:
-//            the next stage's dy (16 B = 8 channels) and codes (8 B) are loaded
-//            into registers before the current stage's MMAs and routed into
-//            shared memory after them (g is computed, so cp.async cannot write it).
-//   epilogue 16-byte stores: each quad of lanes transposes its 4 x 4 words by
-//            shuffles so that a lane holds 8 consecutive channels of one pixel
-//            (16 B of y/dx, 8 B of codes).
-//   L2       per 16 x 16 tile and slice: the (16+K-1)^2 x in_c halo (k 3:
-//            1.27x the tile's input) and the weight slice once per block:
-//            layer 2 forward ~0.0044 B/MAC read + 0.0026 B/MAC written;
-//            layer 3 forward the same read per slice (x is read twice).
-//   registers ptxas -v, sm_90, CUDA 13.0, same for bf16 and f16, no spills
-//            (__launch_bounds__(256, 2) caps at 128):
-//              forward K3 P2 NT8 128, K3 P1 NT8 124-125, K3 NT4 96,
-//                      K1 NT8 114-118, K1 NT4 77-78;
-//              dx      K3 NT8 127, K3 NT4 112, K1 NT8 123-125, K1 NT4 83-85;
-//              flip_weights_kernel 32.
-//            (sm_100/sm_120: forward K3 NT8 spills 4-16 bytes; sm_80/86/89 none.)
-//   occupancy predicted (not measured): 2 blocks = 16 warps per SM for
-//            layers 2/3, both directions, on sm_90.
-// Index arithmetic: K, P and the tile are template constants (halo indexing
-// divides by constants); the tile cursor divides once per tile; no float
-// atomics; a tile's result depends only on its inputs (deterministic, and the
-// grid size never changes the bits).
+//   dx       g = dy routed through the codes, correlated with w'[ci][r][s][co] =
+//            w[co][K-1-r][K-1-s][ci] (flip_weights_kernel) -> dx [N,H,W,Cin].
+// A block: 16 x 16 output pixels x NT*8 output channels (pick_nt), 256 threads,
+// persistent over tiles. No float atomics; a tile's result depends only on its
+// inputs, never on the grid. Layout details, shared-memory sizes, register
+// counts and predictions: bench/NOTES.md, "Kernel lab notes".
 #include <cuda_runtime.h>
 
 #include <cstdlib>
@@ -84,6 +25,7 @@
 #include "kernels/conv_relu_pool_cuda.cuh"
 #include "kernels/conv_route.cuh"
 #include "kernels/cuda_types.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/mma.cuh"
 
 namespace mf::kernels {
@@ -637,7 +579,7 @@ bool resident_dx(const ConvReluPoolDims& d, const void* w, const void* dy, const
     const std::int64_t elems = std::int64_t(d.cin) * d.k * d.k * d.cout;
     WeightPartials flipped(std::size_t(elems + 1) / 2, stream);
     D* wf = reinterpret_cast<D*>(flipped.data());
-    flip_weights_kernel<D><<<cuda::grid_for(elems, 256), 256, 0, stream>>>(static_cast<const D*>(w), wf, d.k,
+    flip_weights_kernel<D><<<cuda::grid_for(elems, cuda::kElementwiseThreads), cuda::kElementwiseThreads, 0, stream>>>(static_cast<const D*>(w), wf, d.k,
                                                                             d.cin, d.cout);
     MF_CUDA_CHECK_LAUNCH();
     a.in = static_cast<const D*>(dy);

@@ -1,88 +1,22 @@
 // conv_relu_pool variant 5, "resident", for the Cin = 1 input layer (LeakCNN's
 // 1 -> 32 at 64 x 64, k = 3, pool 2): the 3 x 3 taps as the K = 16 of one
 // mma.m16n8k16 (taps 9..15 zero), bf16/f16 operands, f32 accumulation, sm_80+.
-// Runs when T is bf16/f16, Cin == 1, k == 3, pool in {1, 2}, Cout a multiple
-// of 16 in [16, 256] that splits into at most 8 warp slices of 16/32/48/64
-// channels (every multiple of 16 but 176 and 208), y/code (forward) and
-// dy (backward) 16-byte aligned, code 8-byte aligned (backward), an sm_80+ GPU;
-// anything else returns false and the caller falls back (cin1, then tiled).
-//
-// Warp slices: Cout = 16 u; a warp owns U = 4, 3, 2 or 1 (the largest with
-// u / U <= 8) 16-channel units, S = u / U slices; warp w serves slice w % S
-// (slices get 8 / S warps, one more for the first 8 % S). LeakCNN (Cout 32):
-// U = 2, S = 1, all 8 warps share the pixels.
-//
-// resident_cin1_fwd_kernel<D, P, NT = 2U> (forward)
-//   GEMM     M = conv pixels, N = the warp's 8 NT channels, K = 16 (9 taps).
-//            One m16 tile = 2 conv rows x 8 columns (rows g / g + 8 of the
-//            fragment), so a 2 x 2 pool window is lanes g, g ^ 1 = lane ^ 4.
-//   B        the warp's weights in registers for the block's whole life: per
-//            n8 tile b0 = taps (2t, 2t+1) of channel g, b1 = tap 8 (t = 0) or 0,
-//            plus two f32 biases (the accumulators start at the bias).
-//   A        built per m16 tile from the input halo in shared memory: lane
-//            (g, t) loads taps 2t, 2t+1 (two 16-bit loads, one shift-or) and,
-//            at t = 0, tap 8, for its two pixels: 6 LDS.U16 + ~6 ALU, reused by
-//            NT MMAs.
-//   tile     TH x TW conv pixels, all Cout channels (TW = 64 or the image's
-//            width rounded to 8; TH even, pooled outputs x Cout <= 8192):
-//            LeakCNN 16 x 64 (8 x 32 pooled) = 64 m16 tiles, 8 per warp.
-//            Persistent grid (blocks per SM from the occupancy API), tiles
-//            blockIdx.x, + gridDim.x, ...
-//   smem     input halo (TH+2) x (TW+16) halves, staged with 16-byte loads
-//            when W % 8 == 0 (else 2-byte loads); y and code of the tile staged
-//            [pooled pixel][Cout] (<= 16 KB + 8 KB), 32 KB static in all.
-//   epilogue bias (the accumulator's start) + 2 x 2 max with PyTorch's rule
-//            (strictly greater wins, ties keep the first, NaN wins) + ReLU +
-//            the 1-byte code, as the mma / cin1 kernels. P = 2: lanes g, g ^ 1
-//            swap one channel each (2 shuffles), so every lane finishes one
-//            pooled output per n8 tile (no idle half-warp). Then y and code
-//            leave the staging buffer row by row with 16-byte stores (a pooled
-//            row of the tile is one contiguous run of NHWC memory).
-//   per MAC  1 MMA = 16 px x 8 co x 9 useful taps (1152 MACs) for 1/NT of an
-//            A build (6 LDS.U16) and ~20 thread-instructions of epilogue per
-//            pooled output (P = 2: 2 SHFL, 3 compare/select steps, ReLU, code,
-//            cvt, 2 STS) against ~48 in cin1 (36 FMA + 12). Shared memory per
-//            pooled output: 3 B written + 3 B read (staging) + 0.1 B of A
-//            loads; L2/DRAM: x read ~ (TH+2)/TH times (1.1x), weights once per
-//            block. DRAM per pooled output (bf16, P = 2, Cout 32): 2 (y) + 1
-//            (code) + 0.25 (x) B = 3.25 B, 872 MB at batch 8192: ~0.29 ms at
-//            3 TB/s if HBM-bound (the goal; cin1 is FP32-issue-bound).
-// resident_cin1_dw_kernel<D, P, MT = U> (dw [Cout][3][3], db [Cout], f32)
-//   GEMM     M = Cout (the warp's MT m16 tiles), N = 16 "taps": 0..8 the 3 x 3
-//            taps, 9 a column of ones (so its sums are db), 10..15 zero;
-//            K = conv pixels, 16 consecutive columns of one conv row per step.
-//   A        g = the routed gradient [pixel][co] in smem (dy where the code
-//            names the pixel, else 0), built per pooled pixel from one 16-byte
-//            dy load and one 8-byte code load (8 channels) and written to its
-//            P*P conv pixels; ldmatrix.x4.trans gives A (rows padded to
-//            Cout + 8 halves: conflict-free).
-//   B        from the x halo: lane (g, t) forms tap g of pixels (2t, 2t+1) and
-//            (2t+8, 2t+9) (4 LDS.U16 + 2 shift-or) and tap 8 / ones / 0 for the
-//            second n8 tile (4 more loads): built once per k-step per warp,
-//            reused by MT m16 tiles (1 ldmatrix + 2 MMAs each).
-//   tile     TR x TWc conv pixels (TWc = 64 or the width rounded to 16, conv
-//            pixels x Cout <= 8192); LeakCNN 4 x 64: 16 k-steps, 2 per warp.
-//   chunks   min(tiles, 1024), a function of the shape only: block b sums the
-//            contiguous tile range [tiles b / chunks, tiles (b+1) / chunks) in
-//            registers, the warps of a channel slice are added in warp order
-//            in shared memory, one partial per (chunk, co, tap 0..8 | db) in
-//            launch_reduce_partials' layout, which sums the chunks in order.
-//            No atomics: bit-identical run to run.
-//   bytes    dy + code once from DRAM (re-read P*P times from L1 while a pooled
-//            pixel's 4 conv pixels are written), x ~1.5x (halo rows, L2):
-//            ~3.3 B per pooled output at LeakCNN layer 1, like the forward.
-// dx: not here. LeakCNN's Cin = 1 layer is the first and needs none; a Cin = 1
-//   layer that asks for dx falls back to the cin1 variant (dx and dw together).
-// registers: ptxas -v (CUDA 13.0), 32,768 B static smem per block for the
-//   forward and dw kernels, no spills on sm_80, sm_90, sm_100, sm_120:
-//     sm_90  forward NT = 2/4: 80 (__launch_bounds__(256, 3)), NT = 6/8: 126-128
-//            (256, 2); dw MT = 1/2: 78-80 (256, 3), MT = 3/4: 96-102 (256, 2);
-//            dx 32-40.
-//   Expected occupancy: 3 blocks = 24 warps per SM for LeakCNN's Cout 32
-//   (NT = 4, MT = 2) and for Cout <= 64, 2 blocks = 16 warps above; shared
-//   memory allows 6 (3 x 33 KB of 228 KB).
-//   Predicted, not measured on a GPU: HBM-bound forward and dw at LeakCNN
-//   layer 1 (bench: melforge-bench conv, variant resident).
+// Router: only when asked for (ConvAlgo::resident), tried first. Runs when T is
+// bf16/f16, Cin == 1, k == 3, pool in {1, 2}, Cout a multiple of 16 in
+// [16, 256] that splits into at most 8 warp slices of 16/32/48/64 channels
+// (every multiple of 16 but 176 and 208), y/code (forward) and dy (backward)
+// 16-byte aligned, code 8-byte aligned (backward), an sm_80+ GPU; anything else
+// returns false and the caller falls back (cin1, then tiled).
+//   resident_cin1_fwd_kernel  x [N,H,W,1] -> y, code [N,PH,PW,Cout]: bias,
+//            2 x 2 max with PyTorch's rule (strictly greater wins, ties keep
+//            the first, NaN wins), ReLU, the 1-byte code, as mma / cin1.
+//   resident_cin1_dw_kernel   dw [Cout][3][3], db [Cout] (f32): one partial
+//            per (chunk, co, tap | db) in launch_reduce_partials' layout
+//            (chunks = min(tiles, 1024), a function of the shape only), summed
+//            in chunk order: no atomics, bit-identical run to run.
+//   dx: not here (the first layer needs none; a Cin = 1 layer asking for dx
+//            falls back to cin1, which computes dx and dw together).
+// Warp slices, tiles, byte and register counts, predictions: bench/NOTES.md.
 #include <cuda_runtime.h>
 
 #include <climits>

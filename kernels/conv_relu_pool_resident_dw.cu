@@ -1,53 +1,21 @@
 // conv_relu_pool variant 5, "resident": the weight and bias gradients on
 // tensor cores (bf16/f16, sm_80+), shaped for LeakCNN's layers 2-3 (Cin 32-64,
 // Cout 64-128, 32x32 / 16x16 maps, batches in the thousands).
-//
 //   dw[co][r][s][ci] = sum over conv pixels q of g[q][co] * x[q + (r, s) - pad][ci]
 //   db[co]           = sum over q of g[q][co]
 // where g is the gradient routed through the 2x2 max and the ReLU: dy of the
 // pool window where the 1-byte code names q's position, else 0.
-//
-// resident_dw_kernel<D, K, P>: one GEMM per tap, M = 64 Cout x N = 32 Cin,
-// the reduction over pixels. A block owns one (Cout tile, Cin tile) pair and a
-// contiguous range of pixel tiles (8 conv rows x 16 columns); it accumulates
-// ALL k*k taps in registers, so x, dy and the codes are read once per
-// (Cout tile, Cin tile) instead of once per tap.
-//   threads   256 = 8 warps; warp w: Cout rows 16 (w % 4) .. +15, Cin
-//             columns 16 (w / 4) .. +15, every tap: K*K x 2 m16n8 tiles,
-//             72 f32 accumulators per thread at k = 3.
-//   per tile  x halo (8+k-1) x (16+k-1) pixels x 32 Cin, and the dy + code
-//             cells under the tile as stored (pool 2: 32 cells x 64 Cout, 6 KB),
-//             all by cp.async (16-byte copies, zero-filled outside the maps),
-//             issued for tile t+1 before tile t's MMAs: no thread waits on a
-//             global load outside the copy engine. g (128 pixels x 64 Cout) is
-//             then routed smem -> smem, 8 channels per 16-byte read, with pool P
-//             a template constant (shifts); tile origins are multiples of P.
-//   k-step    one conv row of the tile (16 pixels): 1 ldmatrix.x4.trans for
-//             A (g, [pixel][co] in smem) + 1 ldmatrix.x4.trans per tap for B
-//             (x shifted by (r, s), [pixel][ci]) feeding 2 MMAs: at k = 3,
-//             10 ldmatrix (5 KiB) per 18 MMAs (36,864 MACs): 0.14 B/MAC from
-//             shared memory; rows padded to 80 / 144 bytes, so every 8-row
-//             ldmatrix phase touches 8 distinct 16-byte bank groups.
-//   L2/DRAM   per tile 11.5 KiB of x, 4 KiB of dy and 2 KiB of codes (pool 2)
-//             for 2.36 M MACs: 0.007 B/MAC. At batch 8192, layer 2 streams
-//             ~0.94 GB (x once per Cout tile, dy, codes): 0.31 ms at 3 TB/s.
-//   ceilings  MMAs at the dense peak: 0.39 ms for layer 2; shared memory
-//             (128 B/clk/SM): 0.14 B/MAC allows ~920 MAC/clk/SM, ~45% of the
-//             dense bf16 peak, i.e. ~0.7-0.8 ms for layer 2: the expected
-//             limiter. (A 32 Cout x 16 Cin warp tile with the taps split over
-//             more warps would need ~0.10 B/MAC: the next variant if the GPU
-//             confirms this.)
-//   smem      dynamic (opt-in above 48 KB): k = 3, pool 2: 2 x 14,400 (x) +
-//             18,432 (g) + 6,144 (dy, codes) = 53,376 B; pool 1: 71,808 B.
-//   registers ptxas -v (CUDA 13.0, sm_80..sm_120): 128 at k = 3 (the cap of
-//             __launch_bounds__(256, 2)), 66-96 at k = 1, no spills: two
-//             blocks (16 warps) per SM by registers, 107 KB of 228 KB smem.
-//   db        the threads staging g also sum it (8 channels each, fixed
-//             order), combined across threads in a fixed order at the end.
-//   output    one f32 partial per (chunk = block x, co, tap, ci) and per
-//             (chunk, co) for db, in launch_reduce_partials' layout; that
-//             fixed-order reduction finishes dw and db. No atomics: the bits
-//             depend on the shape only (chunks is a function of the shape).
+// Router: ConvAlgo::resident and resident_can_run (bf16/f16, k 1 or 3, pool 1
+// or 2, Cin and Cout multiples of 16, sm_80+); refused (shared memory,
+// alignment), the caller's chain (mma, tiled, direct) computes dw.
+// resident_dw_kernel<D, K, P>: one GEMM per tap, M = 64 Cout x N = 32 Cin, the
+// reduction over pixels. A block owns one (Cout tile, Cin tile) pair and a
+// contiguous range of pixel tiles (8 conv rows x 16 columns) and accumulates
+// ALL k*k taps in registers (x, dy and the codes read once per tile pair).
+// Output: one f32 partial per (chunk = block x, co, tap, ci) and per (chunk,
+// co) for db, in launch_reduce_partials' layout, summed in chunk order. No
+// atomics: the bits depend on the shape only. Thread layout, bytes per MAC,
+// shared memory, registers, ceilings: bench/NOTES.md, "Kernel lab notes".
 #include <cuda_runtime.h>
 
 #include <type_traits>

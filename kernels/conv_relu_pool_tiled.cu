@@ -1,32 +1,19 @@
 // conv_relu_pool variant 2, "tiled": shared-memory tiles on CUDA cores, for
 // every T (f32, bf16, f16) with f32 accumulation. No TF32: FP32 stays full f32.
-// Runs pool p in {1, 2} and k <= 5 (else the caller falls back to direct).
-//
-// tiled_conv_kernel (forward, and dx as the same correlation):
-//   layout   NHWC in, NHWC out. A block owns one image, a 16 x 16 tile of conv
-//            pixels and 32 output channels; 256 threads = 64 pixel groups (2 x 2
-//            conv pixels, one pool window when p = 2) x 4 channel groups of 8.
-//            Each thread keeps 4 pixels x 8 channels = 32 f32 accumulators.
-//   smem     per 8-channel slice of the reduction: the (16+k-1)^2 input halo
-//            ([channel][pixel], f32) and the k*k x 8 x 32 weights (f32);
-//            <= 38.4 KB at k = 5.
-//   forward  input = x, weights w, + bias, ReLU, 2 x 2 max with PyTorch's tie/NaN
-//            rule in registers; writes y (|T| B) and code (1 B) per output.
-//            Reads each x element ~ (1 + (k-1)/16)^2 * ceil(Cout/32) times from
-//            global (L2), w once per block.
-//   dx       input = g, the pre-activation gradient rebuilt on the fly from dy
-//            (|T| B) and code (1 B) (zero where the code does not point at the
-//            position); weights flipped (w[co][k-1-r][k-1-s][ci]); writes dx
-//            (|T| B per element). Output channels = Cin.
-// tiled_dw_kernel (dw, db):
-//   grid     (chunk, 32-channel Cout tile x 32-channel Cin tile, r*k+s); a
-//            chunk is a fixed range of conv rows (dw_db_by_partials: the count
-//            is a function of the shape only). 256 threads, each 2 Cout x 2 Cin
-//            accumulators.
-//   smem     32 pixels x 32 channels of g and of the shifted x per step (f32).
-//   writes   one partial per (chunk, co, r, s, ci) and per (chunk, co) for db
-//            (summed by the (rs = 0, Cin tile 0) blocks), then
+// Router: `automatic`'s choice when cin1 and mma cannot run (f32, or shapes
+// they refuse); runs pool p in {1, 2} and k <= 5 (else direct).
+//   tiled_conv_kernel  forward, and dx as the same correlation: a block owns
+//            one image, a 16 x 16 tile of conv pixels and 32 output channels;
+//            256 threads = 64 pixel groups (2 x 2 conv pixels, one pool window
+//            at p = 2) x 4 channel groups of 8, 4 x 8 f32 accumulators each.
+//            forward: input x, weights w, + bias, ReLU, 2 x 2 max with
+//            PyTorch's tie/NaN rule -> y, code (NHWC). dx: input g rebuilt
+//            from dy and code, weights flipped (w[co][k-1-r][k-1-s][ci]) -> dx.
+//   tiled_dw_kernel  dw, db: grid (chunk, Cout tile x Cin tile, r*k+s), a chunk
+//            a fixed range of conv rows (a function of the shape only); one
+//            partial per (chunk, co, r, s, ci) and per (chunk, co) for db, then
 //            launch_reduce_partials sums the chunks in order: deterministic.
+// Shared-memory sizes and reads per element: bench/NOTES.md, "Kernel lab notes".
 #include <cuda_runtime.h>
 
 #include "engine/error.hpp"
@@ -42,6 +29,8 @@ constexpr int kCoTile = 32;   // output channels per block
 constexpr int kCiSlice = 8;   // reduction channels per shared-memory slice
 constexpr int kMaxK = 5;
 constexpr int kMaxHalo = kTile + kMaxK - 1;
+
+constexpr int kThreads = 256;  // 64 pixel groups x 4 output-channel groups (the layout above)
 
 enum class Mode { forward, dx };
 
@@ -61,7 +50,7 @@ __device__ __forceinline__ float routed_grad(const ConvReluPoolDims& d, const D*
 // out channels cin. `pad` = k/2 in both: dx is the correlation of g with the
 // flipped weights, which has the same zero padding.
 template <class D, int P, Mode M>
-__global__ void __launch_bounds__(256) tiled_conv_kernel(ConvReluPoolDims d, const D* __restrict__ x,
+__global__ void __launch_bounds__(kThreads) tiled_conv_kernel(ConvReluPoolDims d, const D* __restrict__ x,
                                                          const D* __restrict__ w, const D* __restrict__ b,
                                                          const D* __restrict__ dy,
                                                          const std::uint8_t* __restrict__ code_in,
@@ -90,7 +79,7 @@ __global__ void __launch_bounds__(256) tiled_conv_kernel(ConvReluPoolDims d, con
 
   for (int c0 = 0; c0 < in_c; c0 += kCiSlice) {
     // Input halo: s_in[c][hy * halo + hx] = input at (oh0 - pad + hy, ow0 - pad + hx), channel c0 + c.
-    for (int e = tid; e < kCiSlice * halo * halo; e += 256) {
+    for (int e = tid; e < kCiSlice * halo * halo; e += kThreads) {
       const int c = e % kCiSlice, pix = e / kCiSlice;
       const int ih = oh0 - pad + pix / halo, iw = ow0 - pad + pix % halo;
       float v = 0.f;
@@ -105,7 +94,7 @@ __global__ void __launch_bounds__(256) tiled_conv_kernel(ConvReluPoolDims d, con
       s_in[c][pix] = v;
     }
     // Weights: s_w[r*k + s][c][o] = B(r, s, reduction channel c0 + c, output channel co0 + o).
-    for (int e = tid; e < k * k * kCiSlice * kCoTile; e += 256) {
+    for (int e = tid; e < k * k * kCiSlice * kCoTile; e += kThreads) {
       const int o = e % kCoTile, c = (e / kCoTile) % kCiSlice, rs = e / (kCoTile * kCiSlice);
       const int r = rs / k, s = rs % k;
       float v = 0.f;
@@ -186,7 +175,7 @@ constexpr int kDwPix = 32;  // conv pixels per shared-memory step
 
 // Partials part[(chunk * cout + co) * (kkc + 1) + (r*k + s)*cin + ci], db at kkc.
 template <class D>
-__global__ void __launch_bounds__(256) tiled_dw_kernel(ConvReluPoolDims d, const D* __restrict__ x,
+__global__ void __launch_bounds__(kThreads) tiled_dw_kernel(ConvReluPoolDims d, const D* __restrict__ x,
                                                        const D* __restrict__ dy,
                                                        const std::uint8_t* __restrict__ code, int chunks,
                                                        int ci_tiles, float* __restrict__ part) {
@@ -204,7 +193,7 @@ __global__ void __launch_bounds__(256) tiled_dw_kernel(ConvReluPoolDims d, const
   float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
   float dbacc = 0.f;
   for (std::int64_t qb = q0; qb < q1; qb += kDwPix) {
-    for (int e = tid; e < kDwPix * kCoTile; e += 256) {
+    for (int e = tid; e < kDwPix * kCoTile; e += kThreads) {
       const int c = e % kCoTile, i = e / kCoTile;
       const std::int64_t q = qb + i;
       float gv = 0.f, xv = 0.f;
@@ -252,7 +241,7 @@ void launch_conv(const ConvReluPoolDims& d, const D* x, const D* w, const D* b, 
   const int out_c = M == Mode::forward ? d.cout : d.cin;
   const std::int64_t tiles = std::int64_t((oh_n + kTile - 1) / kTile) * ((ow_n + kTile - 1) / kTile);
   const dim3 grid(unsigned(d.n * tiles), unsigned((out_c + kCoTile - 1) / kCoTile));
-  tiled_conv_kernel<D, P, M><<<grid, 256, 0, stream>>>(d, x, w, b, dy, code_in, out, code_out);
+  tiled_conv_kernel<D, P, M><<<grid, kThreads, 0, stream>>>(d, x, w, b, dy, code_in, out, code_out);
   MF_CUDA_CHECK_LAUNCH();
 }
 
@@ -285,7 +274,7 @@ bool tiled_backward(const ConvReluPoolDims& d, const void* x, const void* w, con
   dw_db_by_partials(d, pooled_conv_rows(d), kMaxPartialChunks, dw, db, stream, [&](int chunks, float* part) {
     const int ci_tiles = (d.cin + kCoTile - 1) / kCoTile, co_tiles = (d.cout + kCoTile - 1) / kCoTile;
     const dim3 grid(unsigned(chunks), unsigned(co_tiles * ci_tiles), unsigned(d.k * d.k));
-    tiled_dw_kernel<D><<<grid, 256, 0, stream>>>(d, static_cast<const D*>(x), static_cast<const D*>(dy), code,
+    tiled_dw_kernel<D><<<grid, kThreads, 0, stream>>>(d, static_cast<const D*>(x), static_cast<const D*>(dy), code,
                                                  chunks, ci_tiles, part);
     MF_CUDA_CHECK_LAUNCH();
   });

@@ -1,5 +1,14 @@
 // Device-side helpers shared by the CUDA kernels: the mapping from melforge's
-// host storage types to CUDA's device types, and float load/store for each.
+// host storage types (engine/dtype.hpp: mf::f16, mf::bf16) to CUDA's device
+// types (__half, __nv_bfloat16), and float load/store for each.
+//   device_t<T>     the device type a kernel instantiates for host type T;
+//   load_f32(v)     v widened to f32 (exact for f16/bf16/u8, i32 rounds above
+//                   2^24);
+//   store_f32<T>(v) v rounded once to T (nearest even for f16/bf16, C++'s
+//                   truncation for i32/u8).
+// The kernels compute in f32 and read and write 16-bit storage through these
+// (widen, compute in f32, round once per stored value).
+// Launch helpers are in kernels/launch.cuh, reductions in block_reduce.cuh.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -33,11 +42,6 @@ template <> __device__ __forceinline__ std::int32_t store_f32<std::int32_t>(floa
 }
 template <> __device__ __forceinline__ std::uint8_t store_f32<std::uint8_t>(float v) {
   return std::uint8_t(v);
-}
-
-inline unsigned grid_for(std::int64_t n, unsigned block, unsigned max_blocks = 65535u * 8u) {
-  const std::int64_t b = (n + block - 1) / block;
-  return unsigned(b < 1 ? 1 : (b > max_blocks ? max_blocks : b));
 }
 
 }  // namespace mf::cuda

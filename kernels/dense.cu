@@ -22,8 +22,10 @@
 #include <tuple>
 
 #include "engine/error.hpp"
+#include "kernels/block_reduce.cuh"
 #include "kernels/cuda_types.cuh"
 #include "kernels/dense.hpp"
+#include "kernels/launch.cuh"
 
 namespace mf::kernels {
 
@@ -140,17 +142,22 @@ int variant() {
   return v;
 }
 
+// relu_mask_bias_grad's block: kBiasGradCols columns (threadIdx.x) x
+// kBiasGradLanes row lanes (threadIdx.y, the height of the column tree).
+constexpr int kBiasGradCols = 32, kBiasGradLanes = 32;
+
 // dz = relu ? dy * (y > 0) : dy (in place), db[n] = sum_m dz[m, n].
-// Block (32, 32): threadIdx.x a column of 32, threadIdx.y a row lane; lanes
-// sum rows y, y+32, ... then the 32 lane sums are added in a fixed tree.
+// threadIdx.x a column of the block's kBiasGradCols, threadIdx.y a row lane;
+// lanes sum rows y, y + kBiasGradLanes, ... then the lane sums are added in a
+// fixed tree (cuda::block_reduce_columns).
 template <class T>
 __global__ void relu_mask_bias_grad(std::int64_t m, int n, bool relu, const T* __restrict__ y,
                                     T* __restrict__ dy, float* __restrict__ db) {
-  __shared__ float part[32][33];
-  const int col = blockIdx.x * 32 + threadIdx.x;
+  __shared__ float part[kBiasGradLanes][kBiasGradCols + 1];
+  const int col = blockIdx.x * kBiasGradCols + threadIdx.x;
   float acc = 0.f;
   if (col < n) {
-    for (std::int64_t r = threadIdx.y; r < m; r += 32) {
+    for (std::int64_t r = threadIdx.y; r < m; r += kBiasGradLanes) {
       const std::int64_t i = r * n + col;
       float g = cuda::load_f32(dy[i]);
       if (relu) {
@@ -162,13 +169,8 @@ __global__ void relu_mask_bias_grad(std::int64_t m, int n, bool relu, const T* _
       acc += g;
     }
   }
-  part[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  for (int s = 16; s > 0; s >>= 1) {
-    if (threadIdx.y < s) part[threadIdx.y][threadIdx.x] += part[threadIdx.y + s][threadIdx.x];
-    __syncthreads();
-  }
-  if (threadIdx.y == 0 && col < n && db) db[col] = part[0][threadIdx.x];
+  acc = cuda::block_reduce_columns<kBiasGradLanes>(acc, part, cuda::Add{});
+  if (threadIdx.y == 0 && col < n && db) db[col] = acc;
 }
 
 template <class T>
@@ -182,10 +184,12 @@ template <class T>
 void mask_and_db(const DenseDims& d, const void* y, void* dy, float* db, bool want_db, cudaStream_t stream) {
   using D = cuda::device_t<T>;
   if (want_db) {
-    relu_mask_bias_grad<D><<<unsigned((d.n + 31) / 32), dim3(32, 32), 0, stream>>>(
+    const dim3 block(kBiasGradCols, kBiasGradLanes);
+    relu_mask_bias_grad<D><<<cuda::blocks_for(d.n, kBiasGradCols), block, 0, stream>>>(
         d.m, d.n, d.relu, static_cast<const D*>(y), static_cast<D*>(dy), db);
   } else if (d.relu) {
-    relu_mask_only<D><<<cuda::grid_for(d.m * d.n, 256), 256, 0, stream>>>(
+    constexpr unsigned threads = cuda::kElementwiseThreads;
+    relu_mask_only<D><<<cuda::grid_for(d.m * d.n, threads), threads, 0, stream>>>(
         d.m * d.n, d.n, static_cast<const D*>(y), static_cast<D*>(dy));
   }
   MF_CUDA_CHECK_LAUNCH();

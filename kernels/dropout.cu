@@ -1,9 +1,17 @@
-// dropout on the GPU: one element per thread per grid-stride iteration; the
-// mask is the shared counter-based hash (kernels/dropout.hpp), the counter read
-// from device memory so a replayed graph draws a new mask every step.
+// dropout on the GPU (kernels/dropout.hpp): y[i] = keep(i) ? x[i] * (1 / (1 - p)) : 0
+// over a flat buffer of n elements (any layout), forward and backward alike
+// (backward applies the same mask to dy; nothing is stored between them).
+// keep(i) = dropout_uniform(seed, counter, stream, i) >= p, the counter-based
+// hash shared with the CPU twin, so the mask is a function of (seed, counter,
+// stream, i) only: the same on CPU and GPU, whatever the grid. The
+// counter is read from device memory, so a replayed graph draws a new mask
+// every step.
+// One element per thread per grid-stride iteration
+// (cuda::kElementwiseThreads, kernels/launch.cuh). The only variant.
 #include "engine/error.hpp"
 #include "kernels/cuda_types.cuh"
 #include "kernels/dropout.hpp"
+#include "kernels/launch.cuh"
 
 namespace mf::kernels {
 
@@ -23,16 +31,17 @@ __global__ void dropout_kernel(DropoutArgs d, const T* __restrict__ x, T* __rest
 void run(const DropoutArgs& d, DType dtype, const void* x, void* y, const std::int32_t* counter,
          cudaStream_t stream) {
   if (d.n == 0) return;
-  const unsigned grid = cuda::grid_for(d.n, 256);
+  constexpr unsigned threads = cuda::kElementwiseThreads;
+  const unsigned grid = cuda::grid_for(d.n, threads);
   switch (dtype) {
     case DType::f32:
-      dropout_kernel<<<grid, 256, 0, stream>>>(d, static_cast<const float*>(x), static_cast<float*>(y), counter);
+      dropout_kernel<<<grid, threads, 0, stream>>>(d, static_cast<const float*>(x), static_cast<float*>(y), counter);
       break;
     case DType::f16:
-      dropout_kernel<<<grid, 256, 0, stream>>>(d, static_cast<const __half*>(x), static_cast<__half*>(y), counter);
+      dropout_kernel<<<grid, threads, 0, stream>>>(d, static_cast<const __half*>(x), static_cast<__half*>(y), counter);
       break;
     case DType::bf16:
-      dropout_kernel<<<grid, 256, 0, stream>>>(d, static_cast<const __nv_bfloat16*>(x),
+      dropout_kernel<<<grid, threads, 0, stream>>>(d, static_cast<const __nv_bfloat16*>(x),
                                                static_cast<__nv_bfloat16*>(y), counter);
       break;
     default: return;

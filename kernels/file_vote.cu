@@ -8,10 +8,15 @@
 
 #include "engine/error.hpp"
 #include "kernels/file_vote_impl.hpp"
+#include "kernels/launch.cuh"
 
 namespace mf::kernels {
 
 namespace {
+// A thread per file; the grid-stride loop covers files past kFileVoteMaxBlocks blocks.
+constexpr unsigned kFileVoteThreads = 128;
+constexpr unsigned kFileVoteMaxBlocks = 65535;
+
 __global__ void file_vote_kernel(const float* __restrict__ class_in, const float* __restrict__ leak_in,
                                  float* __restrict__ file_probs, std::int32_t* __restrict__ file_class,
                                  float* __restrict__ file_leak_prob, std::int32_t* __restrict__ file_leak,
@@ -25,10 +30,8 @@ __global__ void file_vote_kernel(const float* __restrict__ class_in, const float
 void file_vote_cuda(const float* class_in, const float* leak_in, float* file_probs, std::int32_t* file_class,
                     float* file_leak_prob, std::int32_t* file_leak, const FileVoteArgs& d, cudaStream_t stream) {
   if (d.files == 0) return;
-  constexpr unsigned block = 128;
-  const std::int64_t blocks = (d.files + block - 1) / block;
-  const unsigned grid = unsigned(blocks < 65535 ? blocks : 65535);
-  file_vote_kernel<<<grid, block, 0, stream>>>(class_in, leak_in, file_probs, file_class, file_leak_prob,
+  const unsigned grid = cuda::grid_for(d.files, kFileVoteThreads, kFileVoteMaxBlocks);
+  file_vote_kernel<<<grid, kFileVoteThreads, 0, stream>>>(class_in, leak_in, file_probs, file_class, file_leak_prob,
                                                file_leak, d);
   MF_CUDA_CHECK_LAUNCH();
 }

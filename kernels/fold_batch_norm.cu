@@ -9,6 +9,7 @@
 #include "engine/error.hpp"
 #include "kernels/cuda_types.cuh"
 #include "kernels/fold_batch_norm.hpp"
+#include "kernels/launch.cuh"
 
 namespace mf::kernels {
 
@@ -39,8 +40,7 @@ void launch(const FoldBatchNormArgs& d, const void* w, const void* b, const void
             const float* mean, const float* var, void* w_out, void* b_out, cudaStream_t stream) {
   using Dt = cuda::device_t<T>;
   const std::int64_t total = std::max<std::int64_t>(std::int64_t(d.cout) * d.per, d.cout);
-  const std::int64_t blocks = (total + kThreads - 1) / kThreads;
-  fold_batch_norm_kernel<Dt><<<unsigned(blocks), kThreads, 0, stream>>>(
+  fold_batch_norm_kernel<Dt><<<cuda::blocks_for(total, kThreads), kThreads, 0, stream>>>(
       d, static_cast<const Dt*>(w), static_cast<const Dt*>(b), static_cast<const Dt*>(gamma),
       static_cast<const Dt*>(beta), mean, var, static_cast<Dt*>(w_out), static_cast<Dt*>(b_out));
   MF_CUDA_CHECK_LAUNCH();

@@ -10,6 +10,7 @@
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_types.cuh"
 #include "kernels/instance_norm.hpp"
+#include "kernels/launch.cuh"
 
 namespace mf::kernels {
 
@@ -43,8 +44,7 @@ __global__ void __launch_bounds__(kThreads) instance_norm_kernel(InstanceNormDim
 template <class T>
 void launch(const InstanceNormDims& d, const void* x, void* y, cudaStream_t stream) {
   using Dt = cuda::device_t<T>;
-  const std::int64_t blocks = (d.rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  instance_norm_kernel<Dt><<<unsigned(blocks), kThreads, 0, stream>>>(d, static_cast<const Dt*>(x),
+  instance_norm_kernel<Dt><<<cuda::blocks_for(d.rows, kRowsPerBlock), kThreads, 0, stream>>>(d, static_cast<const Dt*>(x),
                                                                       static_cast<Dt*>(y));
   MF_CUDA_CHECK_LAUNCH();
 }

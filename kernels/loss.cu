@@ -1,33 +1,25 @@
-// leak_loss on the GPU, two modes (kernels/loss.hpp).
-//
-// With the confusion matrix (counts [kLossCounts + C*C]) and C <= 100
-// (kSharedConfusionClasses): one block
-// of 512 threads (the loss is tiny next to the GEMMs: B rows of C+1 logits, C
-// without the leak head). Pass 1: each thread takes rows t, t+512, ...,
-// accumulating its weighted CE numerator, weight, BCE and correct counts; the
-// confusion matrix is counted in shared memory with integer atomics (exact,
-// order-free); the float partials are added in a fixed tree. Pass 2 (same
-// block, after the denominator is known): the logits' gradients. Reads the
-// logits twice, writes dlogits once.
-//
-// Otherwise (no matrix, counts [kLossCounts], or more classes: speaker sets of
-// thousands, a softmax head of 101-256 classes): a warp
-// per row, its lanes striding the columns (coalesced) and combining by xor
-// butterflies, so a row's max, log-sum-exp and sums have the same bits in every
-// lane and in both kernels. loss_stats_kernel: one block of 32 warps, warp w
-// takes rows w, w+32, ... in order, and the warps' partials are added in warp
-// order by one thread (the sums and counts are a single write each).
-// loss_grad_kernel: a grid of 8-warp blocks, a warp per row, writes dlogits;
-// each block computes the weighted-mean denominator itself (it depends on the
-// labels only) with the same fixed tree as the stats kernel, so no scratch
-// memory is needed and the op allocates nothing. Shared memory is fixed
-// (a few KB), whatever C; a confusion matrix is counted in the caller's
-// counts with integer atomics.
-//
-// Deterministic: no float atomics, every reduction in a fixed order.
+// class_leak_loss on the GPU (kernels/loss.hpp): logits [B, C (+1 leak head)],
+// labels [B] (labels_b, lam with mixup's soft targets), dlogits [B, C (+1)].
+// Two modes, picked per call by launch_loss:
+//   with the confusion matrix and C <= kSharedConfusionClasses (100):
+//   leak_loss_kernel, one block of kThreads (512): pass 1, thread t takes rows
+//   t, t + 512, ... (weighted CE numerator, weight, BCE, correct counts), the
+//   matrix counted in shared memory with integer atomics (exact, order-free),
+//   the float partials added by cuda::block_reduce's fixed tree; pass 2 (same
+//   block, the denominator known) writes dlogits.
+//   otherwise (no matrix, or more classes): a warp per row, lanes striding the
+//   columns and combining by xor butterflies (a row's max, lse and sums have
+//   the same bits in every lane and both kernels). loss_stats_kernel: one block
+//   of 32 warps, warp w takes rows w, w + 32, ..., the warps' partials added in
+//   warp order by one thread. loss_grad_kernel: 8-warp blocks, a warp per row;
+//   each block recomputes the weighted-mean denominator (labels only) with the
+//   stats kernel's tree, so the op needs no scratch. Shared memory is fixed
+//   whatever C; a large confusion matrix is counted with integer atomics.
+// Deterministic: no float atomics, every float reduction in a fixed order.
 #include "engine/error.hpp"
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_types.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/loss.hpp"
 
 namespace mf::kernels {
@@ -36,18 +28,6 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kSharedConfusionClasses = 100;  // C*C ints in shared memory: 40 KB
-
-__device__ float block_sum(float v, float* sh) {
-  sh[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = kThreads / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-    __syncthreads();
-  }
-  const float r = sh[0];
-  __syncthreads();
-  return r;
-}
 
 // d(row numerator of label y)/d(logit c) from lp = z_c - lse (loss.cpp's
 // class_grad): 0 for a label outside [0, C).
@@ -126,12 +106,12 @@ __global__ void __launch_bounds__(kThreads) leak_loss_kernel(
       lcorrect += ((zl > 0.f) == (t > 0.5f)) ? 1.f : 0.f;
     }
   }
-  den = block_sum(den, red);
-  ce = block_sum(ce, red);
-  correct = block_sum(correct, red);  // exact: integers below 2^24
+  den = cuda::block_reduce<kThreads>(den, red, cuda::Add{});
+  ce = cuda::block_reduce<kThreads>(ce, red, cuda::Add{});
+  correct = cuda::block_reduce<kThreads>(correct, red, cuda::Add{});  // exact: integers below 2^24
   if (d.leak_head) {  // uniform over the block: every thread reaches the same barriers
-    bce = block_sum(bce, red);
-    lcorrect = block_sum(lcorrect, red);
+    bce = cuda::block_reduce<kThreads>(bce, red, cuda::Add{});
+    lcorrect = cuda::block_reduce<kThreads>(lcorrect, red, cuda::Add{});
   }
 
   const float scale = (loss_scale ? *loss_scale : 1.f) * d.grad_scale;
@@ -260,19 +240,10 @@ __device__ __forceinline__ float row_weight(std::int64_t i, int C, const std::in
 __device__ float batch_den(std::int64_t batch, int C, const std::int32_t* labels, const std::int32_t* labels_b,
                            const float* lam, const float* cw, float* sh) {
   const int t = int(threadIdx.x);
-  if (t < kDenLanes) {
-    float v = 0.f;
+  float v = 0.f;
+  if (t < kDenLanes)
     for (std::int64_t i = t; i < batch; i += kDenLanes) v = __fadd_rn(v, row_weight(i, C, labels, labels_b, lam, cw));
-    sh[t] = v;
-  }
-  __syncthreads();
-  for (int s = kDenLanes / 2; s > 0; s >>= 1) {
-    if (t < s) sh[t] = __fadd_rn(sh[t], sh[t + s]);
-    __syncthreads();
-  }
-  const float r = sh[0];
-  __syncthreads();
-  return r;
+  return cuda::block_reduce<kDenLanes>(v, sh, cuda::Add{});  // a lone add: never contracted
 }
 
 // The CE numerator of label y for a row (loss.cpp's n(y)): 0 outside [0, C).
@@ -425,9 +396,10 @@ template <class T>
 void launch_probs(std::int64_t batch, int classes, const void* logits, float* probs, float* leak_prob,
                   cudaStream_t stream) {
   using D = cuda::device_t<T>;
-  head_probs_kernel<D><<<cuda::grid_for(batch, 256), 256, 0, stream>>>(batch, classes,
-                                                                      static_cast<const D*>(logits), probs,
-                                                                      leak_prob);
+  constexpr unsigned threads = cuda::kElementwiseThreads;  // a thread per row, grid-stride
+  head_probs_kernel<D><<<cuda::grid_for(batch, threads), threads, 0, stream>>>(batch, classes,
+                                                                              static_cast<const D*>(logits), probs,
+                                                                              leak_prob);
   MF_CUDA_CHECK_LAUNCH();
 }
 

@@ -26,6 +26,7 @@ constexpr int kNormThreads = 128;
 constexpr int kFwdThreads = 256;
 constexpr int kFwdWarps = kFwdThreads / 32;
 constexpr int kGradThreads = 128;
+constexpr int kFinalizeThreads = 256;  // they count the confusion matrix; thread 0 sums in sample order
 constexpr float kNormEps = 1e-12f;
 
 using cuda::Add;
@@ -227,7 +228,7 @@ void launch(const MarginSoftmaxArgs& d, const void* emb_v, const void* w_v, cons
   }
   dweight_kernel<Dt><<<unsigned(C), kGradThreads, 0, stream>>>(d, emb, w, sc, dweight);
   MF_CUDA_CHECK_LAUNCH();
-  finalize_kernel<<<1, 256, 0, stream>>>(d, labels, sc, sums, counts, confusion, step_loss);
+  finalize_kernel<<<1, kFinalizeThreads, 0, stream>>>(d, labels, sc, sums, counts, confusion, step_loss);
   MF_CUDA_CHECK_LAUNCH();
 }
 

@@ -9,6 +9,7 @@
 #include "engine/error.hpp"
 #include "kernels/augment.hpp"
 #include "kernels/cuda_types.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/mixup.hpp"
 
 namespace mf::kernels {
@@ -46,7 +47,7 @@ __global__ void __launch_bounds__(kMixupThreads)
 template <class T>
 void launch(const MixupArgs& d, const void* x, void* x_out, const std::int32_t* labels, const float* leak,
             std::int32_t* labels_b, float* lam, float* leak_out, const std::int32_t* counter, cudaStream_t stream) {
-  const unsigned grid = unsigned(d.batch < kMixupMaxBlocks ? d.batch : kMixupMaxBlocks);
+  const unsigned grid = cuda::grid_for(d.batch, 1, kMixupMaxBlocks);  // a block per sample
   mixup_kernel<T><<<grid, kMixupThreads, 0, stream>>>(d, static_cast<const T*>(x), static_cast<T*>(x_out), labels,
                                                       leak, labels_b, lam, leak_out, counter);
 }

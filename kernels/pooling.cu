@@ -13,6 +13,7 @@
 // No atomics; 64-bit element indices throughout.
 #include "engine/error.hpp"
 #include "kernels/cuda_types.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/pooling.hpp"
 #include "kernels/relu.hpp"
 
@@ -191,9 +192,7 @@ void with_device_type(DType dtype, F&& f) {
 // Blocks for the reduction kernels: one per (sample, channel tile), capped
 // (the kernels loop over the rest).
 unsigned reduction_grid(const PoolingDims& d) {
-  const std::int64_t blocks = d.n * ((d.c + kPoolChannelTile - 1) / kPoolChannelTile);
-  const std::int64_t cap = 65535ll * 8;
-  return unsigned(blocks < 1 ? 1 : (blocks > cap ? cap : blocks));
+  return cuda::grid_for(d.n * ((d.c + kPoolChannelTile - 1) / kPoolChannelTile), 1);
 }
 const dim3 kReductionBlock(kPoolChannelTile, kPoolLanes);
 

@@ -8,6 +8,7 @@
 
 #include "engine/error.hpp"
 #include "kernels/block_reduce.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/trial_scores.hpp"
 
 namespace mf::kernels {
@@ -42,9 +43,8 @@ __global__ void __launch_bounds__(kThreads)
 void trial_scores_cuda(const TrialScoresDims& d, const float* emb, const std::int32_t* pairs, float* scores,
                        cudaStream_t stream) {
   if (d.trials <= 0) return;
-  const std::int64_t blocks = (d.trials + kTrialsPerBlock - 1) / kTrialsPerBlock;
   // blocks < 2^31: the dispatch admits at most 2^33 trials
-  trial_scores_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(d, emb, pairs, scores);
+  trial_scores_kernel<<<cuda::blocks_for(d.trials, kTrialsPerBlock), kThreads, 0, stream>>>(d, emb, pairs, scores);
   MF_CUDA_CHECK_LAUNCH();
 }
 
