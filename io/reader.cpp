@@ -511,8 +511,9 @@ BatchReader::BatchReader(std::shared_ptr<const Dataset> dataset, const ReaderCon
     MF_CHECK(m.bpe > 0, "data.per_class = {}: {} cannot fill one batch of {}: it needs {} classes with at least {} "
              "segments each", cfg.per_class, in.path, m.B, m.B / cfg.per_class, cfg.per_class);
   }
-  MF_CHECK(m.bpe > 0, "reader: {} has {} segments, fewer than one batch of {} (last_batch = drop): use a smaller "
-           "batch or last_batch = pad", in.path, m.N, m.B);
+  MF_CHECK(m.bpe > 0, "reader: {} has {} segments, fewer than one batch of {} with the last partial batch "
+           "dropped: use a smaller batch, or pad the last batch (ReaderConfig::last_batch = LastBatch::pad)", in.path,
+           m.N, m.B);
   m.gpu = cfg.device.is_cuda();
   if (m.gpu) set_current(cfg.device);
   m.x_row_bytes = std::size_t(in.segment_elems()) * dtype_size(cfg.dtype);

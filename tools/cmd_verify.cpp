@@ -176,8 +176,8 @@ void register_verify(CLI::App& app) {
   cmd->add_option("--cohort", a.cohort, "Adaptive score normalisation (AS-norm) against this dataset's files")
       ->type_name("PATH");
   cmd->add_option("--cohort-top", a.cohort_top, "AS-norm: the N highest cohort scores of each file")
-      ->capture_default_str();
-  cmd->callback([] {
+      ->default_str("300, or all the cohort's files when it has fewer");
+  cmd->callback([cmd] {
     const Device dev = parse_device(a.device);
     Stream stream(dev, "verify");
     train::LoadedModel lm = train::load_model(a.checkpoint, a.device, a.precision, stream);
@@ -200,6 +200,8 @@ void register_verify(CLI::App& app) {
     if (!a.cohort.empty()) {
       DataEmbeddings c = embed_data(lm, a.cohort, a.batch_size, stream);
       const train::Embeddings cohort = train::file_embeddings(c.segments, c.ds->info().segments_per_file);
+      // The default top never asks for more files than the cohort has; a value given is checked as given.
+      if (cmd->count("--cohort-top") == 0) a.cohort_top = std::min(a.cohort_top, cohort.rows);
       normed = model::as_norm(raw, trials, cohort_statistics(files, cohort, a.cohort_top));
       j["as_norm"] = rates_json(model::error_rates(normed, labels));
       j["as_norm"]["cohort"] = a.cohort;

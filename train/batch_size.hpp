@@ -2,7 +2,8 @@
 //
 // Rule: the largest power of two B with N / (B * grad_accum) >= kMinStepsPerEpoch
 // optimizer steps per epoch, clamped to [kMinAutoBatch, the device's cap]
-// (kMaxAutoBatchCpu, kMaxAutoBatchGpu). Few steps per epoch is what makes a
+// (kMaxAutoBatchCpu, kMaxAutoBatchGpu), and never more than N / grad_accum,
+// so a set smaller than kMinAutoBatch still fills one step. Few steps per epoch is what makes a
 // small dataset train badly at a large batch (1,000 segments at 256 are 4 steps
 // an epoch); the caps keep a large dataset at a batch each device runs
 // efficiently (the CPU gains nothing past a few hundred, a GPU wants thousands).

@@ -241,6 +241,10 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
     log_info("train.batch_size = auto: {} for {} training segments on the {}", cfg_.batch_size, ti.num_segments,
              device_.is_cuda() ? "GPU" : "CPU");
   }
+  MF_CHECK(!cfg_.drop_last || cfg_.per_class > 0 || ti.num_segments >= cfg_.batch_size,
+           "train.batch_size = {}: data.train {} has {} segments, fewer than one batch, and train.drop_last = true "
+           "drops a partial batch: use a smaller train.batch_size (or auto), or set train.drop_last = false",
+           cfg_.batch_size, ti.path, ti.num_segments);
   stream_ = std::make_unique<Stream>(device_, "compute");
   train_reader_ = std::make_unique<io::BatchReader>(data_.train, reader_config(cfg_, device_, act_dtype_, true));
   // Opening the datasets and (resident mode) loading the training set: the
@@ -448,10 +452,10 @@ bool Trainer::Run::train_epoch() {
   stream_->synchronize();
   epoch_wall_s_ = seconds_since(epoch_t0);
   epoch_steps_done_ = s - start_step_;
+  train_wall_s_ += epoch_wall_s_;  // a stopped epoch's steps count too (an interrupted run's samples/s)
+  train_samples_timed_ += epoch_samples_;
   if (s < steps_per_epoch_) return false;  // stopped inside the epoch: state_ points at the next step
   state_.step_in_epoch = 0;
-  train_wall_s_ += epoch_wall_s_;
-  train_samples_timed_ += epoch_samples_;
   if (epoch_steps_done_ == steps_per_epoch_) epoch_times_s_.push_back(epoch_wall_s_);
   return true;
 }

@@ -106,6 +106,20 @@ TEST_CASE("speakers: aam_softmax on unseen speakers beats the raw-spectrum basel
   CHECK(v["eer"].get<double>() < kEerBound);  // measured 0.047; raw spectra 0.200, chance 0.5
   CHECK(v["eer"] == v["raw"]["eer"]);
 
+  // AS-norm against the training speakers, as the README shows it: the default
+  // --cohort-top (300) is capped at the cohort's files; a value given is checked.
+  Result c = run(fmt::format("verify --checkpoint {} --data {}/test.h5 --trials {} --cohort {}/train.h5 --device cpu",
+                             ckpt, d / "data", d / "trials.txt", d / "data"));
+  INFO(c.out);
+  REQUIRE(c.code == 0);
+  const json cv = json::parse(c.out.substr(c.out.find('{'), c.out.rfind('}') + 1 - c.out.find('{')));
+  CHECK(cv["as_norm"]["cohort_files"].get<int>() < 300);
+  CHECK(cv["as_norm"]["top"] == cv["as_norm"]["cohort_files"]);
+  c = run(fmt::format("verify --checkpoint {} --data {}/test.h5 --trials {} --cohort {}/train.h5 --cohort-top 100000 "
+                      "--device cpu", ckpt, d / "data", d / "trials.txt", d / "data"));
+  CHECK(c.code == 1);
+  CHECK(has(c, "--cohort-top: expected 2.."));
+
   // embed: per file, checked (norms, every trial's cosine, EER, minDCF) against verify by NumPy.
   Result r = run(fmt::format("embed --checkpoint {} --data {}/test.h5 --out {} --device cpu", ckpt, d / "data",
                              d / "emb.h5"));

@@ -228,6 +228,22 @@ TEST_CASE("train.batch_size = auto (the default) resolves from the training set 
   mf::model::load_toml_file(cfg, run_dir + "/config.toml");
   CHECK(cfg.batch_size == 32);
   CHECK(read_json(run_dir + "/report.json")["steps"] == 1200 / 32);
+
+  // A set smaller than the smallest auto batch trains one step an epoch over
+  // every segment; a batch larger than the set is refused naming real keys.
+  write_easy(d / "tiny.h5", 2, 2);  // 12 segments
+  const std::string tiny = fmt::format("train --train {} --epochs 2 --set model.channels=[4,8] --set model.pools=[2,2] "
+                                       "--set model.dense=16 --progress plain --device cpu", d / "tiny.h5");
+  Result t = run(fmt::format("{} --out {}", tiny, d / "tiny_auto"));
+  INFO(t.out);
+  REQUIRE(t.code == 0);
+  CHECK(has(t, "train.batch_size = auto: 12 for 12 training segments"));
+  CHECK(read_json(d / "tiny_auto/report.json")["steps"] == 2);
+  t = run(fmt::format("{} --out {} --batch-size 16", tiny, d / "tiny_16"));
+  CHECK(t.code == 1);
+  CHECK(has(t, "train.batch_size = 16"));
+  CHECK(has(t, "train.drop_last = false"));
+  CHECK_FALSE(has(t, "last_batch"));
 }
 
 // Runs 3 epochs straight and stopped at steps 3, 4 and 9 then resumed, with
@@ -296,6 +312,9 @@ TEST_CASE("resume: the run's own configuration is the default; keys given again 
                              kModel));
   INFO(r.out);
   REQUIRE(r.code == 0);
+  // An interrupted run reports the speed of the steps it ran.
+  CHECK(read_json(out + "/report.json")["train_samples_per_s"].get<double>() > 0);
+  CHECK_FALSE(has(r, " 0 samples/s"));
   // As the README shows it: only --resume auto and --out. The data, the model,
   // --epochs 2 and the rest come from the run itself, not from the defaults.
   r = run(fmt::format("train --out {} --resume auto --progress plain", out));

@@ -24,7 +24,6 @@ TEST_CASE("auto batch size: the largest power of two leaving enough steps per ep
 }
 
 TEST_CASE("auto batch size: device caps and the floor") {
-  CHECK(auto_batch_size(0, 1, false) == kMinAutoBatch);
   CHECK(auto_batch_size(100, 1, true) == kMinAutoBatch);
   CHECK(auto_batch_size(10'000'000, 1, false) == kMaxAutoBatchCpu);
   CHECK(auto_batch_size(10'000'000, 1, true) == kMaxAutoBatchGpu);
@@ -35,4 +34,13 @@ TEST_CASE("auto batch size: gradient accumulation counts micro-batches per step"
   // Four micro-batches per step need four times the data for the same batch.
   CHECK(auto_batch_size(4 * 2048, 4, false) == auto_batch_size(2048, 1, false));
   CHECK(auto_batch_size(2048, 4, false) == 16);
+}
+
+TEST_CASE("auto batch size: a set smaller than the floor still fills one step") {
+  // 13 segments: a batch of 16 would be dropped whole (train.drop_last); 13 is
+  // one step an epoch over every segment.
+  CHECK(auto_batch_size(13, 1, false) == 13);
+  CHECK(auto_batch_size(13, 2, false) == 6);  // two micro-batches of 6 make the one step
+  CHECK(auto_batch_size(1, 4, true) == 1);
+  CHECK(auto_batch_size(16, 1, false) == 16);
 }
