@@ -6,6 +6,7 @@
 #include "engine/error.hpp"
 #include "kernels/adamw.hpp"
 #include "kernels/adamw_common.hpp"
+#include "kernels/adamw_lab.hpp"
 #include "kernels/cuda_types.cuh"
 
 namespace mf::kernels {
@@ -121,12 +122,6 @@ void launch_update(const AdamWConfig& c, std::int64_t begin, std::int64_t end, s
   MF_CUDA_CHECK_LAUNCH();
 }
 
-__global__ void accumulate_kernel(std::int64_t n, const float* __restrict__ src, float* __restrict__ dst) {
-  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::int64_t(gridDim.x) * blockDim.x)
-    dst[i] += src[i];
-}
-
 }  // namespace
 
 void adamw_step_cuda(const AdamWDims& d, const AdamWConfig& c, DType work_dtype, float* master,
@@ -143,12 +138,6 @@ void adamw_step_per_tensor_cuda(const AdamWDims& d, const AdamWConfig& c, DType 
   for (int r = 0; r < count; ++r)
     launch_update(c, ranges[2 * r], ranges[2 * r + 1], d.decay_end, work_dtype, master, grad, m, v, work, state,
                   stream);
-}
-
-void accumulate_f32_cuda(std::int64_t n, const float* src, float* dst, cudaStream_t stream) {
-  if (n == 0) return;
-  accumulate_kernel<<<cuda::grid_for(n, 256, 132 * 16), 256, 0, stream>>>(n, src, dst);
-  MF_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace mf::kernels
