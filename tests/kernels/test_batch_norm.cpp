@@ -269,7 +269,8 @@ TEST_CASE("batch_norm backward: finite differences of the f32 forward for dx, dg
       auto forward = [&](const Tensor& x, const Tensor& g, const Tensor& b, const Tensor& res, std::vector<float>* y_out) {
         Tensor rm = Tensor::zeros({C}, DType::f32), rv = Tensor::zeros({C}, DType::f32);
         Tensor sm = Tensor::empty({C}, DType::f32), si = Tensor::empty({C}, DType::f32), y = Tensor::empty(shape, DType::f32);
-        ops::batch_norm_train_forward(x, g, b, rm, rv, 1e-5f, 0.1f, relu, sm, si, y, with_res ? &res : nullptr, nullptr);
+        ops::batch_norm_train_forward(x, g, b, rm, rv, 1e-5f, 0.1f, relu, sm, si, y, with_res ? &res : nullptr,
+                                      nullptr);
         const auto yv = y.to_floats();
         if (y_out) *y_out = yv;
         double l = 0;
@@ -364,7 +365,8 @@ TEST_CASE("batch_norm CPU twin: the same bits for 1 and 2 threads (several row g
       CHECK(testing::same_bytes(a.db, b.db));
       // In place: y = x and dx = dy give the same bits.
       Run c = make_run(shape, t, 77, true, -40.f, 5.f);
-      ops::batch_norm_train_forward(c.x, c.gamma, c.beta, c.rm, c.rv, 1e-5f, 0.1f, relu, c.sm, c.si, c.x, &c.res, nullptr);
+      ops::batch_norm_train_forward(c.x, c.gamma, c.beta, c.rm, c.rv, 1e-5f, 0.1f, relu, c.sm, c.si, c.x, &c.res,
+                                    nullptr);
       CHECK(testing::same_bytes(c.x, a.y));
       ops::batch_norm_backward(make_run(shape, t, 77, true, -40.f, 5.f).x, c.gamma, c.sm, c.si, c.dy, relu, c.dy, c.dg,
                                c.db, &c.x, nullptr);
@@ -376,11 +378,13 @@ TEST_CASE("batch_norm CPU twin: the same bits for 1 and 2 threads (several row g
 TEST_CASE("batch_norm errors name what was expected and found") {
   Run r = make_run({1, 1, 1, 4}, DType::f32, 5, false);
   auto train = [&](Run& q) {
-    ops::batch_norm_train_forward(q.x, q.gamma, q.beta, q.rm, q.rv, 1e-5f, 0.1f, false, q.sm, q.si, q.y, nullptr, nullptr);
+    ops::batch_norm_train_forward(q.x, q.gamma, q.beta, q.rm, q.rv, 1e-5f, 0.1f, false, q.sm, q.si, q.y, nullptr,
+                                  nullptr);
   };
   CHECK(testing::error_of([&] { train(r); }).find("more than 1 value per channel when training (M = N*H*W = 1") !=
         std::string::npos);
-  CHECK(testing::error_of([&] { ops::batch_norm_backward(r.x, r.gamma, r.sm, r.si, r.dy, false, r.dx, r.dg, r.db, &r.y, nullptr); })
+  CHECK(testing::error_of([&] { ops::batch_norm_backward(r.x, r.gamma, r.sm, r.si, r.dy, false, r.dx, r.dg, r.db, &r.y,
+                                                         nullptr); })
             .find("more than 1 value per channel") != std::string::npos);
   Run q = make_run({2, 3, 3, 4}, DType::f32, 6, false);
   q.gamma = Tensor::zeros({5}, DType::f32);
@@ -393,10 +397,12 @@ TEST_CASE("batch_norm errors name what was expected and found") {
   CHECK(testing::error_of([&] { train(q); }).find("y must have x's dtype f32") != std::string::npos);
   Tensor bad_res = Tensor::zeros({2, 3, 4, 4}, DType::f32);
   CHECK(testing::error_of([&] {
-          ops::batch_norm_train_forward(q.x, q.gamma, q.beta, q.rm, q.rv, 1e-5f, 0.1f, false, q.sm, q.si, q.x, &bad_res, nullptr);
+          ops::batch_norm_train_forward(q.x, q.gamma, q.beta, q.rm, q.rv, 1e-5f, 0.1f, false, q.sm, q.si, q.x, &bad_res,
+                                        nullptr);
         }).find("residual must have x's shape") != std::string::npos);
   CHECK(testing::error_of([&] {
-          ops::batch_norm_train_forward(q.x, q.gamma, q.beta, q.rm, q.rv, 1e-5f, 1.5f, false, q.sm, q.si, q.x, nullptr, nullptr);
+          ops::batch_norm_train_forward(q.x, q.gamma, q.beta, q.rm, q.rv, 1e-5f, 1.5f, false, q.sm, q.si, q.x, nullptr,
+                                        nullptr);
         }).find("momentum must be in [0, 1]") != std::string::npos);
   Tensor flat = Tensor::zeros({4}, DType::f32);
   CHECK(testing::error_of([&] {

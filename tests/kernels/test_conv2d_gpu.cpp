@@ -63,7 +63,8 @@ Outputs run_on(Device dev, Stream* s, const Conv2dDims& d, const Tensor& x, cons
   Tensor gb = Tensor::empty({d.cout}, DType::f32, dev, Layout::plain, cs);
   for (Tensor* p : {&y, &gx, &gw, &gb}) p->fill_bytes(0xff, cs);
   ops::conv2d_forward(dx_, dw_, d.stride, d.relu, y, b ? &db_ : nullptr, cs);
-  ops::conv2d_backward(dx_, dw_, ddy, d.stride, d.relu, gw, &y, with_dx ? &gx : nullptr, with_db ? &gb : nullptr, nullptr, cs);
+  ops::conv2d_backward(dx_, dw_, ddy, d.stride, d.relu, gw, &y, with_dx ? &gx : nullptr, with_db ? &gb : nullptr,
+                       nullptr, cs);
   if (s) s->synchronize();
   Outputs o;
   o.y = y.to(Device::cpu());

@@ -173,8 +173,8 @@ NcOut run_nc(const NcCase& c, bool gpu, bool confusion, Stream& s, const std::ve
     Tensor sums = put(Tensor::from_floats(std::vector<float>{0.5f, 0.25f, 1.f, 2.f}, {kernels::kLossSums}));
     Tensor counts = Tensor::zeros({kernels::kLossCounts + (confusion ? C * C : 0)}, DType::i32, dev, Layout::plain, s);
     Tensor sl = Tensor::zeros({1}, DType::f32, dev, Layout::plain, s);
-    ops::class_leak_loss(logits, lab, d, dl, sums, counts, &leak, c.weighted ? &cw : nullptr, c.mix ? &lb : nullptr, c.mix ? &lam : nullptr, scale.data<float>(),
-                   &sl, s);
+    ops::class_leak_loss(logits, lab, d, dl, sums, counts, &leak, c.weighted ? &cw : nullptr, c.mix ? &lb : nullptr,
+                         c.mix ? &lam : nullptr, scale.data<float>(), &sl, s);
     s.synchronize();
     const Tensor dh = dl.to(Device::cpu(), s);
     s.synchronize();
@@ -294,11 +294,14 @@ TEST_CASE("fused loss on CUDA: counts with the confusion matrix past 100 classes
          full = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32, kGpu, Layout::plain, s),
          small = Tensor::zeros({kernels::kLossCounts}, DType::i32, kGpu, Layout::plain, s),
          bad = Tensor::zeros({kernels::kLossCounts + 1}, DType::i32, kGpu, Layout::plain, s);
-  CHECK(testing::error_of([&] { ops::class_leak_loss(logits, lab, d, dl, sums, full, &leak, nullptr, nullptr, nullptr, nullptr, nullptr, s); }) ==
+  CHECK(testing::error_of([&] { ops::class_leak_loss(logits, lab, d, dl, sums, full, &leak, nullptr, nullptr, nullptr,
+                                                     nullptr, nullptr, s); }) ==
         "<no error>");
-  CHECK(testing::error_of([&] { ops::class_leak_loss(logits, lab, d, dl, sums, bad, &leak, nullptr, nullptr, nullptr, nullptr, nullptr, s); })
+  CHECK(testing::error_of([&] { ops::class_leak_loss(logits, lab, d, dl, sums, bad, &leak, nullptr, nullptr, nullptr,
+                                                     nullptr, nullptr, s); })
             .find("counts must be [3] (no confusion matrix) or [3 + C*C = 10204], found") != std::string::npos);
-  CHECK(testing::error_of([&] { ops::class_leak_loss(logits, lab, d, dl, sums, small, &leak, nullptr, nullptr, nullptr, nullptr, nullptr, s); }) ==
+  CHECK(testing::error_of([&] { ops::class_leak_loss(logits, lab, d, dl, sums, small, &leak, nullptr, nullptr, nullptr,
+                                                     nullptr, nullptr, s); }) ==
         "<no error>");
   s.synchronize();
   CHECK(small.to_floats()[0] == float(B));

@@ -472,7 +472,8 @@ TEST_CASE("margin_softmax: errors name what was expected and found") {
   Tensor counts = Tensor::zeros({kernels::kLossCounts + 25}, DType::i32);
   auto err = [&](const Tensor& e, const Tensor& ww, const Tensor& l, kernels::MarginSoftmaxArgs d, Tensor& de,
                  Tensor& dww, Tensor& c) {
-    return testing::error_of([&] { ops::margin_softmax_loss(e, ww, l, d, de, dww, sums, c, nullptr, nullptr, nullptr); });
+    return testing::error_of([&] { ops::margin_softmax_loss(e, ww, l, d, de, dww, sums, c, nullptr, nullptr,
+                                                            nullptr); });
   };
   const auto d = dims_of(p);
   CHECK(err(emb, w, labels, d, demb, dw, counts) == "<no error>");

@@ -117,8 +117,8 @@ TEST_CASE("mixup CUDA equals the CPU twin: dtypes, batch sizes, leak head on and
           const Inputs in = inputs(B, 101, t, leak_head, alpha);
           Stream s(kGpu);
           OnGpu g = upload(in, 13, s);
-          ops::mixup(g.x, g.labels, g.ctr.data<std::int32_t>(), in.d, g.xo, g.lb, g.lam, g.leak.defined() ? &g.leak : nullptr,
-             g.ko.defined() ? &g.ko : nullptr, s);
+          ops::mixup(g.x, g.labels, g.ctr.data<std::int32_t>(), in.d, g.xo, g.lb, g.lam,
+                     g.leak.defined() ? &g.leak : nullptr, g.ko.defined() ? &g.ko : nullptr, s);
           s.synchronize();
           check_equal(in, download(g), twin(in, 13));
         }

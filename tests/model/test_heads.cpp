@@ -205,7 +205,8 @@ TEST_CASE("class-only loss (CPU twin): the class columns of the two-head loss, n
     Tensor l2 = Tensor::zeros({1}, DType::f32), l1 = Tensor::zeros({1}, DType::f32);
     ops::class_leak_loss(both, lab, d, d2, s2, c2, &lk, &cw, nullptr, nullptr, &scale, &l2);
     d.leak_head = false;
-    ops::class_leak_loss(cls, lab, d, d1, s1, c1, nullptr, &cw, nullptr, nullptr, &scale, &l1);  // no leak targets at all
+    ops::class_leak_loss(cls, lab, d, d1, s1, c1, nullptr, &cw, nullptr, nullptr, &scale,
+                         &l1);  // no leak targets at all
     const auto g2 = d2.to_floats(), g1 = d1.to_floats();
     bool same = true;
     for (std::int64_t i = 0; i < B; ++i)
@@ -224,7 +225,8 @@ TEST_CASE("class-only loss (CPU twin): the class columns of the two-head loss, n
     for (int i = 0; i < C * C; ++i) CHECK(k1[std::size_t(kernels::kLossCounts + i)] == k2[std::size_t(kernels::kLossCounts + i)]);
     // The logits' width must match the heads.
     d.leak_head = true;
-    CHECK(error_of([&] { ops::class_leak_loss(cls, lab, d, d1, s1, c1, &lk, &cw, nullptr, nullptr, &scale, nullptr); }).find("leak_loss") !=
+    CHECK(error_of([&] { ops::class_leak_loss(cls, lab, d, d1, s1, c1, &lk, &cw, nullptr, nullptr, &scale,
+                                              nullptr); }).find("leak_loss") !=
           std::string::npos);
   }
   // head_probs: the same class probabilities, no leak output.
