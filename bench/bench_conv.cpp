@@ -41,6 +41,7 @@
 #include "engine/error.hpp"
 #include "engine/stream.hpp"
 #include "engine/tensor.hpp"
+#include "kernels/conv_algo_lab.hpp"
 #include "kernels/conv_relu_pool.hpp"
 #include "kernels/ops.hpp"
 
@@ -138,14 +139,14 @@ std::string validate(const Layer& l, DType dt, kernels::ConvAlgo algo, cudaStrea
   g.dw.fill_bytes(0xff, s);
   Tensor* dxp = l.cin == 1 ? nullptr : &g.dx;
   ops::conv_relu_pool_forward(g.x, g.w, g.b, d.pool, g.y, &g.code, s);
-  ops::conv_relu_pool_backward(g.x, g.w, g.dy, g.code, d.pool, dxp, g.dw, g.db, s);
+  ops::conv_relu_pool_backward(g.x, g.w, g.dy, g.code, d.pool, g.dw, g.db, dxp, s);
   MF_CUDA_CHECK(cudaStreamSynchronize(s));
   const Tensor x = g.x.to(Device::cpu()), w = g.w.to(Device::cpu()), b = g.b.to(Device::cpu());
   const Tensor dy = g.dy.to(Device::cpu()), code = g.code.to(Device::cpu());
   Tensor y = Tensor::empty(g.y.shape(), dt), dx = Tensor::empty(x.shape(), dt);
   Tensor dw = Tensor::empty(w.shape(), DType::f32), db = Tensor::empty({d.cout}, DType::f32);
   ops::conv_relu_pool_forward(x, w, b, d.pool, y, nullptr);
-  ops::conv_relu_pool_backward(x, w, dy, code, d.pool, l.cin == 1 ? nullptr : &dx, dw, db);
+  ops::conv_relu_pool_backward(x, w, dy, code, d.pool, dw, db, l.cin == 1 ? nullptr : &dx);
   const double tol = dt == DType::bf16 ? 1e-2 : (dt == DType::f16 ? 2e-3 : 1e-5);
   const double ey = rel_l2(g.y.to_floats(), y.to_floats());
   const double edx = l.cin == 1 ? 0.0 : rel_l2(g.dx.to_floats(), dx.to_floats());
@@ -409,14 +410,14 @@ void run_conv() {
           const double fus = time_cuda_ms([&] { ops::conv_relu_pool_forward(B.x, B.w, B.b, d.pool, B.y, &B.code, s); },
                                           s, 3, opts().reps) * 1e3;
           const double bus = time_cuda_ms(
-              [&] { ops::conv_relu_pool_backward(B.x, B.w, B.dy, B.code, d.pool, dxp, B.dw, B.db, s); }, s, 3,
+              [&] { ops::conv_relu_pool_backward(B.x, B.w, B.dy, B.code, d.pool, B.dw, B.db, dxp, s); }, s, 3,
               opts().reps) * 1e3;
           // dw + db alone (the backward without dx), so dx's share is bwd - dw.
           const double wus = !dxp ? bus
                                   : time_cuda_ms(
                                         [&] {
-                                          ops::conv_relu_pool_backward(B.x, B.w, B.dy, B.code, d.pool, nullptr, B.dw,
-                                                                       B.db, s);
+                                          ops::conv_relu_pool_backward(B.x, B.w, B.dy, B.code, d.pool, B.dw, B.db,
+                                                                       nullptr, s);
                                         },
                                         s, 3, opts().reps) *
                                         1e3;

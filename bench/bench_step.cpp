@@ -38,6 +38,7 @@
 #include "engine/stream.hpp"
 #include "engine/timer.hpp"
 #include "kernels/adamw.hpp"
+#include "kernels/adamw_lab.hpp"
 #include "kernels/ops.hpp"
 #include "model/run_config.hpp"
 #include "model/train_step.hpp"
@@ -178,9 +179,10 @@ double check_augment(cudaStream_t s) {
   Tensor gx = cx.to(Device::cuda(0), s);
   Tensor gn = Tensor::from_floats(noise, {std::int64_t(noise.size())}).to(Device::cuda(0), s);
   Tensor gctr = Tensor::from_floats(std::vector<float>{float(ctr)}, {1}, DType::i32).to(Device::cuda(0), s);
-  ops::augment(gx, d, gn.data<float>(), gctr.data<std::int32_t>(), s);
+  ops::augment(gx, gctr.data<std::int32_t>(), d, &gn, s);
   MF_CUDA_CHECK(cudaStreamSynchronize(s));  // the copy of cx is done before the twin changes it
-  ops::augment(cx, d, noise.data(), &ctr);
+  const Tensor cn = Tensor::from_floats(noise, {std::int64_t(noise.size())});
+  ops::augment(cx, &ctr, d, &cn);
   const std::vector<float> want = cx.to_floats(), got = gx.to_floats();
   double worst = 0;
   for (std::int64_t b = 0; b < d.batch; ++b) {

@@ -189,6 +189,10 @@ void check_dtype(const Tensor& t, DType expected, const char* op, const char* wh
            dtype_name(t.dtype()));
 }
 
+void check_float_dtype(const Tensor& t, const char* op, const char* what) {
+  MF_CHECK(dtype_is_float(t.dtype()), "{}: {} must be f32, bf16 or f16, found {}", op, what, t.str());
+}
+
 void check_same_device(std::initializer_list<const Tensor*> ts, const char* op) {
   const Tensor* first = nullptr;
   for (const Tensor* t : ts) {

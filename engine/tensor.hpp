@@ -114,6 +114,9 @@ class Tensor {
 // Checks used by ops: throw with the op name, the expectation and what was found.
 void check_shape(const Tensor& t, const Shape& expected, const char* op, const char* what);
 void check_dtype(const Tensor& t, DType expected, const char* op, const char* what);
+// The float dtypes an op computes in (dtype_is_float: f32, bf16 or f16):
+// "<op>: <what> must be f32, bf16 or f16, found <t.str()>".
+void check_float_dtype(const Tensor& t, const char* op, const char* what);
 void check_same_device(std::initializer_list<const Tensor*> ts, const char* op);
 
 }  // namespace mf

@@ -15,6 +15,7 @@
 #include "engine/float_convert.hpp"
 #include "engine/parallel.hpp"
 #include "kernels/adamw_common.hpp"
+#include "kernels/adamw_lab.hpp"
 #include "kernels/adamw_cpu_avx512.hpp"
 
 namespace mf::kernels {
@@ -104,12 +105,6 @@ void adamw_step_cpu(const AdamWDims& d, const AdamWConfig& c, DType work_dtype, 
     default: break;
   }
   MF_THROW("adamw_step_cpu: unsupported working dtype {}", dtype_name(work_dtype));
-}
-
-void accumulate_f32_cpu(std::int64_t n, const float* src, float* dst, cudaStream_t) {
-  parallel_for(n, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i) dst[i] += src[i];
-  }, 1 << 15);
 }
 
 }  // namespace mf::kernels

@@ -17,6 +17,7 @@
 #include "engine/error.hpp"
 #include "kernels/adamw.hpp"
 #include "kernels/adamw_common.hpp"
+#include "kernels/adamw_lab.hpp"
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_types.cuh"
 #include "kernels/launch.cuh"
@@ -31,7 +32,7 @@ constexpr int kNormThreads = 256;
 constexpr int kNormElemsPerThread = 8;
 // The finalize pass: one block, the width of its tree over the norm partials.
 constexpr int kFinalizeThreads = 256;
-// The element-wise update and accumulate passes (grid-stride; any size gives
+// The element-wise update pass (grid-stride; any size gives
 // the same bits).
 constexpr unsigned kUpdateThreads = cuda::kElementwiseThreads;
 
@@ -128,12 +129,6 @@ void launch_update(const AdamWConfig& c, std::int64_t begin, std::int64_t end, s
   MF_CUDA_CHECK_LAUNCH();
 }
 
-__global__ void accumulate_kernel(std::int64_t n, const float* __restrict__ src, float* __restrict__ dst) {
-  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::int64_t(gridDim.x) * blockDim.x)
-    dst[i] += src[i];
-}
-
 }  // namespace
 
 void adamw_step_cuda(const AdamWDims& d, const AdamWConfig& c, DType work_dtype, float* master,
@@ -150,13 +145,6 @@ void adamw_step_per_tensor_cuda(const AdamWDims& d, const AdamWConfig& c, DType 
   for (int r = 0; r < count; ++r)
     launch_update(c, ranges[2 * r], ranges[2 * r + 1], d.decay_end, work_dtype, master, grad, m, v, work, state,
                   stream);
-}
-
-void accumulate_f32_cuda(std::int64_t n, const float* src, float* dst, cudaStream_t stream) {
-  if (n == 0) return;
-  const unsigned grid = cuda::grid_for(n, kUpdateThreads, cuda::kFillGpuBlocks);
-  accumulate_kernel<<<grid, kUpdateThreads, 0, stream>>>(n, src, dst);
-  MF_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace mf::kernels

@@ -93,19 +93,7 @@ void adamw_step_cuda(const AdamWDims& d, const AdamWConfig& c, DType work_dtype,
                      const float* grad, float* m, float* v, void* work, AdamWState* state,
                      void* scratch, cudaStream_t stream);
 
-// The benchmark's baseline: the same step with pass 3 launched once per
-// parameter range (ranges: `count` pairs [begin, end) in host memory), as an
-// unfused optimizer does one launch per tensor. GPU only.
-void adamw_step_per_tensor_cuda(const AdamWDims& d, const AdamWConfig& c, DType work_dtype,
-                                float* master, const float* grad, float* m, float* v, void* work,
-                                AdamWState* state, void* scratch, const std::int64_t* ranges,
-                                int count, cudaStream_t stream);
-
-// dst[i] += src[i] (f32): gradient accumulation over micro-batches.
-void accumulate_f32_cpu(std::int64_t n, const float* src, float* dst, cudaStream_t stream);
-void accumulate_f32_cuda(std::int64_t n, const float* src, float* dst, cudaStream_t stream);
-
-// The LR schedule (shared by both twins and the tests), in double.
-double lr_at(const AdamWConfig& c, std::int64_t iteration);
+// Gradient accumulation over micro-batches is ops::accumulate (kernels/ops.hpp).
+// The benchmark's and the tests' extra entry points: kernels/adamw_lab.hpp.
 
 }  // namespace mf::kernels

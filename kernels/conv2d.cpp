@@ -32,6 +32,7 @@
 #include "engine/error.hpp"
 #include "engine/parallel.hpp"
 #include "engine/vec8.hpp"
+#include "kernels/conv_algo_lab.hpp"
 
 namespace mf::kernels {
 

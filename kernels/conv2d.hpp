@@ -72,18 +72,10 @@ void conv2d_backward_cpu(const Conv2dDims& d, DType dtype, const void* x, const 
 // measurement says it wins (docs/decisions.md), and none has run on a GPU yet.
 // Both variants are deterministic (same bits run after run) but sum in
 // different orders, so their outputs agree to rounding, not bit for bit.
+// Setting it from code, its names, the variant a shape resolves to and the
+// mma launch count are for the benchmarks and tests: kernels/conv_algo_lab.hpp.
 enum class Conv2dAlgo : int { automatic = 0, direct = 1, mma = 2 };
-void set_conv2d_algo(Conv2dAlgo algo);
 Conv2dAlgo conv2d_algo();
-const char* conv2d_algo_name(Conv2dAlgo algo);
-// The variant conv2d_*_cuda runs for this shape and dtype on the current GPU
-// when `requested` is selected (never automatic; alignment assumed, as for
-// device_alloc'd tensors). Needs a GPU.
-Conv2dAlgo conv2d_resolve_algo(const Conv2dDims& d, DType dtype, Conv2dAlgo requested);
-// How many mma-variant kernels this process has queued (forward, dx and dw
-// count one each): diagnostics, and the tests' proof that a part did not fall
-// back.
-std::uint64_t conv2d_mma_launches();
 
 void conv2d_forward_cuda(const Conv2dDims& d, DType dtype, const void* x, const void* w, const void* b, void* y,
                          cudaStream_t stream);

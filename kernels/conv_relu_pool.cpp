@@ -41,6 +41,7 @@
 #include "engine/log.hpp"
 #include "engine/parallel.hpp"
 #include "engine/vec8.hpp"
+#include "kernels/conv_algo_lab.hpp"
 #include "kernels/conv_cpu_simd.hpp"
 #include "kernels/conv_relu_pool_cuda.cuh"
 

@@ -81,13 +81,10 @@ void conv_relu_pool_backward_cpu(const ConvReluPoolDims& d, DType dtype, const v
 // tiled -> direct, cin1 -> tiled -> direct, mma -> tiled -> direct. A bf16/f16
 // conv that lands on tiled or direct runs in FP32 on CUDA cores and says so
 // once.
+// Setting it from code, its names and the variant a shape resolves to are for
+// the benchmarks and tests: kernels/conv_algo_lab.hpp.
 enum class ConvAlgo : int { automatic = 0, direct = 1, tiled = 2, mma = 3, cin1 = 4, resident = 5 };
-void set_conv_relu_pool_algo(ConvAlgo algo);
 ConvAlgo conv_relu_pool_algo();
-const char* conv_algo_name(ConvAlgo algo);
-// The variant conv_relu_pool_*_cuda runs for this shape and dtype on the current
-// GPU when `requested` is selected (never automatic). Needs a GPU.
-ConvAlgo conv_relu_pool_resolve_algo(const ConvReluPoolDims& d, DType dtype, ConvAlgo requested);
 
 void conv_relu_pool_forward_cuda(const ConvReluPoolDims& d, DType dtype, const void* x, const void* w,
                                  const void* b, void* y, std::uint8_t* code, cudaStream_t stream);

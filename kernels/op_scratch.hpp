@@ -1,5 +1,5 @@
 // The f32 scratch of an op's CUDA path (batch_norm, margin_softmax_loss,
-// angleproto_loss take an optional trailing Tensor* scratch): the caller's,
+// angleproto_loss take an optional Tensor* scratch, just before the stream): the caller's,
 // checked, or one allocated for this call. A per-call allocation is refused
 // while the stream is being captured into a CUDA graph: the graph would replay
 // into memory freed after the capture, so a captured caller must allocate the
@@ -16,7 +16,7 @@
 
 namespace mf::ops {
 
-// The scratch's f32 pointer: *scratch when given (defined): f32, at least
+// The scratch's f32 pointer: *scratch when given (not null): f32, at least
 // `need` elements, on like's device; else a fresh [need] f32 tensor on like's
 // device held by `owned` (freed with it, on the stream). sizing() gives the
 // size function and its arguments for the messages, e.g.
@@ -24,7 +24,7 @@ namespace mf::ops {
 template <class Sizing>
 float* scratch_or_per_call(Tensor* scratch, std::int64_t need, const Sizing& sizing, const Tensor& like,
                            Tensor& owned, cudaStream_t stream, const char* op) {
-  if (scratch && scratch->defined()) {
+  if (scratch) {
     check_dtype(*scratch, DType::f32, op, "scratch");
     MF_CHECK(scratch->numel() >= need, "{}: scratch must hold at least {} = {} f32 values, found {}", op, sizing(),
              need, scratch->str());

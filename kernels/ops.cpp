@@ -17,9 +17,9 @@ void cast(const Tensor& src, Tensor& dst, cudaStream_t stream) {
   fn(src.raw(), src.dtype(), dst.raw(), dst.dtype(), src.numel(), stream);
 }
 
-void file_vote(const Tensor& class_in, const Tensor& leak_in, std::int64_t files, std::int64_t longs,
-               std::int64_t shorts, float threshold, bool logits, Tensor& file_probs, Tensor& file_class,
-               Tensor& file_leak_prob, Tensor& file_leak, cudaStream_t stream) {
+void file_vote(const Tensor& class_in, std::int64_t files, std::int64_t longs, std::int64_t shorts,
+               float threshold, bool logits, Tensor& file_probs, Tensor& file_class, const Tensor* leak_in,
+               Tensor* file_leak_prob, Tensor* file_leak, cudaStream_t stream) {
   MF_CHECK(files >= 0 && longs > 0 && shorts > 0,
            "file_vote: expected files >= 0 and long/short segment counts > 0, found F={} L={} S={}", files, longs,
            shorts);
@@ -34,41 +34,36 @@ void file_vote(const Tensor& class_in, const Tensor& leak_in, std::int64_t files
   check_dtype(file_probs, DType::f32, "file_vote", "file_probs");
   check_dtype(file_class, DType::i32, "file_vote", "file_class");
   check_same_device({&class_in, &file_probs, &file_class}, "file_vote");
-  const bool leak = leak_in.defined();
-  MF_CHECK(leak == file_leak_prob.defined() && leak == file_leak.defined(),
+  const bool leak = leak_in != nullptr;
+  const auto given = [](const Tensor* t) { return t ? "given" : "null"; };
+  MF_CHECK(leak == (file_leak_prob != nullptr) && leak == (file_leak != nullptr),
            "file_vote: leak_in, file_leak_prob and file_leak must all be given (a model with the leak head) or all "
-           "be undefined (without it), found {}, {} and {}", leak_in.str(), file_leak_prob.str(), file_leak.str());
+           "be null (without it), found {}, {} and {}", given(leak_in), given(file_leak_prob), given(file_leak));
   if (leak) {
-    check_shape(leak_in, {n}, "file_vote", "leak_in");
-    check_shape(file_leak_prob, {files}, "file_vote", "file_leak_prob");
-    check_shape(file_leak, {files}, "file_vote", "file_leak");
-    check_dtype(leak_in, DType::f32, "file_vote", "leak_in");
-    check_dtype(file_leak_prob, DType::f32, "file_vote", "file_leak_prob");
-    check_dtype(file_leak, DType::i32, "file_vote", "file_leak");
-    check_same_device({&class_in, &leak_in, &file_leak_prob, &file_leak}, "file_vote");
+    check_shape(*leak_in, {n}, "file_vote", "leak_in");
+    check_shape(*file_leak_prob, {files}, "file_vote", "file_leak_prob");
+    check_shape(*file_leak, {files}, "file_vote", "file_leak");
+    check_dtype(*leak_in, DType::f32, "file_vote", "leak_in");
+    check_dtype(*file_leak_prob, DType::f32, "file_vote", "file_leak_prob");
+    check_dtype(*file_leak, DType::i32, "file_vote", "file_leak");
+    check_same_device({&class_in, leak_in, file_leak_prob, file_leak}, "file_vote");
   }
   const kernels::FileVoteArgs d{files, longs, shorts, int(c), threshold, logits};
   auto fn = class_in.is_cuda() ? kernels::file_vote_cuda : kernels::file_vote_cpu;
-  fn(static_cast<const float*>(class_in.raw()), leak ? static_cast<const float*>(leak_in.raw()) : nullptr,
+  fn(static_cast<const float*>(class_in.raw()), leak ? static_cast<const float*>(leak_in->raw()) : nullptr,
      static_cast<float*>(file_probs.raw()), static_cast<std::int32_t*>(file_class.raw()),
-     leak ? static_cast<float*>(file_leak_prob.raw()) : nullptr,
-     leak ? static_cast<std::int32_t*>(file_leak.raw()) : nullptr, d, stream);
+     leak ? static_cast<float*>(file_leak_prob->raw()) : nullptr,
+     leak ? static_cast<std::int32_t*>(file_leak->raw()) : nullptr, d, stream);
 }
 
 // ---- training step ops ----
-
-namespace {
-void check_float(const Tensor& t, const char* op, const char* what) {
-  MF_CHECK(dtype_is_float(t.dtype()), "{}: {} must be f32, bf16 or f16, found {}", op, what, t.str());
-}
-}  // namespace
 
 void dense_forward(const Tensor& x, const Tensor& w, const Tensor& b, bool relu, Tensor& y,
                    cudaStream_t stream) {
   constexpr const char* op = "dense_forward";
   MF_CHECK(x.ndim() == 2 && w.ndim() == 2, "{}: x must be [M, K] and w [N, K], found x {} and w {}", op,
            x.str(), w.str());
-  check_float(x, op, "x");
+  check_float_dtype(x, op, "x");
   const std::int64_t M = x.size(0), K = x.size(1), N = w.size(0);
   check_shape(w, {N, K}, op, "w");
   check_shape(b, {N}, op, "b");
@@ -80,12 +75,12 @@ void dense_forward(const Tensor& x, const Tensor& w, const Tensor& b, bool relu,
   fn(d, x.dtype(), x.raw(), w.raw(), b.raw(), y.raw(), stream);
 }
 
-void dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& dy, bool relu, Tensor* dx,
-                    Tensor& dw, Tensor& db, cudaStream_t stream) {
+void dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& dy, bool relu, Tensor& dw,
+                    Tensor& db, Tensor* dx, cudaStream_t stream) {
   constexpr const char* op = "dense_backward";
   MF_CHECK(x.ndim() == 2 && w.ndim() == 2, "{}: x must be [M, K] and w [N, K], found x {} and w {}", op,
            x.str(), w.str());
-  check_float(x, op, "x");
+  check_float_dtype(x, op, "x");
   const std::int64_t M = x.size(0), K = x.size(1), N = w.size(0);
   check_shape(w, {N, K}, op, "w");
   check_shape(y, {M, N}, op, "y");
@@ -107,14 +102,15 @@ void dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& d
      db.data<float>(), stream);
 }
 
-void class_leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& leak, const Tensor* class_weight,
-               const float* loss_scale, const kernels::ClassLeakLossArgs& opts, Tensor& dlogits, Tensor& sums,
-               Tensor& counts, Tensor* step_loss, cudaStream_t stream, const Tensor* labels_b, const Tensor* lam) {
+void class_leak_loss(const Tensor& logits, const Tensor& labels, const kernels::ClassLeakLossArgs& opts,
+                     Tensor& dlogits, Tensor& sums, Tensor& counts, const Tensor* leak, const Tensor* class_weight,
+                     const Tensor* labels_b, const Tensor* lam, const float* loss_scale, Tensor* step_loss,
+                     cudaStream_t stream) {
   constexpr const char* op = "class_leak_loss";
   const int H = opts.leak_head ? 1 : 0;  // the leak column
   MF_CHECK(logits.ndim() == 2 && logits.size(1) >= 1 + H, "{}: logits must be [B, C{}] with C >= 1 classes, found {}",
            op, opts.leak_head ? "+1" : "", logits.str());
-  check_float(logits, op, "logits");
+  check_float_dtype(logits, op, "logits");
   const std::int64_t B = logits.size(0);
   const int C = int(logits.size(1) - H);
   MF_CHECK(opts.classes == C, "{}: {} classes configured ({}), logits {} hold {}", op, opts.classes,
@@ -124,10 +120,11 @@ void class_leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& l
            "{}: label smoothing must be in [0, 1], found {}", op, opts.label_smoothing);
   check_shape(labels, {B}, op, "labels");
   check_dtype(labels, DType::i32, op, "labels");
-  if (opts.leak_head) {  // else not read: may be undefined
-    check_shape(leak, {B}, op, "leak");
-    check_dtype(leak, DType::f32, op, "leak");
-    check_same_device({&logits, &leak}, op);
+  if (opts.leak_head) {  // else not read: may be null
+    MF_CHECK(leak != nullptr, "{}: leak (f32 [B], the leak targets) must be given with the leak head, found null", op);
+    check_shape(*leak, {B}, op, "leak");
+    check_dtype(*leak, DType::f32, op, "leak");
+    check_same_device({&logits, leak}, op);
   }
   check_shape(dlogits, logits.shape(), op, "dlogits");
   check_dtype(dlogits, logits.dtype(), op, "dlogits");
@@ -164,33 +161,35 @@ void class_leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& l
   }
   auto fn = logits.is_cuda() ? kernels::class_leak_loss_cuda : kernels::class_leak_loss_cpu;
   fn(d, logits.dtype(), logits.raw(), labels.data<std::int32_t>(),
-     labels_b ? labels_b->data<std::int32_t>() : nullptr, lam ? lam->data<float>() : nullptr, opts.leak_head ? leak.data<float>() : nullptr,
+     labels_b ? labels_b->data<std::int32_t>() : nullptr, lam ? lam->data<float>() : nullptr,
+     opts.leak_head ? leak->data<float>() : nullptr,
      class_weight ? class_weight->data<float>() : nullptr, loss_scale, dlogits.raw(), sums.data<float>(),
      counts.data<std::int32_t>(), step_loss ? step_loss->data<float>() : nullptr, stream);
 }
 
-void head_probs(const Tensor& logits, Tensor& probs, Tensor& leak_prob, cudaStream_t stream) {
+void head_probs(const Tensor& logits, Tensor& probs, Tensor* leak_prob, cudaStream_t stream) {
   constexpr const char* op = "head_probs";
-  const bool leak = leak_prob.defined();
+  const bool leak = leak_prob != nullptr;
   const int H = leak ? 1 : 0;
   MF_CHECK(logits.ndim() == 2 && logits.size(1) >= 1 + H, "{}: logits must be [B, C{}], found {}", op,
            leak ? "+1" : "", logits.str());
-  check_float(logits, op, "logits");
+  check_float_dtype(logits, op, "logits");
   const std::int64_t B = logits.size(0), C = logits.size(1) - H;
   check_shape(probs, {B, C}, op, "probs");
   check_dtype(probs, DType::f32, op, "probs");
   check_same_device({&logits, &probs}, op);
   if (leak) {
-    check_shape(leak_prob, {B}, op, "leak_prob");
-    check_dtype(leak_prob, DType::f32, op, "leak_prob");
-    check_same_device({&logits, &leak_prob}, op);
+    check_shape(*leak_prob, {B}, op, "leak_prob");
+    check_dtype(*leak_prob, DType::f32, op, "leak_prob");
+    check_same_device({&logits, leak_prob}, op);
   }
   auto fn = logits.is_cuda() ? kernels::head_probs_cuda : kernels::head_probs_cpu;
-  fn(B, int(C), logits.dtype(), logits.raw(), probs.data<float>(), leak ? leak_prob.data<float>() : nullptr, stream);
+  fn(B, int(C), logits.dtype(), logits.raw(), probs.data<float>(), leak ? leak_prob->data<float>() : nullptr, stream);
 }
 
-void adamw_step(const kernels::AdamWConfig& cfg, std::int64_t decay_end, Tensor& master, const Tensor& grad,
-                Tensor& m, Tensor& v, Tensor* work, Tensor& state, Tensor& scratch, cudaStream_t stream) {
+void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, Tensor& state,
+                const kernels::AdamWConfig& cfg, std::int64_t decay_end, Tensor* work, Tensor& scratch,
+                cudaStream_t stream) {
   constexpr const char* op = "adamw_step";
   const std::int64_t n = master.numel();
   for (const Tensor* t : std::initializer_list<const Tensor*>{&master, &grad, &m, &v}) {
@@ -205,7 +204,7 @@ void adamw_step(const kernels::AdamWConfig& cfg, std::int64_t decay_end, Tensor&
   check_same_device({&master, &grad, &m, &v, &state, &scratch}, op);
   if (work) {
     check_shape(*work, {n}, op, "work");
-    check_float(*work, op, "work");
+    check_float_dtype(*work, op, "work");
     check_same_device({&master, work}, op);
   }
   MF_CHECK(cfg.beta1 >= 0.f && cfg.beta1 < 1.f && cfg.beta2 >= 0.f && cfg.beta2 < 1.f,
@@ -219,19 +218,9 @@ void adamw_step(const kernels::AdamWConfig& cfg, std::int64_t decay_end, Tensor&
      scratch.raw(), stream);
 }
 
-void accumulate(const Tensor& src, Tensor& dst, cudaStream_t stream) {
-  constexpr const char* op = "accumulate";
-  check_shape(dst, src.shape(), op, "dst");
-  check_dtype(src, DType::f32, op, "src");
-  check_dtype(dst, DType::f32, op, "dst");
-  check_same_device({&src, &dst}, op);
-  auto fn = src.is_cuda() ? kernels::accumulate_f32_cuda : kernels::accumulate_f32_cpu;
-  fn(src.numel(), src.data<float>(), dst.data<float>(), stream);
-}
-
 namespace {
 void dropout_common(const char* op, const Tensor& a, Tensor& b, float p) {
-  check_float(a, op, "input");
+  check_float_dtype(a, op, "input");
   check_shape(b, a.shape(), op, "output");
   check_dtype(b, a.dtype(), op, "output");
   check_same_device({&a, &b}, op);
@@ -239,26 +228,26 @@ void dropout_common(const char* op, const Tensor& a, Tensor& b, float p) {
 }
 }  // namespace
 
-void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t seed, std::uint32_t stream_id,
-                     const std::int32_t* counter, cudaStream_t stream) {
+void dropout_forward(const Tensor& x, const std::int32_t* counter, float p, std::uint64_t seed,
+                     std::uint32_t stream_id, Tensor& y, cudaStream_t stream) {
   dropout_common("dropout_forward", x, y, p);
   const kernels::DropoutArgs d{x.numel(), p, seed, stream_id};
   auto fn = x.is_cuda() ? kernels::dropout_forward_cuda : kernels::dropout_forward_cpu;
   fn(d, x.dtype(), x.raw(), y.raw(), counter, stream);
 }
 
-void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t seed, std::uint32_t stream_id,
-                      const std::int32_t* counter, cudaStream_t stream) {
+void dropout_backward(const Tensor& dy, const std::int32_t* counter, float p, std::uint64_t seed,
+                      std::uint32_t stream_id, Tensor& dx, cudaStream_t stream) {
   dropout_common("dropout_backward", dy, dx, p);
   const kernels::DropoutArgs d{dy.numel(), p, seed, stream_id};
   auto fn = dy.is_cuda() ? kernels::dropout_backward_cuda : kernels::dropout_backward_cpu;
   fn(d, dy.dtype(), dy.raw(), dx.raw(), counter, stream);
 }
 
-void augment(Tensor& x, const kernels::AugmentArgs& d, const float* noise, const std::int32_t* counter,
+void augment(Tensor& x, const std::int32_t* counter, const kernels::AugmentArgs& d, const Tensor* noise,
              cudaStream_t stream) {
   constexpr const char* op = "augment";
-  check_float(x, op, "x");
+  check_float_dtype(x, op, "x");
   const bool nhwc = x.ndim() == 4 && x.size(3) == 1;
   MF_CHECK(x.ndim() == 3 || nhwc, "{}: x must be [batch, mels, frames] or [batch, mels, frames, 1], found {}", op,
            x.str());
@@ -291,17 +280,23 @@ void augment(Tensor& x, const kernels::AugmentArgs& d, const float* noise, const
            "{}: the SNR range must be finite with lo <= hi, found [{}, {}] dB", op, d.snr_lo_db, d.snr_hi_db);
   MF_CHECK(std::isfinite(d.db_per_unit) && d.db_per_unit > 0.f, "{}: db_per_unit must be finite and > 0, found {}",
            op, d.db_per_unit);
+  if (noise) {
+    check_dtype(*noise, DType::f32, op, "noise");
+    check_same_device({&x, noise}, op);
+    MF_CHECK(noise->numel() / (d.mels * d.frames) >= d.noise_count,
+             "{}: noise must hold at least noise_count * mels * frames = {} * {} * {} f32 values, found {}", op,
+             d.noise_count, d.mels, d.frames, noise->str());
+  }
   if (!d.any() || d.batch == 0) return;
   MF_CHECK(counter != nullptr, "{}: the counter must be given (an i32 in x's memory), found null", op);
   auto fn = x.is_cuda() ? kernels::augment_cuda : kernels::augment_cpu;
-  fn(d, x.dtype(), x.raw(), noise, counter, stream);
+  fn(d, x.dtype(), x.raw(), noise ? static_cast<const float*>(noise->raw()) : nullptr, counter, stream);
 }
 
-void mixup(const Tensor& x, const Tensor& labels, const Tensor& leak, const kernels::MixupArgs& d,
-           const std::int32_t* counter, Tensor& x_out, Tensor& labels_b, Tensor& lam, Tensor& leak_out,
-           cudaStream_t stream) {
+void mixup(const Tensor& x, const Tensor& labels, const std::int32_t* counter, const kernels::MixupArgs& d,
+           Tensor& x_out, Tensor& labels_b, Tensor& lam, const Tensor* leak, Tensor* leak_out, cudaStream_t stream) {
   constexpr const char* op = "mixup";
-  check_float(x, op, "x");
+  check_float_dtype(x, op, "x");
   MF_CHECK(x.ndim() >= 1 && x.size(0) == d.batch && d.batch >= 0 && d.batch < (std::int64_t(1) << 31),
            "{}: x must be [batch = {}, ...] with batch < 2^31, found {}", op, d.batch, x.str());
   MF_CHECK(d.elems >= 0 && x.numel() == d.batch * d.elems, "{}: x {} does not hold {} samples of {} values", op,
@@ -318,22 +313,22 @@ void mixup(const Tensor& x, const Tensor& labels, const Tensor& leak, const kern
   check_shape(lam, {d.batch}, op, "lam");
   check_dtype(lam, DType::f32, op, "lam");
   check_same_device({&x, &x_out, &labels, &labels_b, &lam}, op);
-  const bool with_leak = leak.defined();
-  MF_CHECK(with_leak == leak_out.defined(),
-           "{}: leak and leak_out must both be given (the leak head) or both undefined, found {} and {}", op,
-           leak.str(), leak_out.str());
+  const bool with_leak = leak != nullptr;
+  MF_CHECK(with_leak == (leak_out != nullptr),
+           "{}: leak and leak_out must both be given (the leak head) or both null, found {} and {}", op,
+           leak ? leak->str() : "null", leak_out ? leak_out->str() : "null");
   if (with_leak) {
-    check_shape(leak, {d.batch}, op, "leak");
-    check_dtype(leak, DType::f32, op, "leak");
-    check_shape(leak_out, {d.batch}, op, "leak_out");
-    check_dtype(leak_out, DType::f32, op, "leak_out");
-    check_same_device({&x, &leak, &leak_out}, op);
+    check_shape(*leak, {d.batch}, op, "leak");
+    check_dtype(*leak, DType::f32, op, "leak");
+    check_shape(*leak_out, {d.batch}, op, "leak_out");
+    check_dtype(*leak_out, DType::f32, op, "leak_out");
+    check_same_device({&x, leak, leak_out}, op);
   }
   if (d.batch == 0) return;
   MF_CHECK(counter != nullptr, "{}: the counter must be given (an i32 in x's memory), found null", op);
   auto fn = x.is_cuda() ? kernels::mixup_cuda : kernels::mixup_cpu;
-  fn(d, x.dtype(), x.raw(), x_out.raw(), labels.data<std::int32_t>(), with_leak ? leak.data<float>() : nullptr,
-     labels_b.data<std::int32_t>(), lam.data<float>(), with_leak ? leak_out.data<float>() : nullptr, counter,
+  fn(d, x.dtype(), x.raw(), x_out.raw(), labels.data<std::int32_t>(), with_leak ? leak->data<float>() : nullptr,
+     labels_b.data<std::int32_t>(), lam.data<float>(), with_leak ? leak_out->data<float>() : nullptr, counter,
      stream);
 }
 
@@ -342,7 +337,7 @@ namespace {
 kernels::ConvReluPoolDims conv_dims(const Tensor& x, const Tensor& w, int pool, const char* op) {
   MF_CHECK(x.ndim() == 4, "{}: x must be 4-D [N, H, W, Cin] (NHWC), got {}", op, shape_str(x.shape()));
   MF_CHECK(w.ndim() == 4, "{}: w must be 4-D [Cout, k, k, Cin], got {}", op, shape_str(w.shape()));
-  MF_CHECK(dtype_is_float(x.dtype()), "{}: x must be f32, f16 or bf16, got {}", op, dtype_name(x.dtype()));
+  check_float_dtype(x, op, "x");
   check_dtype(w, x.dtype(), op, "w (same dtype as x)");
   MF_CHECK(x.size(0) >= 1 && x.size(1) >= 1 && x.size(2) >= 1 && x.size(3) >= 1,
            "{}: x must have N, H, W, Cin >= 1, got {}", op, shape_str(x.shape()));
@@ -376,7 +371,7 @@ void conv_relu_pool_forward(const Tensor& x, const Tensor& w, const Tensor& b, i
   const Shape ys{d.n, d.ph(), d.pw(), d.cout};
   check_shape(y, ys, op, "y");
   check_dtype(y, x.dtype(), op, "y (same dtype as x)");
-  const bool with_code = code && code->defined() && code->numel() > 0;
+  const bool with_code = code != nullptr;
   if (with_code) {
     check_shape(*code, ys, op, "code");
     check_dtype(*code, DType::u8, op, "code");
@@ -389,8 +384,8 @@ void conv_relu_pool_forward(const Tensor& x, const Tensor& w, const Tensor& b, i
   fn(d, x.dtype(), x.raw(), w.raw(), b.raw(), y.raw(), cp, stream);
 }
 
-void conv_relu_pool_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& code,
-                             int pool, Tensor* dx, Tensor& dw, Tensor& db, cudaStream_t stream) {
+void conv_relu_pool_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& code, int pool,
+                             Tensor& dw, Tensor& db, Tensor* dx, cudaStream_t stream) {
   constexpr const char* op = "conv_relu_pool_backward";
   const kernels::ConvReluPoolDims d = conv_dims(x, w, pool, op);
   const Shape ys{d.n, d.ph(), d.pw(), d.cout};
@@ -402,7 +397,7 @@ void conv_relu_pool_backward(const Tensor& x, const Tensor& w, const Tensor& dy,
   check_dtype(dw, DType::f32, op, "dw");
   check_shape(db, {d.cout}, op, "db");
   check_dtype(db, DType::f32, op, "db");
-  const bool with_dx = dx && dx->defined() && dx->numel() > 0;
+  const bool with_dx = dx != nullptr;
   if (with_dx) {
     check_shape(*dx, x.shape(), op, "dx");
     check_dtype(*dx, x.dtype(), op, "dx (same dtype as x)");

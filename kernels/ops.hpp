@@ -1,6 +1,24 @@
 // The dispatch point: one function per op taking Tensors. It checks shapes,
 // dtypes and devices, then runs the CPU twin or the CUDA kernel according to
 // the tensors' device. model/ calls kernels only through here.
+//
+// Every op takes its arguments in one order:
+//   1. inputs: tensors (a tensor the op reads and updates in place, such as dy
+//      masked by a ReLU, running statistics or AdamW's moments, is an input),
+//      then settings (scalars, or the kernel's *Args / *Dims struct);
+//   2. outputs (`Tensor&`, overwritten unless the comment says +=);
+//   3. optional tensors: `const Tensor*` (inputs) then `Tensor*` (outputs),
+//      null when absent, never an undefined Tensor standing for "absent";
+//   4. scratch (`Tensor*`, null: allocated per call where the op allows it;
+//      adamw_step's is required, `Tensor&`);
+//   5. the stream, `cudaStream_t stream = nullptr`, the only default.
+// One documented exception: `loss_scale` (`const float*`) and `counter`
+// (`const std::int32_t*`) stay raw pointers, in the slot a tensor would take.
+// They are single fields of AdamWState (held as a u8 tensor, see adamw.hpp)
+// that kernels read on the device when they run (so CUDA graphs see the
+// current value); a Tensor cannot view a field at a byte offset of another
+// dtype, and adding such a reinterpreting view for two scalars would be the
+// one unchecked cast in engine/tensor.hpp.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -20,22 +38,22 @@ void cast(const Tensor& src, Tensor& dst, cudaStream_t stream = nullptr);
 
 // Fused conv + bias + ReLU + max pool (kernels/conv_relu_pool.hpp has the
 // layouts). x [N,H,W,Cin] nhwc; w [Cout,k,k,Cin]; b [Cout]; y [N,H/p,W/p,Cout];
-// code (u8, same shape as y) may be undefined when no backward follows.
+// code (u8, same shape as y) null when no backward follows.
 void conv_relu_pool_forward(const Tensor& x, const Tensor& w, const Tensor& b, int pool, Tensor& y,
                             Tensor* code, cudaStream_t stream = nullptr);
 // dx may be null (first layer); dw and db are f32 and overwritten.
-void conv_relu_pool_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& code,
-                             int pool, Tensor* dx, Tensor& dw, Tensor& db, cudaStream_t stream = nullptr);
+void conv_relu_pool_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& code, int pool,
+                             Tensor& dw, Tensor& db, Tensor* dx, cudaStream_t stream = nullptr);
 
 // File-level voting (kernels/file_vote.hpp has the rules). class_in [F*L*S, C]
 // and leak_in [F*L*S] f32 (probabilities, or logits when `logits`); outputs
 // file_probs [F, C] f32, file_class [F] i32, file_leak_prob [F] f32,
 // file_leak [F] i32, all on the inputs' device. One launch for all files.
 // A model without the leak head: leak_in, file_leak_prob and file_leak all
-// undefined; the class vote is the same.
-void file_vote(const Tensor& class_in, const Tensor& leak_in, std::int64_t files, std::int64_t longs,
-               std::int64_t shorts, float threshold, bool logits, Tensor& file_probs, Tensor& file_class,
-               Tensor& file_leak_prob, Tensor& file_leak, cudaStream_t stream = nullptr);
+// null; the class vote is the same.
+void file_vote(const Tensor& class_in, std::int64_t files, std::int64_t longs, std::int64_t shorts,
+               float threshold, bool logits, Tensor& file_probs, Tensor& file_class, const Tensor* leak_in,
+               Tensor* file_leak_prob, Tensor* file_leak, cudaStream_t stream = nullptr);
 
 // ---- training step ops (kernels/dense.hpp, loss.hpp, adamw.hpp, dropout.hpp) ----
 
@@ -44,59 +62,63 @@ void dense_forward(const Tensor& x, const Tensor& w, const Tensor& b, bool relu,
                    cudaStream_t stream = nullptr);
 // dw [N,K] and db [N] f32 (overwritten); dx [M,K] may be null. With relu, dy is
 // overwritten by dy * (y > 0).
-void dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& dy, bool relu, Tensor* dx,
-                    Tensor& dw, Tensor& db, cudaStream_t stream = nullptr);
+void dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& dy, bool relu, Tensor& dw,
+                    Tensor& db, Tensor* dx, cudaStream_t stream = nullptr);
 
 // The fused loss of the heads (kernels/loss.hpp). logits/dlogits [B, C+1]
-// ([B, C] when !opts.leak_head); labels i32 [B]; leak f32 [B] (not read, may be
-// undefined, without the leak head); class_weight f32 [C] or null; loss_scale:
-// a float in the tensors' memory (device pointer on GPU) or null; sums f32
-// [kLossSums]; counts i32 [kLossCounts + C*C] (the confusion matrix counted)
-// or [kLossCounts] (no matrix), any C either way; the mode is taken from
-// counts' size (opts.confusion is set here); step_loss f32 [1] or null.
-// labels_b i32 [B] and lam f32 [B]: mixup's soft class targets (loss.hpp),
-// both given or both null (null: the hard labels, bit for bit as before).
-void class_leak_loss(const Tensor& logits, const Tensor& labels, const Tensor& leak, const Tensor* class_weight,
-               const float* loss_scale, const kernels::ClassLeakLossArgs& opts, Tensor& dlogits, Tensor& sums,
-               Tensor& counts, Tensor* step_loss, cudaStream_t stream = nullptr, const Tensor* labels_b = nullptr,
-               const Tensor* lam = nullptr);
+// ([B, C] when !opts.leak_head); labels i32 [B]; sums f32 [kLossSums]; counts
+// i32 [kLossCounts + C*C] (the confusion matrix counted) or [kLossCounts] (no
+// matrix), any C either way; the mode is taken from counts' size
+// (opts.confusion is set here). Optional: leak f32 [B] (required with the leak
+// head, not read without it); class_weight f32 [C]; labels_b i32 [B] and lam
+// f32 [B], mixup's soft class targets (loss.hpp), both given or both null
+// (null: the hard labels, bit for bit as before); loss_scale a float in the
+// tensors' memory (device pointer on GPU; null: 1); step_loss f32 [1].
+void class_leak_loss(const Tensor& logits, const Tensor& labels, const kernels::ClassLeakLossArgs& opts,
+                     Tensor& dlogits, Tensor& sums, Tensor& counts, const Tensor* leak, const Tensor* class_weight,
+                     const Tensor* labels_b, const Tensor* lam, const float* loss_scale, Tensor* step_loss,
+                     cudaStream_t stream = nullptr);
 // probs f32 [B, C], leak_prob f32 [B] from logits [B, C+1]; with leak_prob
-// undefined (a model without the leak head) probs from logits [B, C].
-void head_probs(const Tensor& logits, Tensor& probs, Tensor& leak_prob, cudaStream_t stream = nullptr);
+// null (a model without the leak head) probs from logits [B, C].
+void head_probs(const Tensor& logits, Tensor& probs, Tensor* leak_prob, cudaStream_t stream = nullptr);
 
-// The fused AdamW step over flat f32 buffers [n] (kernels/adamw.hpp). work may
-// be null (fp32: the master is the working copy); state is u8
-// [sizeof(AdamWState)]; scratch u8 [adamw_scratch_bytes()].
-void adamw_step(const kernels::AdamWConfig& cfg, std::int64_t decay_end, Tensor& master, const Tensor& grad,
-                Tensor& m, Tensor& v, Tensor* work, Tensor& state, Tensor& scratch,
+// The fused AdamW step over flat f32 buffers [n] (kernels/adamw.hpp): master,
+// m, v and state (u8 [sizeof(AdamWState)]) are updated in place; work (the
+// bf16/f16 working copy, written) may be null (fp32: the master is the working
+// copy); scratch u8 [adamw_scratch_bytes()], required.
+void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, Tensor& state,
+                const kernels::AdamWConfig& cfg, std::int64_t decay_end, Tensor* work, Tensor& scratch,
                 cudaStream_t stream = nullptr);
-// dst += src (f32, same shape).
+// dst += src, any float dtype (same shape, dtype and device), summed in f32
+// and rounded once (for f32: one f32 addition per element). Gradient
+// accumulation over micro-batches and the residual blocks' gradient sums.
 void accumulate(const Tensor& src, Tensor& dst, cudaStream_t stream = nullptr);
 
 // Dropout with the counter-based mask (kernels/dropout.hpp); counter: an i32 in
 // the tensors' memory. backward applies the same mask to dy.
-void dropout_forward(const Tensor& x, Tensor& y, float p, std::uint64_t seed, std::uint32_t stream_id,
-                     const std::int32_t* counter, cudaStream_t stream = nullptr);
-void dropout_backward(const Tensor& dy, Tensor& dx, float p, std::uint64_t seed, std::uint32_t stream_id,
-                      const std::int32_t* counter, cudaStream_t stream = nullptr);
+void dropout_forward(const Tensor& x, const std::int32_t* counter, float p, std::uint64_t seed,
+                     std::uint32_t stream_id, Tensor& y, cudaStream_t stream = nullptr);
+void dropout_backward(const Tensor& dy, const std::int32_t* counter, float p, std::uint64_t seed,
+                      std::uint32_t stream_id, Tensor& dx, cudaStream_t stream = nullptr);
 
 // Data augmentation of a micro-batch in place (kernels/augment.hpp: time shift,
 // gain, background noise, SpecAugment masks). x [batch, mels, frames] or
 // [batch, mels, frames, 1] (the step's nhwc input), f32/bf16/f16, matching d's
-// batch, mels and frames; noise f32 [noise_count, mels, frames] in x's memory,
-// null when noise_count is 0; counter: an i32 in x's memory (read only when
-// d.any()). Does nothing when d.any() is false.
-void augment(Tensor& x, const kernels::AugmentArgs& d, const float* noise, const std::int32_t* counter,
+// batch, mels and frames; counter: an i32 in x's memory (read only when
+// d.any(), may be null otherwise); noise f32 [noise_count, mels, frames] (or
+// any shape holding at least that many values) on x's device, null when
+// noise_count is 0. Does nothing when d.any() is false.
+void augment(Tensor& x, const std::int32_t* counter, const kernels::AugmentArgs& d, const Tensor* noise,
              cudaStream_t stream = nullptr);
 
 // mixup of a micro-batch (kernels/mixup.hpp), out of place: x [batch, ...]
 // (f32/bf16/f16, d.elems values per sample) -> x_out (same shape, dtype and
 // device, another buffer); labels i32 [batch] -> labels_b i32 [batch] (the
 // partners' labels) and lam f32 [batch]; leak f32 [batch] -> leak_out f32
-// [batch] (both undefined without the leak head); counter: an i32 in x's
-// memory. d.batch must match x; d.alpha > 0 and finite.
-void mixup(const Tensor& x, const Tensor& labels, const Tensor& leak, const kernels::MixupArgs& d,
-           const std::int32_t* counter, Tensor& x_out, Tensor& labels_b, Tensor& lam, Tensor& leak_out,
+// [batch] (both null without the leak head); counter: an i32 in x's memory.
+// d.batch must match x; d.alpha > 0 and finite.
+void mixup(const Tensor& x, const Tensor& labels, const std::int32_t* counter, const kernels::MixupArgs& d,
+           Tensor& x_out, Tensor& labels_b, Tensor& lam, const Tensor* leak, Tensor* leak_out,
            cudaStream_t stream = nullptr);
 
 // ---- the CNN stack's ops (model/cnn_stack.hpp): kernels/conv2d.hpp,
@@ -110,16 +132,17 @@ void mixup(const Tensor& x, const Tensor& labels, const Tensor& leak, const kern
 // k/2. x [N, H, W, Cin]; w [Cout, k, k, Cin] (OHWI); b [Cout] or null (no
 // bias); y [N, OH, OW, Cout] with OH = (H - 1) / stride + 1 (PyTorch's
 // floor((H + 2*(k/2) - k) / stride) + 1), OW likewise.
-void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* b, int stride, bool relu, Tensor& y,
+void conv2d_forward(const Tensor& x, const Tensor& w, int stride, bool relu, Tensor& y, const Tensor* b,
                     cudaStream_t stream = nullptr);
-// dx [N, H, W, Cin] or null (the first layer); dw f32 [Cout, k, k, Cin] and
-// db f32 [Cout] (or null: no bias) overwritten. With relu, dy is first
-// overwritten by dy * (y > 0), y being the forward's output (undefined
-// without relu). scratch: f32 with >= kernels::conv2d_scratch_elems(dims)
-// elements on x's device, or null: the CPU ignores it; on a GPU a null scratch
-// is allocated per call (inside a graph capture, as a node of the graph).
-void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& dy, int stride, bool relu,
-                     Tensor* dx, Tensor& dw, Tensor* db, cudaStream_t stream = nullptr, Tensor* scratch = nullptr);
+// dw f32 [Cout, k, k, Cin] overwritten; dx [N, H, W, Cin] or null (the first
+// layer); db f32 [Cout] (or null: no bias) overwritten. With relu, dy is
+// first overwritten by dy * (y > 0), y being the forward's output (read only
+// with relu, may be null without). scratch: f32 with >=
+// kernels::conv2d_scratch_elems(dims) elements on x's device, or null: the CPU
+// ignores it; on a GPU a null scratch is allocated per call (inside a graph
+// capture, as a node of the graph).
+void conv2d_backward(const Tensor& x, const Tensor& w, Tensor& dy, int stride, bool relu, Tensor& dw,
+                     const Tensor* y, Tensor* dx, Tensor* db, Tensor* scratch, cudaStream_t stream = nullptr);
 
 // Batch normalisation over N, H, W per channel (the last dim C of x, any rank
 // >= 2), with an optional residual add and ReLU after the affine:
@@ -133,21 +156,21 @@ void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& 
 // x's device (the GPU's per-chunk partials), or null: the CPU needs none; on
 // a GPU a null scratch is allocated per call, refused while the stream is
 // being captured into a CUDA graph (pass one allocated before the capture).
-void batch_norm_train_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, float momentum,
-                              Tensor& running_mean, Tensor& running_var, Tensor& save_mean, Tensor& save_invstd,
-                              const Tensor* residual, bool relu, Tensor& y, cudaStream_t stream = nullptr,
-                              Tensor* scratch = nullptr);
+void batch_norm_train_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                              Tensor& running_var, float eps, float momentum, bool relu, Tensor& save_mean,
+                              Tensor& save_invstd, Tensor& y, const Tensor* residual, Tensor* scratch,
+                              cudaStream_t stream = nullptr);
 // Inference with the running statistics (same epilogue).
 void batch_norm_eval_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                             const Tensor& running_var, float eps, const Tensor* residual, bool relu, Tensor& y,
+                             const Tensor& running_var, float eps, bool relu, Tensor& y, const Tensor* residual,
                              cudaStream_t stream = nullptr);
 // The training forward's backward. With relu, dy is first overwritten by
 // dy * (y > 0) (then dy is also the residual's gradient). dx (x's shape and
 // dtype), dgamma and dbeta (f32 [C], overwritten). y is read only with relu
-// (may be undefined without). scratch: as for the training forward.
+// (may be null without). scratch: as for the training forward.
 void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
-                         const Tensor& y, Tensor& dy, bool relu, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
-                         cudaStream_t stream = nullptr, Tensor* scratch = nullptr);
+                         Tensor& dy, bool relu, Tensor& dx, Tensor& dgamma, Tensor& dbeta, const Tensor* y,
+                         Tensor* scratch, cudaStream_t stream = nullptr);
 
 // Max pool p x p, stride p, floor (kernels/conv_relu_pool.hpp's rules, without
 // the ReLU): x [N, H, W, C] -> y [N, H/p, W/p, C]; code u8 (y's shape) the
@@ -161,12 +184,13 @@ void global_avg_pool_backward(const Tensor& dy, Tensor& dx, cudaStream_t stream 
 // Squeeze-excitation's channel gate with the residual block's epilogue:
 //   y = act(x * sigmoid(g) + residual), x [N, H, W, C], g [N, C] (logits),
 // residual x's shape or null.
-void channel_gate_forward(const Tensor& x, const Tensor& g, const Tensor* residual, bool relu, Tensor& y,
+void channel_gate_forward(const Tensor& x, const Tensor& g, bool relu, Tensor& y, const Tensor* residual,
                           cudaStream_t stream = nullptr);
-// With relu, dy is first overwritten by dy * (y > 0). dx (x's shape), dg
-// [N, C] (g's dtype) = sum over H, W of dy * x, times sigmoid'(g).
-void channel_gate_backward(const Tensor& x, const Tensor& g, const Tensor& y, Tensor& dy, bool relu, Tensor& dx,
-                           Tensor& dg, cudaStream_t stream = nullptr);
+// With relu, dy is first overwritten by dy * (y > 0) (y read only with relu,
+// may be null without). dx (x's shape), dg [N, C] (g's dtype) = sum over H, W
+// of dy * x, times sigmoid'(g).
+void channel_gate_backward(const Tensor& x, const Tensor& g, Tensor& dy, bool relu, Tensor& dx, Tensor& dg,
+                           const Tensor* y, cudaStream_t stream = nullptr);
 // Batch norm folded into the conv before it, for inference
 // (kernels/fold_batch_norm.hpp): s = gamma / sqrt(running_var + eps),
 // w_out = w * s[co], b_out = beta + (b - running_mean) * s (b = 0 when null),
@@ -174,12 +198,9 @@ void channel_gate_backward(const Tensor& x, const Tensor& g, const Tensor& y, Te
 // k, Cin], b, gamma, beta [Cout] in T; running stats f32 [Cout]; w_out (w's
 // shape) and b_out [Cout] in T: caller buffers, overwritten (computed in
 // f32, rounded to T on store).
-void fold_batch_norm(const Tensor& w, const Tensor* b, const Tensor& gamma, const Tensor& beta,
-                     const Tensor& running_mean, const Tensor& running_var, float eps, Tensor& w_out, Tensor& b_out,
+void fold_batch_norm(const Tensor& w, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                     const Tensor& running_var, float eps, Tensor& w_out, Tensor& b_out, const Tensor* b,
                      cudaStream_t stream = nullptr);
-// dst += src, any float dtype (same shape, dtype and device), summed in f32
-// and rounded once.
-void add_inplace(const Tensor& src, Tensor& dst, cudaStream_t stream = nullptr);
 
 // Self-attentive (statistics) pooling over time (kernels/attentive_pool.hpp):
 // x [N, H, W, C] (H mels, W frames) is averaged over H, then
@@ -190,8 +211,9 @@ void add_inplace(const Tensor& src, Tensor& dst, cudaStream_t stream = nullptr);
 void attentive_pool_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& v, bool stats,
                             Tensor& y, Tensor* saved, cudaStream_t stream = nullptr);
 // dx (x's shape and dtype); dw, db, dv f32, overwritten.
-void attentive_pool_backward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& v, bool stats,
-                             const Tensor& saved, const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db, Tensor& dv,
+// saved is the forward's (its workspace regions are written here too).
+void attentive_pool_backward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& v, const Tensor& saved,
+                             const Tensor& dy, bool stats, Tensor& dx, Tensor& dw, Tensor& db, Tensor& dv,
                              cudaStream_t stream = nullptr);
 
 // ---- speaker verification's ops (issue 20): kernels/margin_softmax.hpp,
@@ -217,9 +239,9 @@ void attentive_pool_backward(const Tensor& x, const Tensor& w, const Tensor& b, 
 // allocated per call, refused while the stream is being captured into a CUDA
 // graph (pass one allocated before the capture).
 void margin_softmax_loss(const Tensor& emb, const Tensor& weight, const Tensor& labels,
-                         const kernels::MarginSoftmaxArgs& d, const float* loss_scale, Tensor& demb, Tensor& dweight,
-                         Tensor& sums, Tensor& counts, Tensor* step_loss, cudaStream_t stream = nullptr,
-                         Tensor* scratch = nullptr);
+                         const kernels::MarginSoftmaxArgs& d, Tensor& demb, Tensor& dweight, Tensor& sums,
+                         Tensor& counts, const float* loss_scale, Tensor* step_loss, Tensor* scratch,
+                         cudaStream_t stream = nullptr);
 
 // Angular prototypical loss (voxceleb_trainer's angleproto): emb [N*M, D] (T)
 // holds M >= 2 consecutive segments of each of N classes (N >= 2); per class
@@ -231,9 +253,9 @@ void margin_softmax_loss(const Tensor& emb, const Tensor& weight, const Tensor& 
 // i (no confusion matrix: counts may be [kLossCounts]; longer counts keep
 // their tail untouched). scratch: f32 with >= kernels::angleproto_scratch_elems(N, D)
 // elements on emb's device, or null: as margin_softmax_loss's.
-void angleproto_loss(const Tensor& emb, const Tensor& wb, const kernels::AngleProtoArgs& d, const float* loss_scale,
-                     Tensor& demb, Tensor& dwb, Tensor& sums, Tensor& counts, Tensor* step_loss,
-                     cudaStream_t stream = nullptr, Tensor* scratch = nullptr);
+void angleproto_loss(const Tensor& emb, const Tensor& wb, const kernels::AngleProtoArgs& d, Tensor& demb,
+                     Tensor& dwb, Tensor& sums, Tensor& counts, const float* loss_scale, Tensor* step_loss,
+                     Tensor* scratch, cudaStream_t stream = nullptr);
 
 // Instance normalisation of each mel band over time, per segment
 // (PyTorch's InstanceNorm1d(n_mels) on [B, mels, frames], eps 1e-5, no

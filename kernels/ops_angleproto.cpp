@@ -16,7 +16,7 @@ namespace {
 
 void check_dims(const kernels::AngleProtoArgs& d, const Tensor& emb, const char* op) {
   MF_CHECK(emb.ndim() == 2 && emb.size(1) >= 1, "{}: emb must be [N*M, D] with D >= 1, found {}", op, emb.str());
-  MF_CHECK(dtype_is_float(emb.dtype()), "{}: emb must be f32, bf16 or f16, found {}", op, emb.str());
+  check_float_dtype(emb, op, "emb");
   MF_CHECK(d.classes >= 2, "{}: at least 2 classes (N) are needed, found N = {}", op, d.classes);
   MF_CHECK(d.per_class >= 2,
            "{}: at least 2 segments per class (M: a query and a prototype) are needed, found M = {}", op,
@@ -40,9 +40,9 @@ float* cuda_scratch(const kernels::AngleProtoArgs& d, const Tensor& emb, Tensor*
 
 }  // namespace
 
-void angleproto_loss(const Tensor& emb, const Tensor& wb, const kernels::AngleProtoArgs& d, const float* loss_scale,
-                     Tensor& demb, Tensor& dwb, Tensor& sums, Tensor& counts, Tensor* step_loss, cudaStream_t stream,
-                     Tensor* scratch) {
+void angleproto_loss(const Tensor& emb, const Tensor& wb, const kernels::AngleProtoArgs& d, Tensor& demb,
+                     Tensor& dwb, Tensor& sums, Tensor& counts, const float* loss_scale, Tensor* step_loss,
+                     Tensor* scratch, cudaStream_t stream) {
   constexpr const char* op = "angleproto_loss";
   check_dims(d, emb, op);
   check_shape(wb, {2}, op, "wb (w, b)");

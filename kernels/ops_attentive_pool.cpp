@@ -15,7 +15,7 @@ namespace {
 kernels::AttentivePoolDims attentive_pool_dims(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& v,
                                                bool stats, const char* op) {
   MF_CHECK(x.ndim() == 4, "{}: x must be [N, H, W, C] (nhwc), found {}", op, x.str());
-  MF_CHECK(dtype_is_float(x.dtype()), "{}: x must be f32, bf16 or f16, found {}", op, x.str());
+  check_float_dtype(x, op, "x");
   MF_CHECK(w.ndim() == 2, "{}: w must be [A, C], found {}", op, w.str());
   const std::int64_t N = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3), A = w.size(0);
   constexpr std::int64_t kMax = std::numeric_limits<int>::max() / 2;
@@ -58,8 +58,8 @@ void attentive_pool_forward(const Tensor& x, const Tensor& w, const Tensor& b, c
   fn(d, x.dtype(), x.raw(), w.raw(), b.raw(), v.raw(), y.raw(), s, stream);
 }
 
-void attentive_pool_backward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& v, bool stats,
-                             const Tensor& saved, const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db, Tensor& dv,
+void attentive_pool_backward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& v, const Tensor& saved,
+                             const Tensor& dy, bool stats, Tensor& dx, Tensor& dw, Tensor& db, Tensor& dv,
                              cudaStream_t stream) {
   constexpr const char* op = "attentive_pool_backward";
   const kernels::AttentivePoolDims d = attentive_pool_dims(x, w, b, v, stats, op);

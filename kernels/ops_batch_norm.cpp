@@ -14,8 +14,6 @@ namespace mf::ops {
 
 namespace {
 
-bool given(const Tensor* t) { return t && t->defined(); }
-
 // Checks that t has x's shape, dtype and device.
 void check_like_x(const Tensor& t, const Tensor& x, const char* op, const char* what) {
   MF_CHECK(t.shape() == x.shape(), "{}: {} must have x's shape {}, found {}", op, what, shape_str(x.shape()),
@@ -29,7 +27,7 @@ void check_like_x(const Tensor& t, const Tensor& x, const char* op, const char* 
 kernels::BatchNormArgs bn_dims(const Tensor& x, const Tensor& gamma, float eps, bool relu, const char* op) {
   MF_CHECK(x.ndim() >= 2, "{}: x must be [..., C] with at least 2 dimensions (nhwc [N, H, W, C]), found {}", op,
            x.str());
-  MF_CHECK(dtype_is_float(x.dtype()), "{}: x must be f32, bf16 or f16, found {}", op, x.str());
+  check_float_dtype(x, op, "x");
   const std::int64_t C = x.size(x.ndim() - 1);
   MF_CHECK(C >= 1 && C <= (1 << 20), "{}: x must have 1..{} channels (its last dimension), found {}", op, 1 << 20,
            x.str());
@@ -51,7 +49,7 @@ void check_forward_io(const kernels::BatchNormArgs& d, const Tensor& x, const Te
   check_shape(beta, {d.c}, op, "beta ([C], C = x's last dimension)");
   check_dtype(beta, x.dtype(), op, "beta (same dtype as x)");
   check_same_device({&x, &beta}, op);
-  if (given(residual)) check_like_x(*residual, x, op, "residual");
+  if (residual) check_like_x(*residual, x, op, "residual");
   check_like_x(y, x, op, "y");
 }
 
@@ -79,9 +77,10 @@ float* cuda_scratch(const kernels::BatchNormArgs& d, const Tensor& x, Tensor* sc
 
 }  // namespace
 
-void batch_norm_train_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, float momentum,
-                              Tensor& running_mean, Tensor& running_var, Tensor& save_mean, Tensor& save_invstd,
-                              const Tensor* residual, bool relu, Tensor& y, cudaStream_t stream, Tensor* scratch) {
+void batch_norm_train_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                              Tensor& running_var, float eps, float momentum, bool relu, Tensor& save_mean,
+                              Tensor& save_invstd, Tensor& y, const Tensor* residual, Tensor* scratch,
+                              cudaStream_t stream) {
   constexpr const char* op = "batch_norm_train_forward";
   kernels::BatchNormArgs d = bn_dims(x, gamma, eps, relu, op);
   check_forward_io(d, x, beta, residual, y, op);
@@ -93,7 +92,7 @@ void batch_norm_train_forward(const Tensor& x, const Tensor& gamma, const Tensor
   check_stat(save_mean, d.c, x, op, "save_mean (f32 [C])");
   check_stat(save_invstd, d.c, x, op, "save_invstd (f32 [C])");
   check_training_rows(d, x, op);
-  const void* res = given(residual) ? residual->raw() : nullptr;
+  const void* res = residual ? residual->raw() : nullptr;
   float* rm = static_cast<float*>(running_mean.raw());
   float* rv = static_cast<float*>(running_var.raw());
   float* sm = static_cast<float*>(save_mean.raw());
@@ -110,7 +109,7 @@ void batch_norm_train_forward(const Tensor& x, const Tensor& gamma, const Tensor
 }
 
 void batch_norm_eval_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                             const Tensor& running_var, float eps, const Tensor* residual, bool relu, Tensor& y,
+                             const Tensor& running_var, float eps, bool relu, Tensor& y, const Tensor* residual,
                              cudaStream_t stream) {
   constexpr const char* op = "batch_norm_eval_forward";
   const kernels::BatchNormArgs d = bn_dims(x, gamma, eps, relu, op);
@@ -118,24 +117,27 @@ void batch_norm_eval_forward(const Tensor& x, const Tensor& gamma, const Tensor&
   check_stat(running_mean, d.c, x, op, "running_mean (f32 [C])");
   check_stat(running_var, d.c, x, op, "running_var (f32 [C])");
   auto fn = x.is_cuda() ? kernels::batch_norm_eval_forward_cuda : kernels::batch_norm_eval_forward_cpu;
-  fn(d, x.dtype(), x.raw(), gamma.raw(), beta.raw(), given(residual) ? residual->raw() : nullptr,
+  fn(d, x.dtype(), x.raw(), gamma.raw(), beta.raw(), residual ? residual->raw() : nullptr,
      static_cast<const float*>(running_mean.raw()), static_cast<const float*>(running_var.raw()), y.raw(), stream);
 }
 
 void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
-                         const Tensor& y, Tensor& dy, bool relu, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
-                         cudaStream_t stream, Tensor* scratch) {
+                         Tensor& dy, bool relu, Tensor& dx, Tensor& dgamma, Tensor& dbeta, const Tensor* y,
+                         Tensor* scratch, cudaStream_t stream) {
   constexpr const char* op = "batch_norm_backward";
   const kernels::BatchNormArgs d = bn_dims(x, gamma, 0.f, relu, op);
   check_like_x(dy, x, op, "dy");
   check_like_x(dx, x, op, "dx");
-  if (relu) check_like_x(y, x, op, "y (read with relu)");
+  if (relu) {
+    MF_CHECK(y != nullptr, "{}: y (the forward's output, read with relu) must be given, found null", op);
+    check_like_x(*y, x, op, "y (read with relu)");
+  }
   check_stat(save_mean, d.c, x, op, "save_mean (f32 [C])");
   check_stat(save_invstd, d.c, x, op, "save_invstd (f32 [C])");
   check_stat(dgamma, d.c, x, op, "dgamma (f32 [C])");
   check_stat(dbeta, d.c, x, op, "dbeta (f32 [C])");
   check_training_rows(d, x, op);
-  const void* yp = relu ? y.raw() : nullptr;
+  const void* yp = relu ? y->raw() : nullptr;
   const float* sm = static_cast<const float*>(save_mean.raw());
   const float* si = static_cast<const float*>(save_invstd.raw());
   float* dg = static_cast<float*>(dgamma.raw());

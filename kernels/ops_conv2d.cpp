@@ -1,8 +1,8 @@
 // Dispatch of conv2d_forward / conv2d_backward (kernels/ops.hpp; layouts and
 // rules in kernels/conv2d.hpp): validate shapes, dtypes and devices with
 // errors that name what was expected and found, then run the CPU twin or the
-// CUDA kernels by the tensors' device. An optional tensor (b, dx, db) is absent
-// when its pointer is null or the tensor is undefined.
+// CUDA kernels by the tensors' device. An optional tensor (b, y, dx, db,
+// scratch) is absent when its pointer is null.
 #include <string>
 
 #include "engine/error.hpp"
@@ -13,13 +13,11 @@ namespace mf::ops {
 
 namespace {
 
-bool given(const Tensor* t) { return t && t->defined(); }
-
 // Validates x, w and the stride; returns the dims they imply.
 kernels::Conv2dDims conv2d_dims(const Tensor& x, const Tensor& w, int stride, bool relu, const char* op) {
   MF_CHECK(x.ndim() == 4, "{}: x must be 4-D [N, H, W, Cin] (NHWC), found {}", op, x.str());
   MF_CHECK(w.ndim() == 4, "{}: w must be 4-D [Cout, k, k, Cin] (OHWI), found {}", op, w.str());
-  MF_CHECK(dtype_is_float(x.dtype()), "{}: x must be f32, bf16 or f16, found {}", op, x.str());
+  check_float_dtype(x, op, "x");
   check_dtype(w, x.dtype(), op, "w (same dtype as x)");
   MF_CHECK(x.size(0) >= 1 && x.size(1) >= 1 && x.size(2) >= 1 && x.size(3) >= 1,
            "{}: x must have N, H, W, Cin >= 1, found {}", op, x.str());
@@ -45,11 +43,11 @@ kernels::Conv2dDims conv2d_dims(const Tensor& x, const Tensor& w, int stride, bo
 
 }  // namespace
 
-void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* b, int stride, bool relu, Tensor& y,
+void conv2d_forward(const Tensor& x, const Tensor& w, int stride, bool relu, Tensor& y, const Tensor* b,
                     cudaStream_t stream) {
   constexpr const char* op = "conv2d_forward";
   const kernels::Conv2dDims d = conv2d_dims(x, w, stride, relu, op);
-  const bool with_b = given(b);
+  const bool with_b = b != nullptr;
   if (with_b) {
     check_shape(*b, {d.cout}, op, "b");
     check_dtype(*b, x.dtype(), op, "b (same dtype as x)");
@@ -62,22 +60,23 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor* b, int strid
   fn(d, x.dtype(), x.raw(), w.raw(), with_b ? b->raw() : nullptr, y.raw(), stream);
 }
 
-void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& dy, int stride, bool relu,
-                     Tensor* dx, Tensor& dw, Tensor* db, cudaStream_t stream, Tensor* scratch) {
+void conv2d_backward(const Tensor& x, const Tensor& w, Tensor& dy, int stride, bool relu, Tensor& dw,
+                     const Tensor* y, Tensor* dx, Tensor* db, Tensor* scratch, cudaStream_t stream) {
   constexpr const char* op = "conv2d_backward";
   const kernels::Conv2dDims d = conv2d_dims(x, w, stride, relu, op);
   const Shape ys{d.n, d.oh(), d.ow(), d.cout};
   check_shape(dy, ys, op, "dy");
   check_dtype(dy, x.dtype(), op, "dy (same dtype as x)");
   if (relu) {  // y is read only to mask dy
-    check_shape(y, ys, op, "y (the forward's output)");
-    check_dtype(y, x.dtype(), op, "y (same dtype as x)");
-    check_same_device({&x, &y}, op);
+    MF_CHECK(y != nullptr, "{}: y (the forward's output) must be given with relu, found null", op);
+    check_shape(*y, ys, op, "y (the forward's output)");
+    check_dtype(*y, x.dtype(), op, "y (same dtype as x)");
+    check_same_device({&x, y}, op);
   }
   check_shape(dw, w.shape(), op, "dw");
   check_dtype(dw, DType::f32, op, "dw");
   check_same_device({&x, &w, &dy, &dw}, op);
-  const bool with_dx = given(dx), with_db = given(db);
+  const bool with_dx = dx != nullptr, with_db = db != nullptr;
   if (with_dx) {
     check_shape(*dx, x.shape(), op, "dx");
     check_dtype(*dx, x.dtype(), op, "dx (same dtype as x)");
@@ -89,7 +88,7 @@ void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& 
     check_same_device({&x, db}, op);
   }
   float* part = nullptr;  // the CUDA path's dw/db partials, or null: allocated per call
-  if (given(scratch) && x.is_cuda()) {
+  if (scratch && x.is_cuda()) {
     const std::int64_t need = kernels::conv2d_scratch_elems(d);
     check_dtype(*scratch, DType::f32, op, "scratch");
     MF_CHECK(scratch->numel() >= need,
@@ -100,7 +99,7 @@ void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& 
     part = scratch->data<float>();
   }
   auto fn = x.is_cuda() ? kernels::conv2d_backward_cuda : kernels::conv2d_backward_cpu;
-  fn(d, x.dtype(), x.raw(), w.raw(), relu ? y.raw() : nullptr, dy.raw(), with_dx ? dx->raw() : nullptr,
+  fn(d, x.dtype(), x.raw(), w.raw(), relu ? y->raw() : nullptr, dy.raw(), with_dx ? dx->raw() : nullptr,
      dw.data<float>(), with_db ? db->data<float>() : nullptr, part, stream);
 }
 

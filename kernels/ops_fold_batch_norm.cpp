@@ -10,16 +10,16 @@
 
 namespace mf::ops {
 
-void fold_batch_norm(const Tensor& w, const Tensor* b, const Tensor& gamma, const Tensor& beta,
-                     const Tensor& running_mean, const Tensor& running_var, float eps, Tensor& w_out, Tensor& b_out,
+void fold_batch_norm(const Tensor& w, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                     const Tensor& running_var, float eps, Tensor& w_out, Tensor& b_out, const Tensor* b,
                      cudaStream_t stream) {
   constexpr const char* op = "fold_batch_norm";
   MF_CHECK(w.ndim() == 4, "{}: w must be 4-D [Cout, k, k, Cin] (OHWI), found {}", op, w.str());
-  MF_CHECK(dtype_is_float(w.dtype()), "{}: w must be f32, bf16 or f16, found {}", op, w.str());
+  check_float_dtype(w, op, "w");
   const std::int64_t cout = w.size(0);
   MF_CHECK(cout >= 1 && cout < (std::int64_t(1) << 30), "{}: w must have 1 <= Cout < 2^30, found {}", op, w.str());
   MF_CHECK(std::isfinite(eps) && eps >= 0.f, "{}: eps must be finite and >= 0, found {}", op, eps);
-  const bool with_b = b && b->defined();
+  const bool with_b = b != nullptr;
   if (with_b) {
     check_shape(*b, {cout}, op, "b ([Cout], Cout = w's first dimension)");
     check_dtype(*b, w.dtype(), op, "b (w's dtype)");

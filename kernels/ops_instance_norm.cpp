@@ -13,7 +13,7 @@ void instance_norm(const Tensor& x, Tensor& y, cudaStream_t stream) {
   MF_CHECK(rank3 || rank4, "{}: x must be [B, mels, frames] or [B, mels, frames, 1], found {}", op, x.str());
   MF_CHECK(x.size(2) >= 1 && x.size(2) <= std::int64_t(1) << 30, "{}: x must have 1 to 2^30 frames, found {}", op,
            x.str());
-  MF_CHECK(dtype_is_float(x.dtype()), "{}: x must be f32, bf16 or f16, found {}", op, x.str());
+  check_float_dtype(x, op, "x");
   check_shape(y, x.shape(), op, "y (x's shape)");
   check_dtype(y, x.dtype(), op, "y (x's dtype)");
   check_same_device({&x, &y}, op);

@@ -17,7 +17,7 @@ namespace {
 
 void check_dims(const kernels::MarginSoftmaxArgs& d, const Tensor& emb, const Tensor& weight, const char* op) {
   MF_CHECK(emb.ndim() == 2 && emb.size(1) >= 1, "{}: emb must be [B, D] with D >= 1, found {}", op, emb.str());
-  MF_CHECK(dtype_is_float(emb.dtype()), "{}: emb must be f32, bf16 or f16, found {}", op, emb.str());
+  check_float_dtype(emb, op, "emb");
   const std::int64_t B = emb.size(0), D = emb.size(1);
   MF_CHECK(weight.ndim() == 2 && weight.size(1) == D && weight.size(0) >= 1,
            "{}: weight must be [C, D = {}] with C >= 1 (one row per class), found {}", op, D, weight.str());
@@ -49,8 +49,9 @@ float* cuda_scratch(const kernels::MarginSoftmaxArgs& d, const Tensor& emb, Tens
 }  // namespace
 
 void margin_softmax_loss(const Tensor& emb, const Tensor& weight, const Tensor& labels,
-                         const kernels::MarginSoftmaxArgs& d, const float* loss_scale, Tensor& demb, Tensor& dweight,
-                         Tensor& sums, Tensor& counts, Tensor* step_loss, cudaStream_t stream, Tensor* scratch) {
+                         const kernels::MarginSoftmaxArgs& d, Tensor& demb, Tensor& dweight, Tensor& sums,
+                         Tensor& counts, const float* loss_scale, Tensor* step_loss, Tensor* scratch,
+                         cudaStream_t stream) {
   constexpr const char* op = "margin_softmax_loss";
   check_dims(d, emb, weight, op);
   const std::int64_t B = emb.size(0), C = weight.size(0);

@@ -11,10 +11,6 @@ namespace mf::ops {
 
 namespace {
 
-void check_float_t(const Tensor& t, const char* op, const char* what) {
-  MF_CHECK(dtype_is_float(t.dtype()), "{}: {} must be f32, bf16 or f16, found {}", op, what, t.str());
-}
-
 // x must be [N, H, W, C] with every dimension >= 1, H*W and C within int.
 kernels::PoolingDims nhwc_dims(const Tensor& x, const char* op, const char* what) {
   MF_CHECK(x.ndim() == 4, "{}: {} must be [N, H, W, C], found {}", op, what, x.str());
@@ -22,7 +18,7 @@ kernels::PoolingDims nhwc_dims(const Tensor& x, const char* op, const char* what
            "{}: {} must have N, H, W, C >= 1, found {}", op, what, x.str());
   MF_CHECK(x.size(1) * x.size(2) < (std::int64_t(1) << 31) && x.size(3) < (std::int64_t(1) << 31),
            "{}: {} is too large (H*W and C must fit in int32), found {}", op, what, x.str());
-  check_float_t(x, op, what);
+  check_float_dtype(x, op, what);
   return kernels::PoolingDims{x.size(0), int(x.size(1)), int(x.size(2)), int(x.size(3))};
 }
 
@@ -99,7 +95,7 @@ void global_avg_pool_backward(const Tensor& dy, Tensor& dx, cudaStream_t stream)
   fn(d, dx.dtype(), dy.raw(), dx.raw(), stream);
 }
 
-void channel_gate_forward(const Tensor& x, const Tensor& g, const Tensor* residual, bool relu, Tensor& y,
+void channel_gate_forward(const Tensor& x, const Tensor& g, bool relu, Tensor& y, const Tensor* residual,
                           cudaStream_t stream) {
   constexpr const char* op = "channel_gate_forward";
   const kernels::PoolingDims d = nhwc_dims(x, op, "x");
@@ -115,8 +111,8 @@ void channel_gate_forward(const Tensor& x, const Tensor& g, const Tensor* residu
   fn(d, relu, x.dtype(), x.raw(), g.raw(), residual ? residual->raw() : nullptr, y.raw(), stream);
 }
 
-void channel_gate_backward(const Tensor& x, const Tensor& g, const Tensor& y, Tensor& dy, bool relu, Tensor& dx,
-                           Tensor& dg, cudaStream_t stream) {
+void channel_gate_backward(const Tensor& x, const Tensor& g, Tensor& dy, bool relu, Tensor& dx, Tensor& dg,
+                           const Tensor* y, cudaStream_t stream) {
   constexpr const char* op = "channel_gate_backward";
   const kernels::PoolingDims d = nhwc_dims(x, op, "x");
   check_shape(g, {d.n, d.c}, op, "g ([N, C] of x)");
@@ -125,17 +121,18 @@ void channel_gate_backward(const Tensor& x, const Tensor& g, const Tensor& y, Te
   check_like(dx, x, op, "dx", "x");
   check_like(dg, g, op, "dg", "g");
   check_same_device({&x, &g, &dy, &dx, &dg}, op);
-  if (relu) {  // y is read only with relu (it may be undefined otherwise)
-    check_like(y, x, op, "y", "x");
-    check_same_device({&x, &y}, op);
+  if (relu) {  // y is read only with relu (it may be null otherwise)
+    MF_CHECK(y != nullptr, "{}: y (the forward's output) must be given with relu, found null", op);
+    check_like(*y, x, op, "y", "x");
+    check_same_device({&x, y}, op);
   }
   auto fn = x.is_cuda() ? kernels::channel_gate_backward_cuda : kernels::channel_gate_backward_cpu;
-  fn(d, relu, x.dtype(), x.raw(), g.raw(), relu ? y.raw() : nullptr, dy.raw(), dx.raw(), dg.raw(), stream);
+  fn(d, relu, x.dtype(), x.raw(), g.raw(), relu ? y->raw() : nullptr, dy.raw(), dx.raw(), dg.raw(), stream);
 }
 
-void add_inplace(const Tensor& src, Tensor& dst, cudaStream_t stream) {
-  constexpr const char* op = "add_inplace";
-  check_float_t(src, op, "src");
+void accumulate(const Tensor& src, Tensor& dst, cudaStream_t stream) {
+  constexpr const char* op = "accumulate";
+  check_float_dtype(src, op, "src");
   check_like(dst, src, op, "dst", "src");
   check_same_device({&src, &dst}, op);
   auto fn = src.is_cuda() ? kernels::add_inplace_cuda : kernels::add_inplace_cpu;

@@ -29,7 +29,7 @@
 //   y (the forward's output) is read only with relu; without it the dispatch
 //   accepts an undefined y.
 //
-// add_inplace: dst[i] = dst[i] + src[i] in f32, rounded once to T.
+// add_inplace (ops::accumulate): dst[i] = dst[i] + src[i] in f32, rounded once to T.
 //
 // The fixed reduction order (global_avg_pool's sum and channel_gate's dg):
 //   position i of the H*W positions goes to partial sum i % kPoolLanes, each

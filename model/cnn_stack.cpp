@@ -166,18 +166,18 @@ void bn_forward(const Params& P, const std::string& name, const Tensor& x, BnSav
                 bool relu, Tensor& y, bool train, Tensor* scratch, cudaStream_t st) {
   Tensor rm = P.stat(name + ".running_mean"), rv = P.stat(name + ".running_var");
   if (train)
-    ops::batch_norm_train_forward(x, P.w(name + ".weight"), P.w(name + ".bias"), kBnEps, kBnMomentum, rm, rv,
-                                  saved.mean, saved.invstd, residual, relu, y, st, scratch);
+    ops::batch_norm_train_forward(x, P.w(name + ".weight"), P.w(name + ".bias"), rm, rv, kBnEps, kBnMomentum,
+                                  relu, saved.mean, saved.invstd, y, residual, scratch, st);
   else
-    ops::batch_norm_eval_forward(x, P.w(name + ".weight"), P.w(name + ".bias"), rm, rv, kBnEps, residual, relu, y,
+    ops::batch_norm_eval_forward(x, P.w(name + ".weight"), P.w(name + ".bias"), rm, rv, kBnEps, relu, y, residual,
                                  st);
 }
 
 void bn_backward(const Params& P, Tensor& g, const std::string& name, const Tensor& x, const BnSaved& saved,
-                 const Tensor& y, Tensor& dy, bool relu, Tensor& dx, Tensor* scratch, cudaStream_t st) {
+                 const Tensor* y, Tensor& dy, bool relu, Tensor& dx, Tensor* scratch, cudaStream_t st) {
   Tensor dgamma = P.pb.view(g, name + ".weight"), dbeta = P.pb.view(g, name + ".bias");
-  ops::batch_norm_backward(x, P.w(name + ".weight"), saved.mean, saved.invstd, y, dy, relu, dx, dgamma, dbeta, st,
-                           scratch);
+  ops::batch_norm_backward(x, P.w(name + ".weight"), saved.mean, saved.invstd, dy, relu, dx, dgamma, dbeta, y,
+                           scratch, st);
 }
 
 void conv_forward(Node& nd, const Params& P, const Tensor& x, bool train, Tensor* scratch, cudaStream_t st) {
@@ -188,7 +188,7 @@ void conv_forward(Node& nd, const Params& P, const Tensor& x, bool train, Tensor
     ops::conv_relu_pool_forward(x, w, b, l.pool, nd.y, train ? &nd.code : nullptr, st);
     return;
   }
-  ops::conv2d_forward(x, w, l.bias ? &b : nullptr, l.stride, l.relu && !l.batch_norm, nd.z, st);
+  ops::conv2d_forward(x, w, l.stride, l.relu && !l.batch_norm, nd.z, l.bias ? &b : nullptr, st);
   if (l.batch_norm) bn_forward(P, nd.pre + ".bn", nd.z, nd.bn, nullptr, l.relu, nd.a, train, scratch, st);
   if (l.pool > 1) ops::max_pool_forward(nd.a, l.pool, nd.y, train ? &nd.code : nullptr, st);
 }
@@ -200,14 +200,14 @@ void conv_backward(Node& nd, const Params& P, const Tensor& x, Tensor* dx, Tenso
   Tensor gw = P.pb.view(g, nd.pre + ".conv.weight");
   Tensor gb = l.bias ? P.pb.view(g, nd.pre + ".conv.bias") : Tensor();
   if (nd.fused) {
-    ops::conv_relu_pool_backward(x, w, nd.dy, nd.code, l.pool, dx, gw, gb, st);
+    ops::conv_relu_pool_backward(x, w, nd.dy, nd.code, l.pool, gw, gb, dx, st);
     return;
   }
   if (l.pool > 1) ops::max_pool_backward(nd.dy, nd.code, l.pool, nd.da, st);
-  if (l.batch_norm) bn_backward(P, g, nd.pre + ".bn", nd.z, nd.bn, nd.a, nd.da, l.relu, nd.dz, scratch, st);
+  if (l.batch_norm) bn_backward(P, g, nd.pre + ".bn", nd.z, nd.bn, &nd.a, nd.da, l.relu, nd.dz, scratch, st);
   const bool relu_here = l.relu && !l.batch_norm;
-  ops::conv2d_backward(x, w, relu_here ? nd.z : Tensor(), nd.dz, l.stride, relu_here, dx, gw, l.bias ? &gb : nullptr,
-                       st, P.conv_scratch);
+  ops::conv2d_backward(x, w, nd.dz, l.stride, relu_here, gw, relu_here ? &nd.z : nullptr, dx,
+                       l.bias ? &gb : nullptr, P.conv_scratch, st);
 }
 
 // Squeeze-excitation after bn2 (nd.b2): the gate, the shortcut added, ReLU.
@@ -216,18 +216,18 @@ void se_forward(Node& nd, const Params& P, const Tensor* shortcut, cudaStream_t 
   ops::global_avg_pool_forward(nd.b2, nd.g1, st);
   ops::dense_forward(nd.g1, P.w(pre + ".se.fc1.weight"), P.w(pre + ".se.fc1.bias"), true, nd.f1, st);
   ops::dense_forward(nd.f1, P.w(pre + ".se.fc2.weight"), P.w(pre + ".se.fc2.bias"), false, nd.gl, st);
-  ops::channel_gate_forward(nd.b2, nd.gl, shortcut, true, nd.y, st);
+  ops::channel_gate_forward(nd.b2, nd.gl, true, nd.y, shortcut, st);
 }
 
 void residual_forward(Node& nd, const Params& P, const Tensor& x, bool train, Tensor* scratch, cudaStream_t st) {
   const CnnLayer& l = nd.l;
   const std::string& pre = nd.pre;
-  ops::conv2d_forward(x, P.w(pre + ".conv1.weight"), nullptr, l.stride, false, nd.t1, st);
+  ops::conv2d_forward(x, P.w(pre + ".conv1.weight"), l.stride, false, nd.t1, nullptr, st);
   bn_forward(P, pre + ".bn1", nd.t1, nd.bn1, nullptr, true, nd.a1, train, scratch, st);
-  ops::conv2d_forward(nd.a1, P.w(pre + ".conv2.weight"), nullptr, 1, false, nd.t2, st);
+  ops::conv2d_forward(nd.a1, P.w(pre + ".conv2.weight"), 1, false, nd.t2, nullptr, st);
   const Tensor* shortcut = &x;
   if (nd.project) {
-    ops::conv2d_forward(x, P.w(pre + ".downsample.0.weight"), nullptr, l.stride, false, nd.p, st);
+    ops::conv2d_forward(x, P.w(pre + ".downsample.0.weight"), l.stride, false, nd.p, nullptr, st);
     bn_forward(P, pre + ".downsample.1", nd.p, nd.bnd, nullptr, false, nd.s, train, scratch, st);
     shortcut = &nd.s;
   }
@@ -246,32 +246,32 @@ void residual_backward(Node& nd, const Params& P, const Tensor& x, Tensor* dx, T
   const ParamBuffer& pb = P.pb;
   // The output's ReLU masks dy in place; dy is then the shortcut's gradient.
   if (l.se == 0) {
-    bn_backward(P, g, pre + ".bn2", nd.t2, nd.bn2, nd.y, nd.dy, true, nd.dt2, scratch, st);
+    bn_backward(P, g, pre + ".bn2", nd.t2, nd.bn2, &nd.y, nd.dy, true, nd.dt2, scratch, st);
   } else {
-    ops::channel_gate_backward(nd.b2, nd.gl, nd.y, nd.dy, true, nd.db2, nd.dgl, st);
+    ops::channel_gate_backward(nd.b2, nd.gl, nd.dy, true, nd.db2, nd.dgl, &nd.y, st);
     Tensor g2w = pb.view(g, pre + ".se.fc2.weight"), g2b = pb.view(g, pre + ".se.fc2.bias");
-    ops::dense_backward(nd.f1, P.w(pre + ".se.fc2.weight"), nd.gl, nd.dgl, false, &nd.df1, g2w, g2b, st);
+    ops::dense_backward(nd.f1, P.w(pre + ".se.fc2.weight"), nd.gl, nd.dgl, false, g2w, g2b, &nd.df1, st);
     Tensor g1w = pb.view(g, pre + ".se.fc1.weight"), g1b = pb.view(g, pre + ".se.fc1.bias");
-    ops::dense_backward(nd.g1, P.w(pre + ".se.fc1.weight"), nd.f1, nd.df1, true, &nd.dg1, g1w, g1b, st);
+    ops::dense_backward(nd.g1, P.w(pre + ".se.fc1.weight"), nd.f1, nd.df1, true, g1w, g1b, &nd.dg1, st);
     ops::global_avg_pool_backward(nd.dg1, nd.dtmp, st);
-    ops::add_inplace(nd.dtmp, nd.db2, st);
-    bn_backward(P, g, pre + ".bn2", nd.t2, nd.bn2, Tensor(), nd.db2, false, nd.dt2, scratch, st);
+    ops::accumulate(nd.dtmp, nd.db2, st);
+    bn_backward(P, g, pre + ".bn2", nd.t2, nd.bn2, nullptr, nd.db2, false, nd.dt2, scratch, st);
   }
   Tensor gw2 = pb.view(g, pre + ".conv2.weight");
-  ops::conv2d_backward(nd.a1, P.w(pre + ".conv2.weight"), Tensor(), nd.dt2, 1, false, &nd.da1, gw2, nullptr, st,
-                       P.conv_scratch);
-  bn_backward(P, g, pre + ".bn1", nd.t1, nd.bn1, nd.a1, nd.da1, true, nd.dt1, scratch, st);
+  ops::conv2d_backward(nd.a1, P.w(pre + ".conv2.weight"), nd.dt2, 1, false, gw2, nullptr, &nd.da1, nullptr,
+                       P.conv_scratch, st);
+  bn_backward(P, g, pre + ".bn1", nd.t1, nd.bn1, &nd.a1, nd.da1, true, nd.dt1, scratch, st);
   Tensor gw1 = pb.view(g, pre + ".conv1.weight");
-  ops::conv2d_backward(x, P.w(pre + ".conv1.weight"), Tensor(), nd.dt1, l.stride, false, dx, gw1, nullptr, st,
-                       P.conv_scratch);
+  ops::conv2d_backward(x, P.w(pre + ".conv1.weight"), nd.dt1, l.stride, false, gw1, nullptr, dx, nullptr,
+                       P.conv_scratch, st);
   if (nd.project) {
-    bn_backward(P, g, pre + ".downsample.1", nd.p, nd.bnd, Tensor(), nd.dy, false, nd.dp, scratch, st);
+    bn_backward(P, g, pre + ".downsample.1", nd.p, nd.bnd, nullptr, nd.dy, false, nd.dp, scratch, st);
     Tensor gwd = pb.view(g, pre + ".downsample.0.weight");
-    ops::conv2d_backward(x, P.w(pre + ".downsample.0.weight"), Tensor(), nd.dp, l.stride, false,
-                         dx ? &nd.dx2 : nullptr, gwd, nullptr, st, P.conv_scratch);
-    if (dx) ops::add_inplace(nd.dx2, *dx, st);
+    ops::conv2d_backward(x, P.w(pre + ".downsample.0.weight"), nd.dp, l.stride, false, gwd,
+                         nullptr, dx ? &nd.dx2 : nullptr, nullptr, P.conv_scratch, st);
+    if (dx) ops::accumulate(nd.dx2, *dx, st);
   } else if (dx) {
-    ops::add_inplace(nd.dy, *dx, st);
+    ops::accumulate(nd.dy, *dx, st);
   }
 }
 
@@ -289,8 +289,8 @@ Folded fold(const Params& P, const std::string& conv, bool bias, const std::stri
   const Tensor b = bias ? P.w(conv + ".bias") : Tensor();
   Folded f{Tensor::empty(w.shape(), w.dtype(), w.device(), w.layout(), st),
            Tensor::empty({w.size(0)}, w.dtype(), w.device(), Layout::plain, st)};
-  ops::fold_batch_norm(w, bias ? &b : nullptr, P.w(bn + ".weight"), P.w(bn + ".bias"),
-                       P.stat(bn + ".running_mean"), P.stat(bn + ".running_var"), kBnEps, f.w, f.b, st);
+  ops::fold_batch_norm(w, P.w(bn + ".weight"), P.w(bn + ".bias"), P.stat(bn + ".running_mean"),
+                       P.stat(bn + ".running_var"), kBnEps, f.w, f.b, bias ? &b : nullptr, st);
   return f;
 }
 
@@ -303,7 +303,7 @@ bool node_folds(const Node& nd) {
 void conv_forward_folded(Node& nd, const Params& P, const Tensor& x, cudaStream_t st) {
   const CnnLayer& l = nd.l;
   const Folded f = fold(P, nd.pre + ".conv", l.bias, nd.pre + ".bn", st);
-  ops::conv2d_forward(x, f.w, &f.b, l.stride, l.relu, nd.a, st);
+  ops::conv2d_forward(x, f.w, l.stride, l.relu, nd.a, &f.b, st);
   if (l.pool > 1) ops::max_pool_forward(nd.a, l.pool, nd.y, nullptr, st);
 }
 
@@ -315,21 +315,21 @@ void residual_forward_folded(Node& nd, const Params& P, const Tensor& x, cudaStr
   const std::string& pre = nd.pre;
   {
     const Folded f1 = fold(P, pre + ".conv1", false, pre + ".bn1", st);
-    ops::conv2d_forward(x, f1.w, &f1.b, l.stride, true, nd.a1, st);
+    ops::conv2d_forward(x, f1.w, l.stride, true, nd.a1, &f1.b, st);
   }
   const Tensor* shortcut = &x;
   if (nd.project) {
     const Folded fd = fold(P, pre + ".downsample.0", false, pre + ".downsample.1", st);
-    ops::conv2d_forward(x, fd.w, &fd.b, l.stride, false, nd.s, st);
+    ops::conv2d_forward(x, fd.w, l.stride, false, nd.s, &fd.b, st);
     shortcut = &nd.s;
   }
   if (l.se == 0) {
-    ops::conv2d_forward(nd.a1, P.w(pre + ".conv2.weight"), nullptr, 1, false, nd.t2, st);
+    ops::conv2d_forward(nd.a1, P.w(pre + ".conv2.weight"), 1, false, nd.t2, nullptr, st);
     bn_forward(P, pre + ".bn2", nd.t2, nd.bn2, shortcut, true, nd.y, false, nullptr, st);
     return;
   }
   const Folded f2 = fold(P, pre + ".conv2", false, pre + ".bn2", st);
-  ops::conv2d_forward(nd.a1, f2.w, &f2.b, 1, false, nd.b2, st);
+  ops::conv2d_forward(nd.a1, f2.w, 1, false, nd.b2, &f2.b, st);
   se_forward(nd, P, shortcut, st);
 }
 
@@ -351,7 +351,7 @@ void node_forward(Node& nd, const Params& P, const Tensor& x, bool train, const 
       return;
     case LayerType::dropout:
       if (train && l.p > 0.f)
-        ops::dropout_forward(x, nd.y, l.p, nd.dropout_seed ^ drop.seed, drop.stream, drop.counter, st);
+        ops::dropout_forward(x, drop.counter, l.p, nd.dropout_seed ^ drop.seed, drop.stream, nd.y, st);
       else
         nd.y.copy_from(x, st);
       return;
@@ -372,21 +372,21 @@ void node_backward(Node& nd, const Params& P, const Tensor& x, Tensor* dx, Tenso
       Tensor gw = pb.view(g, nd.pre + ".linear.weight"), gb = pb.view(g, nd.pre + ".linear.bias");
       Tensor gv = pb.view(g, nd.pre + ".attention");
       ops::attentive_pool_backward(x, P.w(nd.pre + ".linear.weight"), P.w(nd.pre + ".linear.bias"),
-                                   P.w(nd.pre + ".attention"), l.stats, nd.saved, nd.dy, dx ? *dx : nd.dxs, gw, gb,
+                                   P.w(nd.pre + ".attention"), nd.saved, nd.dy, l.stats, dx ? *dx : nd.dxs, gw, gb,
                                    gv, st);
       return;
     }
     case LayerType::dense: {
       Tensor gw = pb.view(g, nd.pre + ".fc.weight"), gb = pb.view(g, nd.pre + ".fc.bias");
       Tensor dxf = dx ? flat(*dx) : Tensor();
-      ops::dense_backward(flat(x), P.w(nd.pre + ".fc.weight"), nd.y, nd.dy, l.relu, dx ? &dxf : nullptr, gw, gb,
+      ops::dense_backward(flat(x), P.w(nd.pre + ".fc.weight"), nd.y, nd.dy, l.relu, gw, gb, dx ? &dxf : nullptr,
                           st);
       return;
     }
     case LayerType::dropout:
       if (!dx) return;
       if (l.p > 0.f)
-        ops::dropout_backward(nd.dy, *dx, l.p, nd.dropout_seed ^ drop.seed, drop.stream, drop.counter, st);
+        ops::dropout_backward(nd.dy, drop.counter, l.p, nd.dropout_seed ^ drop.seed, drop.stream, *dx, st);
       else
         dx->copy_from(nd.dy, st);
       return;

@@ -211,8 +211,8 @@ FileVote vote_files(const Tensor& class_in, const Tensor& leak_in, std::int64_t 
     leak_prob = Tensor::empty({files}, DType::f32, dev, Layout::plain, stream);
     leak = Tensor::empty({files}, DType::i32, dev, Layout::plain, stream);
   }
-  ops::file_vote(class_in, leak_in, files, longs, shorts, float(threshold), logits, probs, klass, leak_prob, leak,
-                 stream);
+  ops::file_vote(class_in, files, longs, shorts, float(threshold), logits, probs, klass, has_leak ? &leak_in : nullptr,
+                 has_leak ? &leak_prob : nullptr, has_leak ? &leak : nullptr, stream);
   FileVote v;
   v.files = files;
   v.classes = int(C);

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "engine/error.hpp"
+#include "model/torch_layout_lab.hpp"
 
 namespace mf::model {
 

@@ -32,8 +32,6 @@ std::vector<NamedArray> export_torch(const ParamBuffer& pb, const Tensor& flat);
 // device); every parameter must be present with its PyTorch shape. Synchronous.
 void import_torch(const ParamBuffer& pb, Tensor& flat, const std::vector<NamedArray>& arrays);
 
-// Raw little-endian f32 files DIR/<name>.bin plus DIR/manifest.txt ("name d0 d1 ...").
-void write_arrays(const std::string& dir, const std::vector<NamedArray>& arrays);
-std::vector<NamedArray> read_arrays(const std::string& dir);
+// The oracle tests' array files (write_arrays, read_arrays): model/torch_layout_lab.hpp.
 
 }  // namespace mf::model

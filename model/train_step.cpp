@@ -184,7 +184,7 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
     ad.seed = augment_seed;  // not dropout's draws
     ad.stream = std::uint32_t(j);
     ad.first_sample = j * B;
-    ops::augment(x, ad, ad.noise_count ? static_cast<const float*>(noise_.raw()) : nullptr, &st->iteration, stream);
+    ops::augment(x, &st->iteration, ad, ad.noise_count ? &noise_ : nullptr, stream);
   }
   const bool mix = cfg_.mixup_alpha > 0.f;
   if (mix) {  // after the augmentation; the step then reads the mixed batch and soft targets
@@ -196,9 +196,8 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
     md.seed = splitmix64_finalize(augment_seed);  // not augment's draws
     md.stream = std::uint32_t(j);
     md.first_sample = j * B;
-    Tensor no_leak;
-    ops::mixup(x, labels, mc.leak_head ? leak : no_leak, md, &st->iteration, mix_x_, mix_labels_b_, mix_lam_,
-               mc.leak_head ? mix_leak_ : no_leak, stream);
+    ops::mixup(x, labels, &st->iteration, md, mix_x_, mix_labels_b_, mix_lam_, mc.leak_head ? &leak : nullptr,
+               mc.leak_head ? &mix_leak_ : nullptr, stream);
     x = mix_x_;
     if (mc.leak_head) leak = mix_leak_;
   }
@@ -233,7 +232,7 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   if (mc.embedding > 0) {
     Phase ph(timer_, "bwd.embedding", stream);
     Tensor gw = pb.view(g, "embedding.weight"), gb = pb.view(g, "embedding.bias");
-    ops::dense_backward(*features, pb.view(work, "embedding.weight"), emb_, demb_, false, &dtrunk, gw, gb, stream);
+    ops::dense_backward(*features, pb.view(work, "embedding.weight"), emb_, demb_, false, gw, gb, &dtrunk, stream);
   }
   if (stack_) {
     Phase ph(timer_, "bwd.layers", stream);
@@ -267,8 +266,8 @@ void TrainStep::loss_and_heads(const Tensor& emb, const Tensor& labels, const Te
     d.grad_scale = grad_scale;
     Tensor gw = pb.view(g, "loss.weight");
     Tensor* scratch = margin_scratch_.defined() && margin_scratch_.numel() > 0 ? &margin_scratch_ : nullptr;
-    ops::margin_softmax_loss(emb, pb.view(work, "loss.weight"), labels, d, &st->loss_scale, demb, gw, sums_, counts_,
-                             &step_loss_, stream, scratch);
+    ops::margin_softmax_loss(emb, pb.view(work, "loss.weight"), labels, d, demb, gw, sums_, counts_, &st->loss_scale,
+                             &step_loss_, scratch, stream);
     return;
   }
   // The prototypical losses' (w, b): f32, from the master copy (like batch
@@ -284,8 +283,8 @@ void TrainStep::loss_and_heads(const Tensor& emb, const Tensor& labels, const Te
   Tensor* pscratch = proto_scratch_.defined() && proto_scratch_.numel() > 0 ? &proto_scratch_ : nullptr;
   if (mc.loss == LossType::angleproto) {
     Tensor gwb = g.slice(pw->offset, pw->offset + 2);
-    ops::angleproto_loss(emb, pb.master().slice(pw->offset, pw->offset + 2), pd, &st->loss_scale, demb, gwb, sums_,
-                         counts_, &step_loss_, stream, pscratch);
+    ops::angleproto_loss(emb, pb.master().slice(pw->offset, pw->offset + 2), pd, demb, gwb, sums_, counts_,
+                         &st->loss_scale, &step_loss_, pscratch, stream);
     return;
   }
   // The class head (softmax, softmaxproto): logits, the fused loss, the heads' backward.
@@ -299,16 +298,16 @@ void TrainStep::loss_and_heads(const Tensor& emb, const Tensor& labels, const Te
   ld.leak_loss_weight = cfg_.leak_loss_weight;
   ld.grad_scale = grad_scale;
   ld.leak_head = mc.leak_head;  // without it the leak targets are not read
-  ops::class_leak_loss(logits_, labels, leak, class_weight_.defined() && class_weight_.numel() ? &class_weight_ : nullptr,
-                 &st->loss_scale, ld, dlogits_, sums_, counts_, &step_loss_, stream, mix ? &mix_labels_b_ : nullptr,
-                 mix ? &mix_lam_ : nullptr);
+  const Tensor* class_weight = class_weight_.defined() && class_weight_.numel() ? &class_weight_ : nullptr;
+  ops::class_leak_loss(logits_, labels, ld, dlogits_, sums_, counts_, mc.leak_head ? &leak : nullptr, class_weight,
+                       mix ? &mix_labels_b_ : nullptr, mix ? &mix_lam_ : nullptr, &st->loss_scale, &step_loss_, stream);
   Tensor ghw = pb.head_weight(g), ghb = pb.head_bias(g);
-  ops::dense_backward(emb, hw, logits_, dlogits_, false, &demb, ghw, ghb, stream);
+  ops::dense_backward(emb, hw, logits_, dlogits_, false, ghw, ghb, &demb, stream);
   if (mc.loss == LossType::softmaxproto) {  // plus angleproto on the same embeddings (its own metric sums)
     Tensor gwb = g.slice(pw->offset, pw->offset + 2);
-    ops::angleproto_loss(emb, pb.master().slice(pw->offset, pw->offset + 2), pd, &st->loss_scale, demb_proto_, gwb,
-                         proto_sums_, proto_counts_, nullptr, stream, pscratch);
-    ops::add_inplace(demb_proto_, demb, stream);
+    ops::angleproto_loss(emb, pb.master().slice(pw->offset, pw->offset + 2), pd, demb_proto_, gwb, proto_sums_,
+                         proto_counts_, &st->loss_scale, nullptr, pscratch, stream);
+    ops::accumulate(demb_proto_, demb, stream);
   }
 }
 
@@ -330,7 +329,7 @@ const Tensor& TrainStep::leakcnn_forward(const Tensor& x, const DropoutContext& 
     ops::dense_forward(flat, pb.view(work, "fc.weight"), pb.view(work, "fc.bias"), true, fc_out_, stream);
   }
   if (mc.dropout <= 0.f) return fc_out_;
-  ops::dropout_forward(fc_out_, fc_dropped_, mc.dropout, drop.seed, drop.stream, drop.counter, stream);
+  ops::dropout_forward(fc_out_, drop.counter, mc.dropout, drop.seed, drop.stream, fc_dropped_, stream);
   return fc_dropped_;
 }
 
@@ -342,7 +341,7 @@ void TrainStep::leakcnn_backward(const Tensor& x, Tensor& g, const DropoutContex
   const int L = mc.blocks();
   Tensor* dfc = &dfc_out_;
   if (mc.dropout > 0.f) {
-    ops::dropout_backward(dfc_out_, dfc_dropped_, mc.dropout, drop.seed, drop.stream, drop.counter, stream);
+    ops::dropout_backward(dfc_out_, drop.counter, mc.dropout, drop.seed, drop.stream, dfc_dropped_, stream);
     dfc = &dfc_dropped_;
   }
   const Tensor flat = block_out_.back().reshape({B, mc.flat_features()});
@@ -350,7 +349,7 @@ void TrainStep::leakcnn_backward(const Tensor& x, Tensor& g, const DropoutContex
   Tensor gfw = pb.view(g, "fc.weight"), gfb = pb.view(g, "fc.bias");
   {
     Phase ph(timer_, "bwd.fc", stream);
-    ops::dense_backward(flat, pb.view(work, "fc.weight"), fc_out_, *dfc, true, &dflat, gfw, gfb, stream);
+    ops::dense_backward(flat, pb.view(work, "fc.weight"), fc_out_, *dfc, true, gfw, gfb, &dflat, stream);
   }
   for (int i = L - 1; i >= 0; --i) {
     const std::string blk = fmt::format("blocks.{}.conv.", i);
@@ -358,7 +357,7 @@ void TrainStep::leakcnn_backward(const Tensor& x, Tensor& g, const DropoutContex
     Phase ph(timer_, fmt::format("bwd.block{}", i), stream);
     ops::conv_relu_pool_backward(i == 0 ? x : block_out_[std::size_t(i - 1)], pb.view(work, blk + "weight"),
                                  dblock_out_[std::size_t(i)], block_pool_code_[std::size_t(i)], mc.pools[std::size_t(i)],
-                                 i == 0 ? nullptr : &dblock_out_[std::size_t(i - 1)], gw, gb, stream);
+                                 gw, gb, i == 0 ? nullptr : &dblock_out_[std::size_t(i - 1)], stream);
   }
 }
 
@@ -367,7 +366,7 @@ void TrainStep::run_step(cudaStream_t stream) {
   ParamBuffer& pb = *params_;
   Tensor* work = dtype_ == DType::f32 ? nullptr : &pb.work();
   Phase ph(timer_, "optimizer", stream);
-  ops::adamw_step(cfg_.optim, pb.decay_end(), pb.master(), pb.grad(), pb.m(), pb.v(), work, opt_state_,
+  ops::adamw_step(pb.master(), pb.grad(), pb.m(), pb.v(), opt_state_, cfg_.optim, pb.decay_end(), work,
                   opt_scratch_, stream);
 }
 
@@ -455,7 +454,7 @@ EvalOutput TrainStep::forward_eval(const Tensor& xin, cudaStream_t stream) {
   ops::dense_forward(out.embedding, pb.head_weight(work), pb.head_bias(work), false, logits, stream);
   out.probs = Tensor::empty({B, mc.classes}, DType::f32, device_, Layout::plain, stream);
   if (mc.leak_head) out.leak_prob = Tensor::empty({B}, DType::f32, device_, Layout::plain, stream);
-  ops::head_probs(logits, out.probs, out.leak_prob, stream);
+  ops::head_probs(logits, out.probs, mc.leak_head ? &out.leak_prob : nullptr, stream);
   return out;
 }
 

@@ -14,7 +14,8 @@ namespace mf::testing {
 inline std::vector<float> augment_on_cpu(const kernels::AugmentArgs& d, DType t, const std::vector<float>& x,
                                          const std::vector<float>& noise, std::int32_t ctr) {
   Tensor tx = Tensor::from_floats(x, {d.batch, d.mels, d.frames}, t);
-  ops::augment(tx, d, noise.empty() ? nullptr : noise.data(), &ctr);
+  const Tensor tn = noise.empty() ? Tensor() : Tensor::from_floats(noise, {std::int64_t(noise.size())});
+  ops::augment(tx, &ctr, d, noise.empty() ? nullptr : &tn);
   return tx.to_floats();
 }
 

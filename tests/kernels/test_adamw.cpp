@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/adamw.hpp"
+#include "kernels/adamw_lab.hpp"
 #include "kernels/ops.hpp"
 #include "tests/support/testing.hpp"
 
@@ -33,7 +34,7 @@ struct Opt {
   }
   kernels::AdamWState& st() { return *static_cast<kernels::AdamWState*>(state.raw()); }
   void step(const kernels::AdamWConfig& c, Tensor* work = nullptr) {
-    ops::adamw_step(c, decay_end, master, grad, m, v, work, state, scratch);
+    ops::adamw_step(master, grad, m, v, state, c, decay_end, work, scratch);
   }
 };
 }  // namespace

@@ -43,8 +43,8 @@ TEST_CASE("fused AdamW: CUDA vs CPU twin, f32/bf16/f16 working copy, skip on Inf
     Tensor* w = t == DType::f32 ? nullptr : &work;
     Tensor* gw = t == DType::f32 ? nullptr : &gwork;
     for (int i = 0; i < 3; ++i) {
-      ops::adamw_step(c, de, master, grad, m, v, w, state, scratch);
-      ops::adamw_step(c, de, gmaster, ggrad, gm, gv, gw, gstate, gscratch, s);
+      ops::adamw_step(master, grad, m, v, state, c, de, w, scratch);
+      ops::adamw_step(gmaster, ggrad, gm, gv, gstate, c, de, gw, gscratch, s);
     }
     s.synchronize();
     CHECK(testing::rel_l2(gmaster.to_floats(), master.to_floats()) <= 1e-6);
@@ -62,7 +62,7 @@ TEST_CASE("fused AdamW: CUDA vs CPU twin, f32/bf16/f16 working copy, skip on Inf
     const auto before = gmaster.to_floats();
     Tensor inf = Tensor::from_floats(std::vector<float>{INFINITY}, {1});
     ggrad.slice(12345, 12346).copy_from(inf, s);
-    ops::adamw_step(c, de, gmaster, ggrad, gm, gv, gw, gstate, gscratch, s);
+    ops::adamw_step(gmaster, ggrad, gm, gv, gstate, c, de, gw, gscratch, s);
     s.synchronize();
     CHECK(gmaster.to_floats() == before);
   }

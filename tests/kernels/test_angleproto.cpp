@@ -73,7 +73,7 @@ Out run_twin(const Problem& p, DType t, float loss_scale = 1.f, float grad_scale
   o.sums = Tensor::zeros({kernels::kLossSums}, DType::f32);
   o.counts = Tensor::zeros({counts_len}, DType::i32);
   o.step = Tensor::empty({1}, DType::f32);
-  ops::angleproto_loss(emb, wb, dims_of(p, grad_scale), &loss_scale, o.demb, o.dwb, o.sums, o.counts, &o.step);
+  ops::angleproto_loss(emb, wb, dims_of(p, grad_scale), o.demb, o.dwb, o.sums, o.counts, &loss_scale, &o.step, nullptr);
   return o;
 }
 
@@ -291,9 +291,9 @@ TEST_CASE("angleproto: metrics: known argmax, accumulation, a longer counts' tai
   Tensor sums = Tensor::zeros({kernels::kLossSums}, DType::f32);
   Tensor counts = Tensor::from_floats(Vec{0, 0, 0, 7, 8}, {5}, DType::i32);
   Tensor step = Tensor::empty({1}, DType::f32);
-  ops::angleproto_loss(emb, wb, dims_of(p), nullptr, demb, dwb, sums, counts, &step);
+  ops::angleproto_loss(emb, wb, dims_of(p), demb, dwb, sums, counts, nullptr, &step, nullptr);
   const float l1 = step.to_floats()[0];
-  ops::angleproto_loss(emb, wb, dims_of(p), nullptr, demb, dwb, sums, counts, nullptr);
+  ops::angleproto_loss(emb, wb, dims_of(p), demb, dwb, sums, counts, nullptr, nullptr, nullptr);
   CHECK(counts.to_floats() == Vec{6, 4, 0, 7, 8});  // rows 0 and 1 correct, twice
   CHECK(sums.to_floats() == Vec{l1 + l1, 0.f, l1 + l1, 2.f});
   const Ref r = reference(p, DVec(p.emb.begin(), p.emb.end()), 10, -5);
@@ -337,7 +337,7 @@ TEST_CASE("angleproto: errors name what was expected and found") {
   Tensor sums = Tensor::zeros({kernels::kLossSums}, DType::f32);
   Tensor counts = Tensor::zeros({3}, DType::i32);
   auto err = [&](const Tensor& e, const Tensor& w, kernels::AngleProtoArgs d, Tensor& de, Tensor& dw, Tensor& c) {
-    return testing::error_of([&] { ops::angleproto_loss(e, w, d, nullptr, de, dw, sums, c, nullptr); });
+    return testing::error_of([&] { ops::angleproto_loss(e, w, d, de, dw, sums, c, nullptr, nullptr, nullptr); });
   };
   const auto d = dims_of(p);
   CHECK(err(emb, wb, d, demb, dwb, counts) == "<no error>");

@@ -59,7 +59,7 @@ Outputs run(const Problem& p, DType t, Device dev, Stream* s, float loss_scale, 
   for (Tensor* x : {&o.demb, &o.dwb, &o.step}) x->fill_bytes(0xff, st);
   o.sums = Tensor::from_floats(std::vector<float>{0.5f, 0.25f, 0.75f, 3.f}, {kernels::kLossSums}).to(dev, st);
   o.counts = Tensor::from_floats(std::vector<float>{2, 2, 2, 5}, {4}, DType::i32).to(dev, st);
-  ops::angleproto_loss(emb, wb, p.d, ls.data<float>(), o.demb, o.dwb, o.sums, o.counts, &o.step, st, scratch);
+  ops::angleproto_loss(emb, wb, p.d, o.demb, o.dwb, o.sums, o.counts, ls.data<float>(), &o.step, scratch, st);
   if (s) s->synchronize();
   return o;
 }

@@ -144,7 +144,7 @@ TwinOut run_twin(const AttentivePoolDims& d, DType t, const Inputs& in, bool bac
   o.dv = Tensor::empty({d.a}, DType::f32);
   for (Tensor* p : {&o.y, &o.saved, &o.dx, &o.dw, &o.db, &o.dv}) p->fill_bytes(0xff);  // NaN: all must be written
   ops::attentive_pool_forward(x, w, b, v, d.stats, o.y, &o.saved);
-  if (backward) ops::attentive_pool_backward(x, w, b, v, d.stats, o.saved, dy, o.dx, o.dw, o.db, o.dv);
+  if (backward) ops::attentive_pool_backward(x, w, b, v, o.saved, dy, d.stats, o.dx, o.dw, o.db, o.dv);
   return o;
 }
 
@@ -344,7 +344,7 @@ TEST_CASE("attentive_pool rejects bad shapes, dtypes and a short saved buffer, n
   Tensor dw = Tensor::zeros({6, 4}, DType::f32), db = Tensor::zeros({6}, DType::f32), dv = Tensor::zeros({6}, DType::f32);
   using testing::error_of;
   CHECK(error_of([&] { ops::attentive_pool_forward(x, w, b, v, true, y, &saved); }) == "<no error>");
-  CHECK(error_of([&] { ops::attentive_pool_backward(x, w, b, v, true, saved, dy, dx, dw, db, dv); }) == "<no error>");
+  CHECK(error_of([&] { ops::attentive_pool_backward(x, w, b, v, saved, dy, true, dx, dw, db, dv); }) == "<no error>");
   Tensor x3 = Tensor::zeros({2, 5, 4}, DType::f32);
   CHECK(error_of([&] { ops::attentive_pool_forward(x3, w, b, v, true, y, &saved); }).find("x must be [N, H, W, C]") !=
         std::string::npos);
@@ -364,10 +364,10 @@ TEST_CASE("attentive_pool rejects bad shapes, dtypes and a short saved buffer, n
   CHECK(error_of([&] { ops::attentive_pool_forward(x, w, b, v, true, y, &short_saved); }).find("attentive_pool_saved_elems") !=
         std::string::npos);
   Tensor dw_bf16 = Tensor::zeros({6, 4}, DType::bf16);
-  CHECK(error_of([&] { ops::attentive_pool_backward(x, w, b, v, true, saved, dy, dx, dw_bf16, db, dv); })
+  CHECK(error_of([&] { ops::attentive_pool_backward(x, w, b, v, saved, dy, true, dx, dw_bf16, db, dv); })
             .find("dw, db and dv") != std::string::npos);
   Tensor dx_bad = Tensor::zeros({2, 3, 5, 5}, DType::f32);
-  CHECK(error_of([&] { ops::attentive_pool_backward(x, w, b, v, true, saved, dy, dx_bad, dw, db, dv); })
+  CHECK(error_of([&] { ops::attentive_pool_backward(x, w, b, v, saved, dy, true, dx_bad, dw, db, dv); })
             .find("dx") != std::string::npos);
   const Tensor x_i32 = Tensor::zeros({2, 3, 5, 4}, DType::i32);
   CHECK(error_of([&] { ops::attentive_pool_forward(x_i32, w, b, v, true, y, &saved); }).find("f32, bf16 or f16") !=

@@ -60,7 +60,7 @@ Outputs run(const AttentivePoolDims& d, DType t, const Operands& in, Device dev,
   Tensor dw = fresh({d.a, d.c}, DType::f32), db = fresh({d.a}, DType::f32), dv = fresh({d.a}, DType::f32);
   ops::attentive_pool_forward(x, w, b, v, d.stats, y, &saved, st);
   ops::attentive_pool_forward(x, w, b, v, d.stats, y2, nullptr, st);
-  ops::attentive_pool_backward(x, w, b, v, d.stats, saved, dy, dx, dw, db, dv, st);
+  ops::attentive_pool_backward(x, w, b, v, saved, dy, d.stats, dx, dw, db, dv, st);
   if (s) s->synchronize();
   auto host = [&](const Tensor& g) { return g.to(Device::cpu(), st); };
   Outputs o{host(y), host(y2), host(dx), host(dw), host(db), host(dv)};

@@ -483,7 +483,7 @@ TEST_CASE("augment: with every option 0 nothing changes, whatever the bytes; the
     std::memset(x.raw(), 0xff, 7);  // NaN bytes too
     const std::vector<unsigned char> before(static_cast<unsigned char*>(x.raw()),
                                             static_cast<unsigned char*>(x.raw()) + x.nbytes());
-    ops::augment(x, d, nullptr, nullptr);
+    ops::augment(x, nullptr, d, nullptr);
     CHECK(std::memcmp(before.data(), x.raw(), x.nbytes()) == 0);
   }
 }
@@ -495,11 +495,12 @@ TEST_CASE("augment: the nhwc input [batch, mels, frames, 1] is accepted; bad arg
   d.gain_db = 2;
   std::int32_t ctr = 1;
   Tensor x4 = Tensor::from_floats(v, {2, 6, 8, 1});
-  ops::augment(x4, d, nullptr, &ctr);
+  ops::augment(x4, &ctr, d, nullptr);
   CHECK(x4.to_floats() == run(d, DType::f32, v, {}, 1));
   Tensor x = Tensor::from_floats(v, {2, 6, 8});
-  auto err = [&](const AugmentArgs& bad, const float* n = nullptr, bool with_counter = true) {
-    return testing::error_of([&] { ops::augment(x, bad, n, with_counter ? &ctr : nullptr); });
+  const Tensor tn = Tensor::from_floats(noise, {std::int64_t(noise.size())});
+  auto err = [&](const AugmentArgs& bad, const Tensor* n = nullptr, bool with_counter = true) {
+    return testing::error_of([&] { ops::augment(x, with_counter ? &ctr : nullptr, bad, n); });
   };
   AugmentArgs b = d;
   b.frames = 9;
@@ -517,10 +518,10 @@ TEST_CASE("augment: the nhwc input [batch, mels, frames, 1] is accepted; bad arg
   b = d;
   b.noise_count = 1;
   CHECK(err(b) == "augment: noise must be given exactly when noise_count > 0, found noise_count 1 and noise null");
-  CHECK(err(d, noise.data()).find("found noise_count 0 and noise given") != std::string::npos);
+  CHECK(err(d, &tn).find("found noise_count 0 and noise given") != std::string::npos);
   b.snr_lo_db = 5;
   b.snr_hi_db = 1;
-  CHECK(err(b, noise.data()) == "augment: the SNR range must be finite with lo <= hi, found [5, 1] dB");
+  CHECK(err(b, &tn) == "augment: the SNR range must be finite with lo <= hi, found [5, 1] dB");
   b = d;
   b.gain_db = -1;
   CHECK(err(b) == "augment: gain_db must be finite and >= 0, found -1");
@@ -531,9 +532,9 @@ TEST_CASE("augment: the nhwc input [batch, mels, frames, 1] is accepted; bad arg
   Tensor wide = Tensor::zeros({1, 1, kernels::kAugmentMaxFrames + 1}, DType::f32);
   b = dims(1, 1, kernels::kAugmentMaxFrames + 1);
   b.gain_db = 1;
-  CHECK(testing::error_of([&] { ops::augment(wide, b, nullptr, &ctr); }).find("1 <= frames <= 8192") !=
+  CHECK(testing::error_of([&] { ops::augment(wide, &ctr, b, nullptr); }).find("1 <= frames <= 8192") !=
         std::string::npos);
   Tensor ints = Tensor::zeros({2, 6, 8}, DType::i32);
-  CHECK(testing::error_of([&] { ops::augment(ints, d, nullptr, &ctr); }).find("x must be f32, bf16 or f16") !=
+  CHECK(testing::error_of([&] { ops::augment(ints, &ctr, d, nullptr); }).find("x must be f32, bf16 or f16") !=
         std::string::npos);
 }

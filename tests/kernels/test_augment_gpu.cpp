@@ -63,7 +63,7 @@ std::vector<float> on_gpu(const AugmentArgs& d, DType t, const std::vector<float
   Tensor gn;
   if (!noise.empty()) gn = Tensor::from_floats(noise, {std::int64_t(noise.size())}).to(kGpu, s);
   Tensor gctr = device_counter(ctr, s);
-  ops::augment(gx, d, noise.empty() ? nullptr : gn.data<float>(), gctr.data<std::int32_t>(), s);
+  ops::augment(gx, gctr.data<std::int32_t>(), d, noise.empty() ? nullptr : &gn, s);
   s.synchronize();
   return gx.to_floats();
 }
@@ -173,7 +173,7 @@ TEST_CASE("augment CUDA: a captured graph replayed with the counter advanced dra
   s.synchronize();
   cudaGraph_t graph = nullptr;
   REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-  ops::augment(gx, d, gn.data<float>(), gctr.data<std::int32_t>(), s);
+  ops::augment(gx, gctr.data<std::int32_t>(), d, &gn, s);
   REQUIRE(cudaStreamEndCapture(s, &graph) == cudaSuccess);
   cudaGraphExec_t exec = nullptr;
   REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);

@@ -120,9 +120,9 @@ Run make_run(const Shape& shape, DType t, std::uint64_t seed, bool with_res, flo
 }
 
 void run_train(Run& r, bool relu, float eps = 1e-5f, float mom = 0.1f) {
-  ops::batch_norm_train_forward(r.x, r.gamma, r.beta, eps, mom, r.rm, r.rv, r.sm, r.si, r.res.defined() ? &r.res : nullptr,
-                                relu, r.y);
-  ops::batch_norm_backward(r.x, r.gamma, r.sm, r.si, r.y, r.dy, relu, r.dx, r.dg, r.db);
+  ops::batch_norm_train_forward(r.x, r.gamma, r.beta, r.rm, r.rv, eps, mom, relu, r.sm, r.si,
+                                r.y, r.res.defined() ? &r.res : nullptr, nullptr);
+  ops::batch_norm_backward(r.x, r.gamma, r.sm, r.si, r.dy, relu, r.dx, r.dg, r.db, &r.y, nullptr);
 }
 
 // dx = gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)) cancels (to
@@ -202,7 +202,7 @@ TEST_CASE("batch_norm eval forward: twin vs float64 contract, every dtype; batch
           const auto rm = r.rm.to_floats(), rv = r.rv.to_floats();
           const auto resv = with_res ? r.res.to_floats() : std::vector<float>{};
           const float eps = 1e-3f;
-          ops::batch_norm_eval_forward(r.x, r.gamma, r.beta, r.rm, r.rv, eps, with_res ? &r.res : nullptr, relu, r.y);
+          ops::batch_norm_eval_forward(r.x, r.gamma, r.beta, r.rm, r.rv, eps, relu, r.y, with_res ? &r.res : nullptr);
           std::vector<double> want(std::size_t(M * C));
           for (std::int64_t i = 0; i < M; ++i)
             for (std::int64_t c = 0; c < C; ++c) {
@@ -235,14 +235,14 @@ TEST_CASE("batch_norm exact small-integer case (M = 2): statistics, running upda
       Tensor y = Tensor::empty({2, 1, 1, 2}, t), dx = Tensor::empty({2, 1, 1, 2}, t);
       Tensor dy = Tensor::from_floats(std::vector<float>{1, 2, 4, 3}, {2, 1, 1, 2}, t);
       Tensor dg = Tensor::empty({2}, DType::f32), db = Tensor::empty({2}, DType::f32);
-      ops::batch_norm_train_forward(x, g, b, 0.f, 0.5f, rm, rv, sm, si, nullptr, relu, y);
+      ops::batch_norm_train_forward(x, g, b, rm, rv, 0.f, 0.5f, relu, sm, si, y, nullptr, nullptr);
       CHECK(sm.to_floats() == std::vector<float>{2, -4});
       CHECK(si.to_floats() == std::vector<float>{1, 0.5f});
       CHECK(rm.to_floats() == std::vector<float>{1, -2});
       CHECK(rv.to_floats() == std::vector<float>{1.5f, 4.5f});
       // y: channel 0 {-1.5, 2.5}, channel 1 {-2, 0}.
       CHECK(y.to_floats() == (relu ? std::vector<float>{0, 0, 2.5f, 0} : std::vector<float>{-1.5f, -2, 2.5f, 0}));
-      ops::batch_norm_backward(x, g, sm, si, y, dy, relu, dx, dg, db);
+      ops::batch_norm_backward(x, g, sm, si, dy, relu, dx, dg, db, &y, nullptr);
       CHECK(dx.to_floats() == std::vector<float>{0, 0, 0, 0});
       if (relu) {
         CHECK(dy.to_floats() == std::vector<float>{0, 0, 4, 0});
@@ -269,7 +269,8 @@ TEST_CASE("batch_norm backward: finite differences of the f32 forward for dx, dg
       auto forward = [&](const Tensor& x, const Tensor& g, const Tensor& b, const Tensor& res, std::vector<float>* y_out) {
         Tensor rm = Tensor::zeros({C}, DType::f32), rv = Tensor::zeros({C}, DType::f32);
         Tensor sm = Tensor::empty({C}, DType::f32), si = Tensor::empty({C}, DType::f32), y = Tensor::empty(shape, DType::f32);
-        ops::batch_norm_train_forward(x, g, b, 1e-5f, 0.1f, rm, rv, sm, si, with_res ? &res : nullptr, relu, y);
+        ops::batch_norm_train_forward(x, g, b, rm, rv, 1e-5f, 0.1f, relu, sm, si, y, with_res ? &res : nullptr,
+                                      nullptr);
         const auto yv = y.to_floats();
         if (y_out) *y_out = yv;
         double l = 0;
@@ -364,10 +365,11 @@ TEST_CASE("batch_norm CPU twin: the same bits for 1 and 2 threads (several row g
       CHECK(testing::same_bytes(a.db, b.db));
       // In place: y = x and dx = dy give the same bits.
       Run c = make_run(shape, t, 77, true, -40.f, 5.f);
-      ops::batch_norm_train_forward(c.x, c.gamma, c.beta, 1e-5f, 0.1f, c.rm, c.rv, c.sm, c.si, &c.res, relu, c.x);
+      ops::batch_norm_train_forward(c.x, c.gamma, c.beta, c.rm, c.rv, 1e-5f, 0.1f, relu, c.sm, c.si, c.x, &c.res,
+                                    nullptr);
       CHECK(testing::same_bytes(c.x, a.y));
-      ops::batch_norm_backward(make_run(shape, t, 77, true, -40.f, 5.f).x, c.gamma, c.sm, c.si, c.x, c.dy, relu, c.dy,
-                               c.dg, c.db);
+      ops::batch_norm_backward(make_run(shape, t, 77, true, -40.f, 5.f).x, c.gamma, c.sm, c.si, c.dy, relu, c.dy, c.dg,
+                               c.db, &c.x, nullptr);
       CHECK(testing::same_bytes(c.dy, a.dx));
       CHECK(testing::same_bytes(c.dg, a.dg));
     }
@@ -376,11 +378,13 @@ TEST_CASE("batch_norm CPU twin: the same bits for 1 and 2 threads (several row g
 TEST_CASE("batch_norm errors name what was expected and found") {
   Run r = make_run({1, 1, 1, 4}, DType::f32, 5, false);
   auto train = [&](Run& q) {
-    ops::batch_norm_train_forward(q.x, q.gamma, q.beta, 1e-5f, 0.1f, q.rm, q.rv, q.sm, q.si, nullptr, false, q.y);
+    ops::batch_norm_train_forward(q.x, q.gamma, q.beta, q.rm, q.rv, 1e-5f, 0.1f, false, q.sm, q.si, q.y, nullptr,
+                                  nullptr);
   };
   CHECK(testing::error_of([&] { train(r); }).find("more than 1 value per channel when training (M = N*H*W = 1") !=
         std::string::npos);
-  CHECK(testing::error_of([&] { ops::batch_norm_backward(r.x, r.gamma, r.sm, r.si, r.y, r.dy, false, r.dx, r.dg, r.db); })
+  CHECK(testing::error_of([&] { ops::batch_norm_backward(r.x, r.gamma, r.sm, r.si, r.dy, false, r.dx, r.dg, r.db, &r.y,
+                                                         nullptr); })
             .find("more than 1 value per channel") != std::string::npos);
   Run q = make_run({2, 3, 3, 4}, DType::f32, 6, false);
   q.gamma = Tensor::zeros({5}, DType::f32);
@@ -393,14 +397,16 @@ TEST_CASE("batch_norm errors name what was expected and found") {
   CHECK(testing::error_of([&] { train(q); }).find("y must have x's dtype f32") != std::string::npos);
   Tensor bad_res = Tensor::zeros({2, 3, 4, 4}, DType::f32);
   CHECK(testing::error_of([&] {
-          ops::batch_norm_train_forward(q.x, q.gamma, q.beta, 1e-5f, 0.1f, q.rm, q.rv, q.sm, q.si, &bad_res, false, q.x);
+          ops::batch_norm_train_forward(q.x, q.gamma, q.beta, q.rm, q.rv, 1e-5f, 0.1f, false, q.sm, q.si, q.x, &bad_res,
+                                        nullptr);
         }).find("residual must have x's shape") != std::string::npos);
   CHECK(testing::error_of([&] {
-          ops::batch_norm_train_forward(q.x, q.gamma, q.beta, 1e-5f, 1.5f, q.rm, q.rv, q.sm, q.si, nullptr, false, q.x);
+          ops::batch_norm_train_forward(q.x, q.gamma, q.beta, q.rm, q.rv, 1e-5f, 1.5f, false, q.sm, q.si, q.x, nullptr,
+                                        nullptr);
         }).find("momentum must be in [0, 1]") != std::string::npos);
   Tensor flat = Tensor::zeros({4}, DType::f32);
   CHECK(testing::error_of([&] {
-          ops::batch_norm_eval_forward(flat, q.gamma, q.beta, q.rm, q.rv, 1e-5f, nullptr, false, flat);
+          ops::batch_norm_eval_forward(flat, q.gamma, q.beta, q.rm, q.rv, 1e-5f, false, flat, nullptr);
         }).find("at least 2 dimensions") != std::string::npos);
 }
 
@@ -446,7 +452,7 @@ TEST_CASE("batch_norm CPU twin agrees with PyTorch (float64): train forward, run
         if (c.res) testing::write_bin(c.dir / "res.bin", r.res.to_floats());
         run_train(r, c.relu, eps, mom);
         c.y_eval = Tensor::empty(shape, t);
-        ops::batch_norm_eval_forward(r.x, r.gamma, r.beta, r.rm, r.rv, eps, c.res ? &r.res : nullptr, c.relu, c.y_eval);
+        ops::batch_norm_eval_forward(r.x, r.gamma, r.beta, r.rm, r.rv, eps, c.relu, c.y_eval, c.res ? &r.res : nullptr);
         list << c.dir.string() << ' ' << shape[0] << ' ' << shape[1] << ' ' << shape[2] << ' ' << shape[3] << ' '
              << int(c.res) << ' ' << int(c.relu) << ' ' << eps << ' ' << mom << '\n';
         cases.push_back(std::move(c));

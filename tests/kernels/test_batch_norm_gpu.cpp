@@ -74,10 +74,10 @@ Run place(const Run& in, Device dev, Stream& s) {
 
 void step(Run& r, bool relu, cudaStream_t s, Tensor* scratch = nullptr) {
   const Tensor* res = r.res.defined() ? &r.res : nullptr;
-  ops::batch_norm_train_forward(r.x, r.gamma, r.beta, 1e-5f, 0.1f, r.rm, r.rv, r.sm, r.si, res, relu, r.y, s,
-                                scratch);
-  ops::batch_norm_backward(r.x, r.gamma, r.sm, r.si, r.y, r.dy, relu, r.dx, r.dg, r.db, s, scratch);
-  ops::batch_norm_eval_forward(r.x, r.gamma, r.beta, r.rm, r.rv, 1e-5f, res, relu, r.y_eval, s);
+  ops::batch_norm_train_forward(r.x, r.gamma, r.beta, r.rm, r.rv, 1e-5f, 0.1f, relu, r.sm, r.si, r.y, res, scratch,
+                                s);
+  ops::batch_norm_backward(r.x, r.gamma, r.sm, r.si, r.dy, relu, r.dx, r.dg, r.db, &r.y, scratch, s);
+  ops::batch_norm_eval_forward(r.x, r.gamma, r.beta, r.rm, r.rv, 1e-5f, relu, r.y_eval, res, s);
 }
 
 bool same_outputs(const Run& a, const Run& b) {

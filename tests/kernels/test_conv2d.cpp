@@ -156,9 +156,9 @@ Out run(const Case& c, bool with_dx = true, bool with_db = true) {
   o.db = Tensor::empty({d.cout}, DType::f32);
   for (Tensor* t : {&o.y, &o.dx, &o.dw, &o.db}) t->fill_bytes(0xff);
   o.dy.copy_from(c.dy0);
-  ops::conv2d_forward(c.x, c.w, c.bias ? &c.b : nullptr, d.stride, d.relu, o.y);
-  ops::conv2d_backward(c.x, c.w, o.y, o.dy, d.stride, d.relu, with_dx ? &o.dx : nullptr, o.dw,
-                       with_db ? &o.db : nullptr);
+  ops::conv2d_forward(c.x, c.w, d.stride, d.relu, o.y, c.bias ? &c.b : nullptr);
+  ops::conv2d_backward(c.x, c.w, o.dy, d.stride, d.relu, o.dw, &o.y, with_dx ? &o.dx : nullptr,
+                       with_db ? &o.db : nullptr, nullptr);
   return o;
 }
 
@@ -371,7 +371,7 @@ TEST_CASE("conv2d without dx and without db: dw unchanged, nothing else written"
   Tensor dy = Tensor::empty(y_shape(dl), DType::f32, Device::cpu(), Layout::nhwc), dw = Tensor::empty(cl.w.shape(), DType::f32);
   dy.copy_from(cl.dy0);
   const Tensor no_y;
-  ops::conv2d_backward(cl.x, cl.w, no_y, dy, dl.stride, false, nullptr, dw, nullptr);
+  ops::conv2d_backward(cl.x, cl.w, dy, dl.stride, false, dw, &no_y, nullptr, nullptr, nullptr);
   CHECK(bytes_of(dw) == bytes_of(ol.dw));
 }
 
@@ -384,41 +384,41 @@ TEST_CASE("conv2d dispatch rejects bad arguments with the op's name") {
     CHECK(m.find(what) != std::string::npos);
   };
   Tensor ybad = Tensor::empty({2, 4, 5, 4}, DType::f32);
-  has(testing::error_of([&] { ops::conv2d_forward(c.x, c.w, &c.b, 2, false, ybad); }),
+  has(testing::error_of([&] { ops::conv2d_forward(c.x, c.w, 2, false, ybad, &c.b); }),
       "conv2d_forward: y must have shape [2, 4, 4, 4]");
   Tensor y1 = Tensor::empty({2, 8, 8, 4}, DType::f32);
-  has(testing::error_of([&] { ops::conv2d_forward(c.x, c.w, &c.b, 2, false, y1); }), "conv2d_forward: y");
-  has(testing::error_of([&] { ops::conv2d_forward(c.x, c.w, &c.b, 3, false, y); }),
+  has(testing::error_of([&] { ops::conv2d_forward(c.x, c.w, 2, false, y1, &c.b); }), "conv2d_forward: y");
+  has(testing::error_of([&] { ops::conv2d_forward(c.x, c.w, 3, false, y, &c.b); }),
       "conv2d_forward: stride must be 1 or 2, found 3");
   Tensor w_even = Tensor::empty({4, 2, 2, 3}, DType::f32);
-  has(testing::error_of([&] { ops::conv2d_forward(c.x, w_even, &c.b, 2, false, y); }), "k odd");
+  has(testing::error_of([&] { ops::conv2d_forward(c.x, w_even, 2, false, y, &c.b); }), "k odd");
   Tensor w_cin = Tensor::empty({4, 3, 3, 2}, DType::f32);
-  has(testing::error_of([&] { ops::conv2d_forward(c.x, w_cin, &c.b, 2, false, y); }), "Cin (2) must match");
+  has(testing::error_of([&] { ops::conv2d_forward(c.x, w_cin, 2, false, y, &c.b); }), "Cin (2) must match");
   Tensor wbf = Tensor::empty({4, 3, 3, 3}, DType::bf16);
-  has(testing::error_of([&] { ops::conv2d_forward(c.x, wbf, &c.b, 2, false, y); }),
+  has(testing::error_of([&] { ops::conv2d_forward(c.x, wbf, 2, false, y, &c.b); }),
       "conv2d_forward: w (same dtype as x) must be f32");
   Tensor bbad = Tensor::empty({5}, DType::f32);
-  has(testing::error_of([&] { ops::conv2d_forward(c.x, c.w, &bbad, 2, false, y); }), "conv2d_forward: b must have shape");
+  has(testing::error_of([&] { ops::conv2d_forward(c.x, c.w, 2, false, y, &bbad); }), "conv2d_forward: b must have shape");
   Tensor x3 = Tensor::empty({8, 8, 3}, DType::f32);
-  has(testing::error_of([&] { ops::conv2d_forward(x3, c.w, &c.b, 2, false, y); }), "x must be 4-D");
+  has(testing::error_of([&] { ops::conv2d_forward(x3, c.w, 2, false, y, &c.b); }), "x must be 4-D");
   Tensor xi = Tensor::empty({2, 8, 8, 3}, DType::i32);
-  has(testing::error_of([&] { ops::conv2d_forward(xi, c.w, &c.b, 2, false, y); }), "x must be f32, bf16 or f16");
+  has(testing::error_of([&] { ops::conv2d_forward(xi, c.w, 2, false, y, &c.b); }), "x must be f32, bf16 or f16");
 
   Tensor dy = Tensor::empty(y_shape(d), DType::f32), dw = Tensor::empty(c.w.shape(), DType::f32);
   Tensor dx = Tensor::empty(c.x.shape(), DType::f32), db = Tensor::empty({4}, DType::f32);
   Tensor dw_bf = Tensor::empty(c.w.shape(), DType::bf16), db_bad = Tensor::empty({3}, DType::f32);
   Tensor dx_bad = Tensor::empty({2, 8, 7, 3}, DType::f32), dy_bad = Tensor::empty({2, 8, 8, 4}, DType::f32);
-  has(testing::error_of([&] { ops::conv2d_backward(c.x, c.w, y, dy, 2, true, &dx, dw_bf, &db); }),
+  has(testing::error_of([&] { ops::conv2d_backward(c.x, c.w, dy, 2, true, dw_bf, &y, &dx, &db, nullptr); }),
       "conv2d_backward: dw must be f32");
-  has(testing::error_of([&] { ops::conv2d_backward(c.x, c.w, y, dy, 2, true, &dx, dw, &db_bad); }),
+  has(testing::error_of([&] { ops::conv2d_backward(c.x, c.w, dy, 2, true, dw, &y, &dx, &db_bad, nullptr); }),
       "conv2d_backward: db must have shape [4]");
-  has(testing::error_of([&] { ops::conv2d_backward(c.x, c.w, y, dy, 2, true, &dx_bad, dw, &db); }),
+  has(testing::error_of([&] { ops::conv2d_backward(c.x, c.w, dy, 2, true, dw, &y, &dx_bad, &db, nullptr); }),
       "conv2d_backward: dx must have shape [2, 8, 8, 3]");
-  has(testing::error_of([&] { ops::conv2d_backward(c.x, c.w, y, dy_bad, 2, true, &dx, dw, &db); }),
+  has(testing::error_of([&] { ops::conv2d_backward(c.x, c.w, dy_bad, 2, true, dw, &y, &dx, &db, nullptr); }),
       "conv2d_backward: dy must have shape [2, 4, 4, 4]");
-  has(testing::error_of([&] { ops::conv2d_backward(c.x, c.w, ybad, dy, 2, true, &dx, dw, &db); }),
+  has(testing::error_of([&] { ops::conv2d_backward(c.x, c.w, dy, 2, true, dw, &ybad, &dx, &db, nullptr); }),
       "conv2d_backward: y (the forward's output) must have shape");
-  CHECK(testing::error_of([&] { ops::conv2d_backward(c.x, c.w, y, dy, 2, true, &dx, dw, &db); }) == "<no error>");
+  CHECK(testing::error_of([&] { ops::conv2d_backward(c.x, c.w, dy, 2, true, dw, &y, &dx, &db, nullptr); }) == "<no error>");
 }
 
 // ---- PyTorch oracle -----------------------------------------------------------

@@ -19,6 +19,7 @@
 
 #include "engine/stream.hpp"
 #include "kernels/conv2d.hpp"
+#include "kernels/conv_algo_lab.hpp"
 #include "kernels/ops.hpp"
 #include "tests/kernels/tolerance.hpp"
 #include "tests/support/testing.hpp"
@@ -61,8 +62,9 @@ Outputs run_on(Device dev, Stream* s, const Conv2dDims& d, const Tensor& x, cons
   Tensor gw = Tensor::empty(w.shape(), DType::f32, dev, Layout::plain, cs);
   Tensor gb = Tensor::empty({d.cout}, DType::f32, dev, Layout::plain, cs);
   for (Tensor* p : {&y, &gx, &gw, &gb}) p->fill_bytes(0xff, cs);
-  ops::conv2d_forward(dx_, dw_, b ? &db_ : nullptr, d.stride, d.relu, y, cs);
-  ops::conv2d_backward(dx_, dw_, y, ddy, d.stride, d.relu, with_dx ? &gx : nullptr, gw, with_db ? &gb : nullptr, cs);
+  ops::conv2d_forward(dx_, dw_, d.stride, d.relu, y, b ? &db_ : nullptr, cs);
+  ops::conv2d_backward(dx_, dw_, ddy, d.stride, d.relu, gw, &y, with_dx ? &gx : nullptr, with_db ? &gb : nullptr,
+                       nullptr, cs);
   if (s) s->synchronize();
   Outputs o;
   o.y = y.to(Device::cpu());
@@ -335,13 +337,13 @@ TEST_CASE("conv2d CUDA with a caller scratch: the same bytes as the per-call one
     Tensor db = Tensor::empty({d.cout}, DType::f32, kGpu, Layout::plain, cs);
     Tensor scratch = Tensor::empty({need}, DType::f32, kGpu, Layout::plain, cs);
     for (Tensor* p : {&dx, &dw, &db, &scratch}) p->fill_bytes(0xff, cs);
-    ops::conv2d_backward(x, w, y, dy, d.stride, true, &dx, dw, &db, cs, &scratch);
+    ops::conv2d_backward(x, w, dy, d.stride, true, dw, &y, &dx, &db, &scratch, cs);
     s.synchronize();
     CHECK(bytes_of(dx.to(Device::cpu())) == bytes_of(ref.dx));
     CHECK(bytes_of(dw.to(Device::cpu())) == bytes_of(ref.dw));
     CHECK(bytes_of(db.to(Device::cpu())) == bytes_of(ref.db));
     Tensor small = Tensor::empty({need - 1}, DType::f32, kGpu, Layout::plain, cs);
-    CHECK_THROWS_WITH(ops::conv2d_backward(x, w, y, dy, d.stride, true, &dx, dw, &db, cs, &small),
+    CHECK_THROWS_WITH(ops::conv2d_backward(x, w, dy, d.stride, true, dw, &y, &dx, &db, &small, cs),
                       doctest::Contains("conv2d_scratch_elems"));
   }
 }

@@ -96,7 +96,7 @@ Grads run_backward(const Case& c, const Tensor& dy, const Tensor& code, bool wit
   g.dx.fill_bytes(0xff);
   g.dw.fill_bytes(0xff);
   g.db.fill_bytes(0xff);
-  ops::conv_relu_pool_backward(c.x, c.w, dy, code, c.d.pool, with_dx ? &g.dx : nullptr, g.dw, g.db);
+  ops::conv_relu_pool_backward(c.x, c.w, dy, code, c.d.pool, g.dw, g.db, with_dx ? &g.dx : nullptr);
   return g;
 }
 
@@ -363,9 +363,9 @@ TEST_CASE("conv_relu_pool dispatch rejects bad arguments with the op's name") {
   m = message([&] { ops::conv_relu_pool_forward(c.x, c.w, c.b, 0, y, &code); });
   CHECK(m.find("pool") != std::string::npos);
   Tensor dw = Tensor::empty(c.w.shape(), DType::bf16), db = Tensor::empty({4}, DType::f32);
-  m = message([&] { ops::conv_relu_pool_backward(c.x, c.w, y, code, 2, nullptr, dw, db); });
+  m = message([&] { ops::conv_relu_pool_backward(c.x, c.w, y, code, 2, dw, db, nullptr); });
   CHECK(m.find("conv_relu_pool_backward: dw must be f32, got bf16") != std::string::npos);
   Tensor code_bad = Tensor::empty({2, 4, 4, 4}, DType::f32), dw32 = Tensor::empty(c.w.shape(), DType::f32);
-  m = message([&] { ops::conv_relu_pool_backward(c.x, c.w, y, code_bad, 2, nullptr, dw32, db); });
+  m = message([&] { ops::conv_relu_pool_backward(c.x, c.w, y, code_bad, 2, dw32, db, nullptr); });
   CHECK(m.find("code must be u8") != std::string::npos);
 }

@@ -20,6 +20,7 @@
 
 #include "engine/stream.hpp"
 #include "engine/tensor.hpp"
+#include "kernels/conv_algo_lab.hpp"
 #include "kernels/conv_relu_pool.hpp"
 #include "kernels/ops.hpp"
 #include "tests/support/testing.hpp"
@@ -90,7 +91,7 @@ Outputs run(const Inputs& in, Device dev, cudaStream_t s, const Tensor* route = 
   o.db.fill_bytes(0xff, s);
   ops::conv_relu_pool_forward(x, w, b, d.pool, o.y, &o.code, s);
   const Tensor r = route ? route->to(dev, s) : o.code;
-  ops::conv_relu_pool_backward(x, w, dy, r, d.pool, &o.dx, o.dw, o.db, s);
+  ops::conv_relu_pool_backward(x, w, dy, r, d.pool, o.dw, o.db, &o.dx, s);
   if (dev.is_cuda()) MF_CUDA_CHECK(cudaStreamSynchronize(s));
   return o;
 }
@@ -234,7 +235,7 @@ TEST_CASE("the CUDA backward without dx (the first layer's) gives the same dw an
       Tensor db = Tensor::empty({d.cout}, DType::f32, Device::cuda(0), Layout::plain, s);
       dw.fill_bytes(0xff, s);
       db.fill_bytes(0xff, s);
-      ops::conv_relu_pool_backward(x, w, dy, full.code, d.pool, nullptr, dw, db, s);
+      ops::conv_relu_pool_backward(x, w, dy, full.code, d.pool, dw, db, nullptr, s);
       if (a != ConvAlgo::resident || dt == DType::f32) {
         CHECK(bytes_of(dw) == bytes_of(full.dw));
         CHECK(bytes_of(db) == bytes_of(full.db));
@@ -266,7 +267,7 @@ TEST_CASE("a layer with no pooled output (H or W below the pool): every variant 
         Tensor db = Tensor::empty({d.cout}, DType::f32, Device::cuda(0), Layout::plain, s);
         dw.fill_bytes(0xff, s);
         db.fill_bytes(0xff, s);
-        ops::conv_relu_pool_backward(x, w, dy, full.code, d.pool, nullptr, dw, db, s);  // without dx
+        ops::conv_relu_pool_backward(x, w, dy, full.code, d.pool, dw, db, nullptr, s);  // without dx
         MF_CUDA_CHECK(cudaStreamSynchronize(s));
         const Tensor* outs[] = {&dw, &db, &full.dw, &full.db, &full.dx};
         for (const Tensor* t : outs) {

@@ -68,7 +68,7 @@ TEST_CASE("conv_relu_pool CPU twin agrees with PyTorch (float64) forward and bac
       c.dw = Tensor::empty(w.shape(), DType::f32);
       c.db = Tensor::empty({d.cout}, DType::f32);
       ops::conv_relu_pool_forward(x, w, b, d.pool, c.y, &c.code);
-      ops::conv_relu_pool_backward(x, w, dy, c.code, d.pool, &c.dx, c.dw, c.db);
+      ops::conv_relu_pool_backward(x, w, dy, c.code, d.pool, c.dw, c.db, &c.dx);
       testing::write_bin(c.dir / "x.bin", x.to_floats());
       testing::write_bin(c.dir / "w.bin", w.to_floats());
       testing::write_bin(c.dir / "b.bin", b.to_floats());

@@ -115,7 +115,7 @@ TEST_CASE("dense backward: float64 reference and finite differences (fp32)") {
     Tensor dy = Tensor::from_floats(r, {M, N});
     Tensor dx = Tensor::empty({M, K}, DType::f32), dw = Tensor::empty({N, K}, DType::f32), db = Tensor::empty({N}, DType::f32);
     for (Tensor* t : {&dx, &dw, &db}) t->fill_bytes(0xff);
-    ops::dense_backward(xt, wt, y, dy, relu, &dx, dw, db);
+    ops::dense_backward(xt, wt, y, dy, relu, dw, db, &dx);
     // Finite differences in double on the probe loss.
     const double h = 1e-3;
     auto xs = x, ws = w, bs = b;

@@ -31,13 +31,13 @@ TEST_CASE("dense forward/backward: CUDA (cuBLASLt) vs CPU twin, every precision,
         Tensor dx = Tensor::empty({M, K}, t), dw = Tensor::empty({N, K}, DType::f32), db = Tensor::empty({N}, DType::f32);
         dy.copy_from(dyv);
         ops::dense_forward(x, w, b, relu, y);
-        ops::dense_backward(x, w, y, dy, relu, &dx, dw, db);
+        ops::dense_backward(x, w, y, dy, relu, dw, db, &dx);
         Tensor gx = x.to(kGpu, s), gw = w.to(kGpu, s), gb = b.to(kGpu, s), gdy = dyv.to(kGpu, s);
         Tensor gy = Tensor::empty({M, N}, t, kGpu, Layout::plain, s), gdx = Tensor::empty({M, K}, t, kGpu, Layout::plain, s);
         Tensor gdw = Tensor::empty({N, K}, DType::f32, kGpu, Layout::plain, s), gdb = Tensor::empty({N}, DType::f32, kGpu, Layout::plain, s);
         for (Tensor* p : {&gy, &gdx, &gdw, &gdb}) p->fill_bytes(0xff, s);
         ops::dense_forward(gx, gw, gb, relu, gy, s);
-        ops::dense_backward(gx, gw, gy, gdy, relu, &gdx, gdw, gdb, s);
+        ops::dense_backward(gx, gw, gy, gdy, relu, gdw, gdb, &gdx, s);
         s.synchronize();
         const double tol = testing::rel_l2_tolerance(t);
         CHECK(testing::rel_l2(gy.to_floats(), y.to_floats()) <= tol);
@@ -62,7 +62,7 @@ TEST_CASE("dense on views that are only 16-byte aligned (ParamBuffer offsets): c
       Tensor dx = Tensor::empty({M, K}, t), dw = Tensor::empty({N, K}, DType::f32), db = Tensor::empty({N}, DType::f32);
       dy.copy_from(dyv);
       ops::dense_forward(x, w, b, relu, y);
-      ops::dense_backward(x, w, y, dy, relu, &dx, dw, db);
+      ops::dense_backward(x, w, y, dy, relu, dw, db, &dx);
       // Every device operand is a view starting `off` elements into a bigger buffer.
       auto view = [&](const Shape& shape, DType dt) {
         std::int64_t n = 1;
@@ -78,7 +78,7 @@ TEST_CASE("dense on views that are only 16-byte aligned (ParamBuffer offsets): c
       gdy.copy_from(dyv, s);
       Tensor gy = view({M, N}, t), gdx = view({M, K}, t), gdw = view({N, K}, DType::f32), gdb = view({N}, DType::f32);
       ops::dense_forward(gx, gw, gb, relu, gy, s);
-      ops::dense_backward(gx, gw, gy, gdy, relu, &gdx, gdw, gdb, s);
+      ops::dense_backward(gx, gw, gy, gdy, relu, gdw, gdb, &gdx, s);
       s.synchronize();
       const double tol = testing::rel_l2_tolerance(t);
       CHECK(testing::rel_l2(gy.to_floats(), y.to_floats()) <= tol);

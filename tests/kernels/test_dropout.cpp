@@ -17,8 +17,8 @@ TEST_CASE("dropout: mask rate, scaling, same mask forward/backward, new mask per
   Tensor x = Tensor::from_floats(std::vector<float>(std::size_t(n), 1.f), {n});
   Tensor y = Tensor::empty({n}, DType::f32), y2 = Tensor::empty({n}, DType::f32), dx = Tensor::empty({n}, DType::f32);
   std::int32_t ctr = 3;
-  ops::dropout_forward(x, y, 0.3f, 42, 0, &ctr);
-  ops::dropout_backward(x, dx, 0.3f, 42, 0, &ctr);
+  ops::dropout_forward(x, &ctr, 0.3f, 42, 0, y);
+  ops::dropout_backward(x, &ctr, 0.3f, 42, 0, dx);
   CHECK(std::memcmp(y.raw(), dx.raw(), y.nbytes()) == 0);
   const auto v = y.to_floats();
   std::int64_t kept = 0;
@@ -28,8 +28,8 @@ TEST_CASE("dropout: mask rate, scaling, same mask forward/backward, new mask per
   }
   CHECK(std::fabs(double(kept) / n - 0.7) < 0.01);
   ctr = 4;
-  ops::dropout_forward(x, y2, 0.3f, 42, 0, &ctr);
+  ops::dropout_forward(x, &ctr, 0.3f, 42, 0, y2);
   CHECK(std::memcmp(y.raw(), y2.raw(), y.nbytes()) != 0);
-  ops::dropout_forward(x, y2, 0.3f, 42, 1, &ctr);  // another micro-batch stream
+  ops::dropout_forward(x, &ctr, 0.3f, 42, 1, y2);  // another micro-batch stream
   CHECK(std::memcmp(y.raw(), y2.raw(), y.nbytes()) != 0);
 }

@@ -21,11 +21,11 @@ TEST_CASE("dropout: CUDA mask equals the CPU twin's") {
   const Tensor x = Tensor::from_floats(testing::random_floats(std::size_t(n), 5), {n});
   Tensor y = Tensor::empty({n}, DType::f32);
   std::int32_t ctr = 17;
-  ops::dropout_forward(x, y, 0.25f, 99, 2, &ctr);
+  ops::dropout_forward(x, &ctr, 0.25f, 99, 2, y);
   Tensor gctr = Tensor::from_floats(std::vector<float>{17.f}, {1}, DType::i32).to(kGpu, s);
   Tensor gx = x.to(kGpu, s), gy = Tensor::empty({n}, DType::f32, kGpu, Layout::plain, s);
   gy.fill_bytes(0xff, s);
-  ops::dropout_forward(gx, gy, 0.25f, 99, 2, gctr.data<std::int32_t>(), s);
+  ops::dropout_forward(gx, gctr.data<std::int32_t>(), 0.25f, 99, 2, gy, s);
   s.synchronize();
   CHECK(gy.to_floats() == y.to_floats());
 }
@@ -39,11 +39,11 @@ TEST_CASE("dropout backward: CUDA equals the CPU twin bit for bit in every preci
     const Tensor dy = Tensor::from_floats(testing::random_floats(std::size_t(n), 6), {n}, t);
     Tensor dx = Tensor::empty({n}, t);
     std::int32_t ctr = 5;
-    ops::dropout_backward(dy, dx, 0.4f, 7, 1, &ctr);
+    ops::dropout_backward(dy, &ctr, 0.4f, 7, 1, dx);
     Tensor gctr = Tensor::from_floats(std::vector<float>{5.f}, {1}, DType::i32).to(kGpu, s);
     Tensor gdy = dy.to(kGpu, s), gdx = Tensor::empty({n}, t, kGpu, Layout::plain, s);
     gdx.fill_bytes(0xff, s);
-    ops::dropout_backward(gdy, gdx, 0.4f, 7, 1, gctr.data<std::int32_t>(), s);
+    ops::dropout_backward(gdy, gctr.data<std::int32_t>(), 0.4f, 7, 1, gdx, s);
     s.synchronize();
     CHECK(gdx.to_floats() == dx.to_floats());
   }

@@ -66,7 +66,7 @@ Tensors tensors(const Case& c, DType t) {
 
 std::pair<Tensor, Tensor> run(const Case& c, const Tensors& p, DType t) {
   Tensor w_out = testing::poisoned(p.w.shape(), t), b_out = testing::poisoned({c.cout}, t);
-  ops::fold_batch_norm(p.w, c.bias ? &p.b : nullptr, p.gamma, p.beta, p.mean, p.var, c.eps, w_out, b_out);
+  ops::fold_batch_norm(p.w, p.gamma, p.beta, p.mean, p.var, c.eps, w_out, b_out, c.bias ? &p.b : nullptr);
   return {w_out, b_out};
 }
 
@@ -157,7 +157,7 @@ TEST_CASE("fold_batch_norm: error messages name what was expected and found") {
   const Tensors p = tensors(c, DType::f32);
   Tensor w_out = Tensor::empty(p.w.shape(), DType::f32), b_out = Tensor::empty({4}, DType::f32);
   auto err = [&](const Tensor& w, const Tensor* b, const Tensor& g, const Tensor& m, Tensor& wo, Tensor& bo) {
-    return testing::error_of([&] { ops::fold_batch_norm(w, b, g, p.beta, m, p.var, c.eps, wo, bo); });
+    return testing::error_of([&] { ops::fold_batch_norm(w, g, p.beta, m, p.var, c.eps, wo, bo, b); });
   };
   CHECK(err(p.w, &p.b, p.gamma, p.mean, w_out, b_out) == "<no error>");
   const Tensor w3 = Tensor::zeros({4, 9, 2}, DType::f32);
@@ -195,11 +195,11 @@ TEST_CASE("fold_batch_norm: conv2d with the folded weights = conv2d -> batch_nor
           CAPTURE(relu);
           Tensor z = Tensor::empty({N, OH, OW, c.cout}, t, Device::cpu(), Layout::nhwc);
           Tensor want = Tensor::empty(z.shape(), t, Device::cpu(), Layout::nhwc);
-          ops::conv2d_forward(x, p.w, bias ? &p.b : nullptr, stride, false, z);
-          ops::batch_norm_eval_forward(z, p.gamma, p.beta, p.mean, p.var, c.eps, nullptr, relu, want);
+          ops::conv2d_forward(x, p.w, stride, false, z, bias ? &p.b : nullptr);
+          ops::batch_norm_eval_forward(z, p.gamma, p.beta, p.mean, p.var, c.eps, relu, want, nullptr);
           const auto [w_out, b_out] = run(c, p, t);
           Tensor got = Tensor::empty(z.shape(), t, Device::cpu(), Layout::nhwc);
-          ops::conv2d_forward(x, w_out, &b_out, stride, relu, got);
+          ops::conv2d_forward(x, w_out, stride, relu, got, &b_out);
           // bf16/f16: the unfolded path rounds z to t once more than the folded one.
           CHECK(testing::rel_l2(got.to_floats(), want.to_floats()) <= testing::rel_l2_tolerance(t));
         }

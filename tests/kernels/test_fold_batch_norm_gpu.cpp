@@ -41,7 +41,7 @@ std::pair<Tensor, Tensor> run(const Params& p, bool bias, Device dev, Stream* s)
   const Tensor w = on(p.w), b = on(p.b), g = on(p.gamma), be = on(p.beta), m = on(p.mean), v = on(p.var);
   Tensor w_out = testing::poisoned(p.w.shape(), p.w.dtype(), dev, Layout::plain, st);
   Tensor b_out = testing::poisoned(p.b.shape(), p.w.dtype(), dev, Layout::plain, st);
-  ops::fold_batch_norm(w, bias ? &b : nullptr, g, be, m, v, 1e-5f, w_out, b_out, st);
+  ops::fold_batch_norm(w, g, be, m, v, 1e-5f, w_out, b_out, bias ? &b : nullptr, st);
   if (!s) return {w_out, b_out};
   const std::pair<Tensor, Tensor> host{w_out.to(Device::cpu(), st), b_out.to(Device::cpu(), st)};
   s->synchronize();

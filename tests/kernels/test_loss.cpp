@@ -76,7 +76,8 @@ TEST_CASE("fused loss: PyTorch semantics (class weights, label smoothing), gradi
       dl.fill_bytes(0xff);
       Tensor sums = Tensor::zeros({kernels::kLossSums}, DType::f32), counts = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32);
       Tensor sl = Tensor::zeros({1}, DType::f32);
-      ops::class_leak_loss(logits, lab, leak, cw.empty() ? nullptr : &cwt, &loss_scale, d, dl, sums, counts, &sl);
+      ops::class_leak_loss(logits, lab, d, dl, sums, counts, &leak, cw.empty() ? nullptr : &cwt, nullptr, nullptr,
+                           &loss_scale, &sl);
       std::vector<double> z(zf.begin(), zf.end());
       double ce = 0, bce = 0;
       const double ref = total_loss(z, y, t, cw, B, C, eps, 0.8, 1.3, &ce, &bce);
@@ -132,13 +133,13 @@ TEST_CASE("head_probs: softmax of the class columns and sigmoid of the leak colu
     Tensor p = Tensor::empty({B, C}, DType::f32), l = Tensor::empty({B}, DType::f32);
     p.fill_bytes(0xff);  // NaN: every element must be written
     l.fill_bytes(0xff);
-    ops::head_probs(logits, p, l);
+    ops::head_probs(logits, p, &l);
     // f32 arithmetic on exact inputs: a few ulps.
     CHECK(testing::rel_l2(p.to_floats(), want_p) < 1e-6);
     CHECK(testing::rel_l2(l.to_floats(), want_l) < 1e-6);
   }
   Tensor wrong = Tensor::empty({B, C + 1}, DType::f32), l = Tensor::empty({B}, DType::f32);
-  CHECK_THROWS_WITH_AS(ops::head_probs(Tensor::zeros({B, C + 1}, DType::f32), wrong, l),
+  CHECK_THROWS_WITH_AS(ops::head_probs(Tensor::zeros({B, C + 1}, DType::f32), wrong, &l),
                        doctest::Contains("head_probs: probs must have shape"), Error);
 }
 
@@ -197,8 +198,8 @@ LossOut run_loss(const std::vector<float>& z, const std::vector<float>& ya, cons
   dl.fill_bytes(0xff);
   Tensor sums = Tensor::zeros({kernels::kLossSums}, DType::f32),
          counts = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32), sl = Tensor::zeros({1}, DType::f32);
-  ops::class_leak_loss(logits, lab, leak, cw.empty() ? nullptr : &cwt, &loss_scale, d, dl, sums, counts, &sl, nullptr,
-                 yb ? &lb : nullptr, lam ? &lm : nullptr);
+  ops::class_leak_loss(logits, lab, d, dl, sums, counts, &leak, cw.empty() ? nullptr : &cwt, yb ? &lb : nullptr,
+                       lam ? &lm : nullptr, &loss_scale, &sl, nullptr);
   return {dl.to_floats(), sums.to_floats(), counts.to_floats(), sl.to_floats()};
 }
 
@@ -295,7 +296,8 @@ TEST_CASE("fused loss, soft targets: lam = 1 gives the hard labels' bits, lam = 
   Tensor dl = Tensor::empty({B, C + 1}, DType::f32), sums = Tensor::zeros({kernels::kLossSums}, DType::f32),
          counts = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32);
   CHECK(testing::error_of([&] {
-          ops::class_leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, counts, nullptr, nullptr, &lb, nullptr);
+          ops::class_leak_loss(logits, lab, d, dl, sums, counts, &leak, nullptr, &lb, nullptr, nullptr, nullptr,
+                               nullptr);
         }).find("labels_b and lam must be given together") != std::string::npos);
 }
 
@@ -346,8 +348,8 @@ NcOut run_nc(const NcCase& c, bool confusion, int threads = 0) {
   const int saved = cpu_threads();
   if (threads) set_cpu_threads(threads);
   const float scale = 8.f;
-  ops::class_leak_loss(logits, lab, leak, c.weighted ? &cw : nullptr, &scale, d, dl, sums, counts, &sl, nullptr,
-                 c.mix ? &lb : nullptr, c.mix ? &lam : nullptr);
+  ops::class_leak_loss(logits, lab, d, dl, sums, counts, &leak, c.weighted ? &cw : nullptr, c.mix ? &lb : nullptr,
+                       c.mix ? &lam : nullptr, &scale, &sl, nullptr);
   set_cpu_threads(saved);
   return {dl.to_floats(), sums.to_floats(), counts.to_floats(), sl.to_floats()};
 }
@@ -442,16 +444,19 @@ TEST_CASE("fused loss: counts must be [kLossCounts] or [kLossCounts + C*C]") {
   for (const Shape& bad : {Shape{4}, Shape{kernels::kLossCounts + C * C - 1}, Shape{kernels::kLossCounts + C * C + 1},
                            Shape{1, kernels::kLossCounts}, Shape{0}}) {
     Tensor counts = Tensor::zeros(bad, DType::i32);
-    const std::string e = testing::error_of([&] { ops::class_leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, counts, nullptr); });
+    const std::string e = testing::error_of([&] { ops::class_leak_loss(logits, lab, d, dl, sums, counts, &leak, nullptr,
+                                                                       nullptr, nullptr, nullptr, nullptr); });
     CAPTURE(e);
     CHECK(e.find("class_leak_loss: counts must be [3] (no confusion matrix) or [3 + C*C = 12], found") != std::string::npos);
   }
   Tensor counts = Tensor::zeros({kernels::kLossCounts}, DType::f32);  // the right size, the wrong dtype
-  CHECK(testing::error_of([&] { ops::class_leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, counts, nullptr); })
+  CHECK(testing::error_of([&] { ops::class_leak_loss(logits, lab, d, dl, sums, counts, &leak, nullptr, nullptr, nullptr,
+                                                     nullptr, nullptr); })
             .find("leak_loss") != std::string::npos);
   for (std::int64_t n : {std::int64_t(kernels::kLossCounts), kernels::kLossCounts + C * C}) {  // both accepted
     Tensor ok = Tensor::zeros({n}, DType::i32);
-    CHECK(testing::error_of([&] { ops::class_leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, ok, nullptr); }) ==
+    CHECK(testing::error_of([&] { ops::class_leak_loss(logits, lab, d, dl, sums, ok, &leak, nullptr, nullptr, nullptr,
+                                                       nullptr, nullptr); }) ==
           "<no error>");
   }
 }

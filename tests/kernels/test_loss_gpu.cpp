@@ -46,14 +46,14 @@ TEST_CASE("fused loss: CUDA vs CPU twin (metrics exact, gradients and losses wit
       Tensor dl = Tensor::empty({B, C + 1}, t), sums = Tensor::zeros({kernels::kLossSums}, DType::f32),
              counts = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32);
       const float scale = 1024.f;
-      ops::class_leak_loss(logits, labels, leak, &cw, &scale, d, dl, sums, counts, nullptr);
+      ops::class_leak_loss(logits, labels, d, dl, sums, counts, &leak, &cw, nullptr, nullptr, &scale, nullptr);
       Tensor gscale = Tensor::from_floats(std::vector<float>{scale}, {1}).to(kGpu, s);
       Tensor gl = logits.to(kGpu, s), glab = labels.to(kGpu, s), glk = leak.to(kGpu, s), gcw = cw.to(kGpu, s);
       Tensor gdl = Tensor::empty({B, C + 1}, t, kGpu, Layout::plain, s);
       gdl.fill_bytes(0xff, s);
       Tensor gs = Tensor::zeros({kernels::kLossSums}, DType::f32, kGpu, Layout::plain, s);
       Tensor gc = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32, kGpu, Layout::plain, s);
-      ops::class_leak_loss(gl, glab, glk, &gcw, gscale.data<float>(), d, gdl, gs, gc, nullptr, s);
+      ops::class_leak_loss(gl, glab, d, gdl, gs, gc, &glk, &gcw, nullptr, nullptr, gscale.data<float>(), nullptr, s);
       s.synchronize();
       CHECK(testing::rel_l2(gdl.to_floats(), dl.to_floats()) <= (t == DType::f32 ? 1e-5 : testing::rel_l2_tolerance(t)));
       CHECK(testing::rel_l2(gs.to_floats(), sums.to_floats()) <= 1e-5);
@@ -68,12 +68,12 @@ TEST_CASE("head_probs: CUDA vs CPU twin, every precision, batch 1 to 8192") {
     for (DType t : {DType::f32, DType::bf16, DType::f16}) {
       const Tensor logits = Tensor::from_floats(testing::random_floats(std::size_t(B * (C + 1)), 9, -6, 6), {B, C + 1}, t);
       Tensor p = Tensor::empty({B, C}, DType::f32), l = Tensor::empty({B}, DType::f32);
-      ops::head_probs(logits, p, l);
+      ops::head_probs(logits, p, &l);
       Tensor gl = logits.to(kGpu, s);
       Tensor gp = Tensor::empty({B, C}, DType::f32, kGpu, Layout::plain, s), glp = Tensor::empty({B}, DType::f32, kGpu, Layout::plain, s);
       gp.fill_bytes(0xff, s);
       glp.fill_bytes(0xff, s);
-      ops::head_probs(gl, gp, glp, s);
+      ops::head_probs(gl, gp, &glp, s);
       s.synchronize();
       // f32 math on the same inputs; exp may differ by an ulp or two between the two.
       CHECK(testing::rel_l2(gp.to_floats(), p.to_floats()) <= 1e-6);
@@ -104,7 +104,7 @@ TEST_CASE("fused loss, soft targets (mixup): CUDA vs CPU twin (metrics exact, gr
       Tensor dl = Tensor::empty({B, C + 1}, t), sums = Tensor::zeros({kernels::kLossSums}, DType::f32),
              counts = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32);
       const float scale = 64.f;
-      ops::class_leak_loss(logits, labels, leak, &cw, &scale, d, dl, sums, counts, nullptr, nullptr, &labels_b, &lam);
+      ops::class_leak_loss(logits, labels, d, dl, sums, counts, &leak, &cw, &labels_b, &lam, &scale, nullptr, nullptr);
       Tensor gscale = Tensor::from_floats(std::vector<float>{scale}, {1}).to(kGpu, s);
       Tensor gl = logits.to(kGpu, s), glab = labels.to(kGpu, s), glb = labels_b.to(kGpu, s), glam = lam.to(kGpu, s),
              glk = leak.to(kGpu, s), gcw = cw.to(kGpu, s);
@@ -112,7 +112,7 @@ TEST_CASE("fused loss, soft targets (mixup): CUDA vs CPU twin (metrics exact, gr
       gdl.fill_bytes(0xff, s);
       Tensor gs = Tensor::zeros({kernels::kLossSums}, DType::f32, kGpu, Layout::plain, s);
       Tensor gc = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32, kGpu, Layout::plain, s);
-      ops::class_leak_loss(gl, glab, glk, &gcw, gscale.data<float>(), d, gdl, gs, gc, nullptr, s, &glb, &glam);
+      ops::class_leak_loss(gl, glab, d, gdl, gs, gc, &glk, &gcw, &glb, &glam, gscale.data<float>(), nullptr, s);
       s.synchronize();
       CAPTURE(B);
       CHECK(testing::rel_l2(gdl.to_floats(), dl.to_floats()) <= (t == DType::f32 ? 1e-5 : testing::rel_l2_tolerance(t)));
@@ -173,8 +173,8 @@ NcOut run_nc(const NcCase& c, bool gpu, bool confusion, Stream& s, const std::ve
     Tensor sums = put(Tensor::from_floats(std::vector<float>{0.5f, 0.25f, 1.f, 2.f}, {kernels::kLossSums}));
     Tensor counts = Tensor::zeros({kernels::kLossCounts + (confusion ? C * C : 0)}, DType::i32, dev, Layout::plain, s);
     Tensor sl = Tensor::zeros({1}, DType::f32, dev, Layout::plain, s);
-    ops::class_leak_loss(logits, lab, leak, c.weighted ? &cw : nullptr, scale.data<float>(), d, dl, sums, counts, &sl, s,
-                   c.mix ? &lb : nullptr, c.mix ? &lam : nullptr);
+    ops::class_leak_loss(logits, lab, d, dl, sums, counts, &leak, c.weighted ? &cw : nullptr, c.mix ? &lb : nullptr,
+                         c.mix ? &lam : nullptr, scale.data<float>(), &sl, s);
     s.synchronize();
     const Tensor dh = dl.to(Device::cpu(), s);
     s.synchronize();
@@ -294,11 +294,14 @@ TEST_CASE("fused loss on CUDA: counts with the confusion matrix past 100 classes
          full = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32, kGpu, Layout::plain, s),
          small = Tensor::zeros({kernels::kLossCounts}, DType::i32, kGpu, Layout::plain, s),
          bad = Tensor::zeros({kernels::kLossCounts + 1}, DType::i32, kGpu, Layout::plain, s);
-  CHECK(testing::error_of([&] { ops::class_leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, full, nullptr, s); }) ==
+  CHECK(testing::error_of([&] { ops::class_leak_loss(logits, lab, d, dl, sums, full, &leak, nullptr, nullptr, nullptr,
+                                                     nullptr, nullptr, s); }) ==
         "<no error>");
-  CHECK(testing::error_of([&] { ops::class_leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, bad, nullptr, s); })
+  CHECK(testing::error_of([&] { ops::class_leak_loss(logits, lab, d, dl, sums, bad, &leak, nullptr, nullptr, nullptr,
+                                                     nullptr, nullptr, s); })
             .find("counts must be [3] (no confusion matrix) or [3 + C*C = 10204], found") != std::string::npos);
-  CHECK(testing::error_of([&] { ops::class_leak_loss(logits, lab, leak, nullptr, nullptr, d, dl, sums, small, nullptr, s); }) ==
+  CHECK(testing::error_of([&] { ops::class_leak_loss(logits, lab, d, dl, sums, small, &leak, nullptr, nullptr, nullptr,
+                                                     nullptr, nullptr, s); }) ==
         "<no error>");
   s.synchronize();
   CHECK(small.to_floats()[0] == float(B));

@@ -94,8 +94,8 @@ Out run_twin(const Problem& p, DType t, float loss_scale = 1.f, float grad_scale
   o.sums = Tensor::zeros({kernels::kLossSums}, DType::f32);
   o.counts = Tensor::zeros({kernels::kLossCounts + (confusion ? std::int64_t(p.C) * p.C : 0)}, DType::i32);
   o.step = Tensor::empty({1}, DType::f32);
-  ops::margin_softmax_loss(emb, w, labels_tensor(p.labels), dims_of(p, grad_scale), &loss_scale, o.demb, o.dweight,
-                           o.sums, o.counts, &o.step);
+  ops::margin_softmax_loss(emb, w, labels_tensor(p.labels), dims_of(p, grad_scale), o.demb, o.dweight, o.sums,
+                           o.counts, &loss_scale, &o.step, nullptr);
   return o;
 }
 
@@ -415,9 +415,9 @@ TEST_CASE("margin_softmax: metrics: exact confusion matrix, accumulation, the sh
   Tensor counts = Tensor::zeros({kernels::kLossCounts + 9}, DType::i32);
   Tensor step = Tensor::empty({1}, DType::f32);
   const Tensor labels = labels_tensor(p.labels);
-  ops::margin_softmax_loss(emb, w, labels, dims_of(p), nullptr, demb, dw, sums, counts, &step);
+  ops::margin_softmax_loss(emb, w, labels, dims_of(p), demb, dw, sums, counts, nullptr, &step, nullptr);
   const float l1 = step.to_floats()[0];
-  ops::margin_softmax_loss(emb, w, labels, dims_of(p), nullptr, demb, dw, sums, counts, nullptr);
+  ops::margin_softmax_loss(emb, w, labels, dims_of(p), demb, dw, sums, counts, nullptr, nullptr, nullptr);
   const Vec c = counts.to_floats(), s = sums.to_floats();
   CHECK(c[0] == 10.f);
   CHECK(c[1] == 6.f);  // samples 0, 1, 2 correct, twice
@@ -428,7 +428,7 @@ TEST_CASE("margin_softmax: metrics: exact confusion matrix, accumulation, the sh
   CHECK(s[2] == l1 + l1);
   CHECK(s[3] == 2.f);
   Tensor short_counts = Tensor::zeros({kernels::kLossCounts}, DType::i32);
-  ops::margin_softmax_loss(emb, w, labels, dims_of(p), nullptr, demb, dw, sums, short_counts, nullptr);
+  ops::margin_softmax_loss(emb, w, labels, dims_of(p), demb, dw, sums, short_counts, nullptr, nullptr, nullptr);
   CHECK(short_counts.to_floats() == Vec{5, 3, 0});
 }
 
@@ -472,7 +472,8 @@ TEST_CASE("margin_softmax: errors name what was expected and found") {
   Tensor counts = Tensor::zeros({kernels::kLossCounts + 25}, DType::i32);
   auto err = [&](const Tensor& e, const Tensor& ww, const Tensor& l, kernels::MarginSoftmaxArgs d, Tensor& de,
                  Tensor& dww, Tensor& c) {
-    return testing::error_of([&] { ops::margin_softmax_loss(e, ww, l, d, nullptr, de, dww, sums, c, nullptr); });
+    return testing::error_of([&] { ops::margin_softmax_loss(e, ww, l, d, de, dww, sums, c, nullptr, nullptr,
+                                                            nullptr); });
   };
   const auto d = dims_of(p);
   CHECK(err(emb, w, labels, d, demb, dw, counts) == "<no error>");

@@ -80,8 +80,8 @@ Outputs run(const Problem& p, DType t, Device dev, Stream* s, float loss_scale, 
   std::vector<float> counts0(std::size_t(kernels::kLossCounts + (confusion ? C * C : 0)), 2.f);
   o.sums = Tensor::from_floats(sums0, {kernels::kLossSums}).to(dev, st);
   o.counts = Tensor::from_floats(counts0, {std::int64_t(counts0.size())}, DType::i32).to(dev, st);
-  ops::margin_softmax_loss(emb, w, labels, p.d, ls.data<float>(), o.demb, o.dweight, o.sums, o.counts, &o.step, st,
-                           scratch);
+  ops::margin_softmax_loss(emb, w, labels, p.d, o.demb, o.dweight, o.sums, o.counts, ls.data<float>(), &o.step, scratch,
+                           st);
   if (s) s->synchronize();
   if (into) *into = o;
   return o;
@@ -178,11 +178,11 @@ TEST_CASE("margin_softmax gpu: caller scratch = per-call scratch bits; graph cap
   cudaGraph_t graph = nullptr;
   REQUIRE(cudaStreamBeginCapture(s.handle(), cudaStreamCaptureModeThreadLocal) == cudaSuccess);
   const std::string refused = testing::error_of([&] {
-    ops::margin_softmax_loss(emb, w, labels, p.d, ls.data<float>(), cap.demb, cap.dweight, cap.sums, cap.counts,
-                             &cap.step, s.handle());
+    ops::margin_softmax_loss(emb, w, labels, p.d, cap.demb, cap.dweight, cap.sums, cap.counts, ls.data<float>(),
+                             &cap.step, nullptr, s.handle());
   });
-  ops::margin_softmax_loss(emb, w, labels, p.d, ls.data<float>(), cap.demb, cap.dweight, cap.sums, cap.counts,
-                           &cap.step, s.handle(), &scratch);
+  ops::margin_softmax_loss(emb, w, labels, p.d, cap.demb, cap.dweight, cap.sums, cap.counts, ls.data<float>(),
+                           &cap.step, &scratch, s.handle());
   REQUIRE(cudaStreamEndCapture(s.handle(), &graph) == cudaSuccess);
   CHECK(refused.find("being captured into a CUDA graph") != std::string::npos);
   cudaGraphExec_t exec = nullptr;

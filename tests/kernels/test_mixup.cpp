@@ -49,7 +49,7 @@ Mixed run(const MixupArgs& d, DType t, const std::vector<float>& x, const std::v
   xo.fill_bytes(0xff);
   lam.fill_bytes(0xff);
   if (ko.defined()) ko.fill_bytes(0xff);
-  ops::mixup(tx, tl, tk, d, &ctr, xo, lb, lam, ko);
+  ops::mixup(tx, tl, &ctr, d, xo, lb, lam, tk.defined() ? &tk : nullptr, ko.defined() ? &ko : nullptr);
   Mixed m{xo.to_floats(), ko.defined() ? ko.to_floats() : std::vector<float>{}, lam.to_floats(), lb.to_floats()};
   return m;
 }
@@ -217,21 +217,20 @@ TEST_CASE("mixup: argument errors name what was expected and found") {
   const std::int32_t ctr = 0;
   MixupArgs bad = d;
   bad.alpha = 0;
-  CHECK(testing::error_of([&] { ops::mixup(x, labels, leak, bad, &ctr, xo, lb, lam, ko); })
+  CHECK(testing::error_of([&] { ops::mixup(x, labels, &ctr, bad, xo, lb, lam, &leak, &ko); })
             .find("alpha must be finite and > 0, found 0") != std::string::npos);
   bad = d;
   bad.elems = 4;
-  CHECK(testing::error_of([&] { ops::mixup(x, labels, leak, bad, &ctr, xo, lb, lam, ko); })
+  CHECK(testing::error_of([&] { ops::mixup(x, labels, &ctr, bad, xo, lb, lam, &leak, &ko); })
             .find("does not hold 4 samples of 4 values") != std::string::npos);
   Tensor same = x;
-  CHECK(testing::error_of([&] { ops::mixup(x, labels, leak, d, &ctr, same, lb, lam, ko); })
+  CHECK(testing::error_of([&] { ops::mixup(x, labels, &ctr, d, same, lb, lam, &leak, &ko); })
             .find("another buffer") != std::string::npos);
-  Tensor none;
-  CHECK(testing::error_of([&] { ops::mixup(x, labels, leak, d, &ctr, xo, lb, lam, none); })
+  CHECK(testing::error_of([&] { ops::mixup(x, labels, &ctr, d, xo, lb, lam, &leak, nullptr); })
             .find("leak and leak_out must both be given") != std::string::npos);
   Tensor wrong = Tensor::zeros({B}, DType::f32);
-  CHECK(testing::error_of([&] { ops::mixup(x, labels, leak, d, &ctr, xo, wrong, lam, ko); }).find("labels_b") !=
+  CHECK(testing::error_of([&] { ops::mixup(x, labels, &ctr, d, xo, wrong, lam, &leak, &ko); }).find("labels_b") !=
         std::string::npos);
-  CHECK(testing::error_of([&] { ops::mixup(x, labels, leak, d, nullptr, xo, lb, lam, ko); }).find("counter") !=
+  CHECK(testing::error_of([&] { ops::mixup(x, labels, nullptr, d, xo, lb, lam, &leak, &ko); }).find("counter") !=
         std::string::npos);
 }

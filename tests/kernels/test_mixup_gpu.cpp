@@ -59,7 +59,7 @@ Mixed twin(const Inputs& in, std::int32_t ctr) {
   Tensor xo = Tensor::empty({d.batch, d.elems}, in.t), lb = Tensor::empty({d.batch}, DType::i32),
          lam = Tensor::empty({d.batch}, DType::f32);
   Tensor ko = in.leak.empty() ? Tensor() : Tensor::empty({d.batch}, DType::f32);
-  ops::mixup(tx, tl, tk, d, &ctr, xo, lb, lam, ko);
+  ops::mixup(tx, tl, &ctr, d, xo, lb, lam, tk.defined() ? &tk : nullptr, ko.defined() ? &ko : nullptr);
   return {xo.to_floats(), ko.defined() ? ko.to_floats() : std::vector<float>{}, lam.to_floats(), lb.to_floats()};
 }
 
@@ -117,7 +117,8 @@ TEST_CASE("mixup CUDA equals the CPU twin: dtypes, batch sizes, leak head on and
           const Inputs in = inputs(B, 101, t, leak_head, alpha);
           Stream s(kGpu);
           OnGpu g = upload(in, 13, s);
-          ops::mixup(g.x, g.labels, g.leak, in.d, g.ctr.data<std::int32_t>(), g.xo, g.lb, g.lam, g.ko, s);
+          ops::mixup(g.x, g.labels, g.ctr.data<std::int32_t>(), in.d, g.xo, g.lb, g.lam,
+                     g.leak.defined() ? &g.leak : nullptr, g.ko.defined() ? &g.ko : nullptr, s);
           s.synchronize();
           check_equal(in, download(g), twin(in, 13));
         }
@@ -128,7 +129,8 @@ TEST_CASE("mixup CUDA: a batch larger than the grid (blocks loop over samples)")
   const Inputs in = inputs(B, 3, DType::f32, true, 0.4f);
   Stream s(kGpu);
   OnGpu g = upload(in, 2, s);
-  ops::mixup(g.x, g.labels, g.leak, in.d, g.ctr.data<std::int32_t>(), g.xo, g.lb, g.lam, g.ko, s);
+  ops::mixup(g.x, g.labels, g.ctr.data<std::int32_t>(), in.d, g.xo, g.lb, g.lam, g.leak.defined() ? &g.leak : nullptr,
+             g.ko.defined() ? &g.ko : nullptr, s);
   s.synchronize();
   check_equal(in, download(g), twin(in, 2));
 }
@@ -140,7 +142,8 @@ TEST_CASE("mixup CUDA: a captured graph replayed with two counters draws the twi
   s.synchronize();
   cudaGraph_t graph = nullptr;
   REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-  ops::mixup(g.x, g.labels, g.leak, in.d, g.ctr.data<std::int32_t>(), g.xo, g.lb, g.lam, g.ko, s);
+  ops::mixup(g.x, g.labels, g.ctr.data<std::int32_t>(), in.d, g.xo, g.lb, g.lam, g.leak.defined() ? &g.leak : nullptr,
+             g.ko.defined() ? &g.ko : nullptr, s);
   REQUIRE(cudaStreamEndCapture(s, &graph) == cudaSuccess);
   cudaGraphExec_t exec = nullptr;
   REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);

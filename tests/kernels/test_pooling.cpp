@@ -1,11 +1,12 @@
 // The pooling and elementwise ops' CPU twins (kernels/pooling.hpp): max pool,
-// global average pool, the squeeze-excitation channel gate and add_inplace,
-// against float64 loops written from the contract (every dtype, odd H/W with
-// floor, batch 1, 1x1 spatial), exact small-integer and hand-made cases (ties,
-// NaN, -inf, the floor's dropped rows), finite-difference checks of every
-// backward output, large logits, thread-count independence, the dispatch's
-// argument checks, and PyTorch (tests/oracle/pooling.py) computing the same
-// forward and backward in float64 from the same inputs.
+// global average pool and the squeeze-excitation channel gate, against
+// float64 loops written from the contract (every dtype, odd H/W with floor,
+// batch 1, 1x1 spatial), exact small-integer and hand-made cases (ties, NaN,
+// -inf, the floor's dropped rows), finite-difference checks of every backward
+// output, large logits, thread-count independence, the dispatch's argument
+// checks, and PyTorch (tests/oracle/pooling.py) computing the same forward and
+// backward in float64 from the same inputs. accumulate (once add_inplace,
+// tested here) has test_accumulate.cpp.
 // Outputs are NaN-poisoned before every run, so every element must be written.
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -162,8 +163,8 @@ struct GateOut {
 };
 GateOut run_gate(const Tensor& x, const Tensor& g, const Tensor* res, bool relu, const Tensor& dy) {
   GateOut o{testing::poisoned(x.shape(), x.dtype()), copy_of(dy), testing::poisoned(x.shape(), x.dtype()), testing::poisoned(g.shape(), g.dtype())};
-  ops::channel_gate_forward(x, g, res, relu, o.y);
-  ops::channel_gate_backward(x, g, o.y, o.dy, relu, o.dx, o.dg);
+  ops::channel_gate_forward(x, g, relu, o.y, res);
+  ops::channel_gate_backward(x, g, o.dy, relu, o.dx, o.dg, &o.y);
   return o;
 }
 
@@ -389,7 +390,7 @@ TEST_CASE("channel_gate backward without relu does not read y: an undefined y gi
     const Tensor dy0 = nhwc(randoms(d.numel(), 63), d, t);
     const GateOut o = run_gate(x, g, nullptr, false, dy0);
     Tensor dy = copy_of(dy0), dx = testing::poisoned(d.shape(), t), dg = testing::poisoned({d.n, d.c}, t);
-    ops::channel_gate_backward(x, g, Tensor(), dy, false, dx, dg);
+    ops::channel_gate_backward(x, g, dy, false, dx, dg, nullptr);
     CHECK(testing::bytes_of(dy) == testing::bytes_of(dy0));  // no mask without relu
     CHECK(testing::bytes_of(dx) == testing::bytes_of(o.dx));
     CHECK(testing::bytes_of(dg) == testing::bytes_of(o.dg));
@@ -423,7 +424,7 @@ TEST_CASE("channel_gate: large logits stay finite (stable sigmoid); NaN propagat
   // NaN in x survives the ReLU (PyTorch's relu keeps NaN).
   Tensor y = testing::poisoned({1, 1, 1, 2}, DType::f32);
   ops::channel_gate_forward(Tensor::from_floats(std::vector<float>{kNaN, -1.f}, {1, 1, 1, 2}),
-                            Tensor::from_floats(std::vector<float>{0.f, 0.f}, {1, 2}), nullptr, true, y);
+                            Tensor::from_floats(std::vector<float>{0.f, 0.f}, {1, 2}), true, y, nullptr);
   CHECK(std::isnan(y.to_floats()[0]));
   CHECK(y.to_floats()[1] == 0.f);
 }
@@ -451,8 +452,8 @@ TEST_CASE("channel_gate backward: finite differences in f32 for x, g and the res
       auto loss = [&](const std::vector<float>& xs, const std::vector<float>& gs, const std::vector<float>& rs) {
         Tensor y = testing::poisoned(d.shape(), DType::f32);
         const Tensor rt = nhwc(rs, d, DType::f32);
-        ops::channel_gate_forward(nhwc(xs, d, DType::f32), Tensor::from_floats(gs, {d.n, d.c}), residual ? &rt : nullptr,
-                                  relu, y);
+        ops::channel_gate_forward(nhwc(xs, d, DType::f32), Tensor::from_floats(gs, {d.n, d.c}), relu,
+                                  y, residual ? &rt : nullptr);
         const auto yv = y.to_floats();
         double l = 0;
         for (std::size_t i = 0; i < yv.size(); ++i) l += double(yv[i]) * wv[i];
@@ -486,29 +487,6 @@ TEST_CASE("channel_gate backward: finite differences in f32 for x, g and the res
     }
 }
 
-TEST_CASE("add_inplace: every dtype, the f32 sum rounded once; exact small integers") {
-  const Dims d{3, 5, 7, 9};
-  for (DType t : kFloatTypes) {
-    INFO(dtype_name(t));
-    const Tensor src = nhwc(randoms(d.numel(), 31), d, t);
-    const Tensor dst0 = nhwc(randoms(d.numel(), 32), d, t);
-    Tensor dst = copy_of(dst0);
-    ops::add_inplace(src, dst);
-    const auto a = src.to_floats(), b = dst0.to_floats(), r = dst.to_floats();
-    std::vector<float> want(a.size());
-    for (std::size_t i = 0; i < a.size(); ++i) want[i] = a[i] + b[i];  // f32, then one rounding to T below
-    CHECK(testing::bytes_of(dst) == testing::bytes_of(nhwc(want, d, t)));
-    const Tensor si = nhwc(testing::random_small_ints(d.numel(), 33), d, t);
-    Tensor di = nhwc(testing::random_small_ints(d.numel(), 34), d, t);
-    const auto ai = si.to_floats(), bi = di.to_floats();
-    ops::add_inplace(si, di);
-    const auto ri = di.to_floats();
-    int wrong = 0;
-    for (std::size_t i = 0; i < ai.size(); ++i) wrong += ri[i] != ai[i] + bi[i];
-    CHECK(wrong == 0);
-  }
-}
-
 TEST_CASE("pooling ops: the CPU twins give the same bits with 1 and 2 threads") {
   const Dims d{5, 16, 16, 24};
   const int threads = cpu_threads();
@@ -528,9 +506,7 @@ TEST_CASE("pooling ops: the CPU twins give the same bits with 1 and 2 threads") 
       ops::global_avg_pool_forward(x, gy);
       ops::global_avg_pool_backward(dyn, gdx);
       const GateOut o = run_gate(x, g, &res, true, dyf);
-      Tensor acc = copy_of(res);
-      ops::add_inplace(x, acc);
-      const std::initializer_list<const Tensor*> outs{&m.y, &m.code, &m.dx, &gy, &gdx, &o.y, &o.dy, &o.dx, &o.dg, &acc};
+      const std::initializer_list<const Tensor*> outs{&m.y, &m.code, &m.dx, &gy, &gdx, &o.y, &o.dy, &o.dx, &o.dg};
       for (const Tensor* r : outs) runs[k].push_back(testing::bytes_of(*r));
     }
     set_cpu_threads(threads);
@@ -566,18 +542,14 @@ TEST_CASE("pooling ops: errors name what was expected and found") {
   CHECK(err([&] { ops::global_avg_pool_backward(gy, dx); }).find("dy ([N, C] of dx)") != std::string::npos);
   const Tensor g = Tensor::empty({2, 3}, DType::f32), gbad = Tensor::empty({3, 2}, DType::f32);
   Tensor yg = Tensor::empty(d.shape(), DType::f32);
-  CHECK(err([&] { ops::channel_gate_forward(x, gbad, nullptr, false, yg); }).find("g ([N, C] of x)") !=
+  CHECK(err([&] { ops::channel_gate_forward(x, gbad, false, yg, nullptr); }).find("g ([N, C] of x)") !=
         std::string::npos);
   const Tensor res16 = Tensor::empty(d.shape(), DType::f16);
-  CHECK(err([&] { ops::channel_gate_forward(x, g, &res16, false, yg); }).find("residual must have the dtype of x") !=
+  CHECK(err([&] { ops::channel_gate_forward(x, g, false, yg, &res16); }).find("residual must have the dtype of x") !=
         std::string::npos);
   Tensor dg16 = Tensor::empty({2, 3}, DType::f16), dyg = Tensor::empty(d.shape(), DType::f32);
-  CHECK(err([&] { ops::channel_gate_backward(x, g, yg, dyg, false, dx, dg16); }).find("dg must have the dtype of g") !=
+  CHECK(err([&] { ops::channel_gate_backward(x, g, dyg, false, dx, dg16, &yg); }).find("dg must have the dtype of g") !=
         std::string::npos);
-  Tensor small = Tensor::empty({2, 5, 7, 2}, DType::f32);
-  CHECK(err([&] { ops::add_inplace(x, small); }) == "add_inplace: dst must have shape [2, 5, 7, 3], got [2, 5, 7, 2]");
-  Tensor xbf = Tensor::empty(d.shape(), DType::bf16);
-  CHECK(err([&] { ops::add_inplace(x, xbf); }).find("dst must have the dtype of src") != std::string::npos);
 }
 
 // ---- PyTorch oracle ----

@@ -3,7 +3,8 @@
 // loops and PyTorch in test_pooling.cpp): every dtype, odd shapes with floor,
 // batch 1, 1x1 spatial, channel counts over one 32-channel tile, H*W = 4096.
 // Max pool (values, codes, routed gradients), the average pool (same lane
-// order, IEEE division) and add_inplace are compared bit for bit; the channel
+// order, IEEE division) are compared bit for bit (accumulate, once add_inplace
+// here: test_accumulate_gpu.cpp); the channel
 // gate (expf and FMA contraction differ) within the dtype's relative L2
 // tolerance. Device outputs are NaN-poisoned first, so every element must be
 // written, and every op runs twice: the two runs must agree bit for bit.
@@ -163,15 +164,15 @@ TEST_CASE("channel_gate forward/backward: CUDA vs CPU twin, every dtype, residua
           Tensor y = testing::poisoned(d.shape(), t), dx = testing::poisoned(d.shape(), t), dg = testing::poisoned({d.n, d.c}, t);
           Tensor dy = Tensor::empty(d.shape(), t);
           dy.copy_from(dy0);
-          ops::channel_gate_forward(x, g, residual ? &res : nullptr, relu, y);
-          ops::channel_gate_backward(x, g, y, dy, relu, dx, dg);
+          ops::channel_gate_forward(x, g, relu, y, residual ? &res : nullptr);
+          ops::channel_gate_backward(x, g, dy, relu, dx, dg, &y);
           const Tensor gx = x.to(kGpu, s), gg = g.to(kGpu, s), gres = res.to(kGpu, s);
           std::vector<Tensor> runs[2];
           for (auto& r : runs) {
             Tensor gy = dev_poisoned(d.shape(), t, s), gdx = dev_poisoned(d.shape(), t, s);
             Tensor gdg = dev_poisoned({d.n, d.c}, t, s), gdy = dy0.to(kGpu, s);
-            ops::channel_gate_forward(gx, gg, residual ? &gres : nullptr, relu, gy, s);
-            ops::channel_gate_backward(gx, gg, gy, gdy, relu, gdx, gdg, s);
+            ops::channel_gate_forward(gx, gg, relu, gy, residual ? &gres : nullptr, s);
+            ops::channel_gate_backward(gx, gg, gdy, relu, gdx, gdg, &gy, s);
             r = {gy, gdy, gdx, gdg};
           }
           s.synchronize();
@@ -184,25 +185,3 @@ TEST_CASE("channel_gate forward/backward: CUDA vs CPU twin, every dtype, residua
         }
 }
 
-TEST_CASE("add_inplace: CUDA vs CPU twin bit for bit, every dtype") {
-  Stream s(kGpu);
-  for (const Dims& d : shapes())
-    for (DType t : kFloatTypes) {
-      INFO("n ", d.n, " h ", d.h, " w ", d.w, " c ", d.c, " ", dtype_name(t));
-      const Tensor src = host(testing::random_floats(d.numel(), 7), d.shape(), t);
-      const Tensor dst0 = host(testing::random_floats(d.numel(), 8), d.shape(), t);
-      Tensor dst = Tensor::empty(d.shape(), t);
-      dst.copy_from(dst0);
-      ops::add_inplace(src, dst);
-      const Tensor gsrc = src.to(kGpu, s);
-      std::vector<Tensor> runs[2];
-      for (auto& r : runs) {
-        Tensor gdst = dst0.to(kGpu, s);
-        ops::add_inplace(gsrc, gdst, s);
-        r = {gdst};
-      }
-      s.synchronize();
-      CHECK(testing::bytes_of(runs[0][0]) == testing::bytes_of(dst));
-      check_runs_identical(runs[0], runs[1]);
-    }
-}

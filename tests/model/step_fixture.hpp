@@ -14,7 +14,9 @@
 
 #include "engine/tensor.hpp"
 #include "kernels/adamw.hpp"
+#include "kernels/adamw_lab.hpp"
 #include "model/torch_layout.hpp"
+#include "model/torch_layout_lab.hpp"
 #include "model/train_step.hpp"
 #include "tests/support/testing.hpp"
 

@@ -18,6 +18,7 @@
 #include "model/cnn_stack.hpp"
 #include "model/run_config.hpp"
 #include "model/torch_layout.hpp"
+#include "model/torch_layout_lab.hpp"
 #include "model/train_step.hpp"
 #include "tests/kernels/tolerance.hpp"
 #include "tests/model/cnn_stacks.hpp"

@@ -42,7 +42,7 @@ TEST_CASE("class-only loss and head_probs: CUDA vs CPU twin (metrics exact, no l
       Tensor dl = Tensor::empty({B, C}, t), sums = Tensor::zeros({kernels::kLossSums}, DType::f32),
              counts = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32), sl = Tensor::zeros({1}, DType::f32);
       const float scale = 1024.f;
-      ops::class_leak_loss(logits, labels, Tensor(), &cw, &scale, d, dl, sums, counts, &sl);
+      ops::class_leak_loss(logits, labels, d, dl, sums, counts, nullptr, &cw, nullptr, nullptr, &scale, &sl);
       Tensor gscale = Tensor::from_floats(std::vector<float>{scale}, {1}).to(kGpu, s);
       Tensor gl = logits.to(kGpu, s), glab = labels.to(kGpu, s), gcw = cw.to(kGpu, s);
       Tensor gdl = Tensor::empty({B, C}, t, kGpu, Layout::plain, s);
@@ -50,7 +50,7 @@ TEST_CASE("class-only loss and head_probs: CUDA vs CPU twin (metrics exact, no l
       Tensor gs = Tensor::zeros({kernels::kLossSums}, DType::f32, kGpu, Layout::plain, s);
       Tensor gc = Tensor::zeros({kernels::kLossCounts + C * C}, DType::i32, kGpu, Layout::plain, s);
       Tensor gsl = Tensor::zeros({1}, DType::f32, kGpu, Layout::plain, s);
-      ops::class_leak_loss(gl, glab, Tensor(), &gcw, gscale.data<float>(), d, gdl, gs, gc, &gsl, s);
+      ops::class_leak_loss(gl, glab, d, gdl, gs, gc, nullptr, &gcw, nullptr, nullptr, gscale.data<float>(), &gsl, s);
       s.synchronize();
       CHECK(testing::rel_l2(gdl.to_floats(), dl.to_floats()) <= tol_for(t));
       const auto gsv = gs.to_floats(), csv = sums.to_floats();
@@ -60,11 +60,11 @@ TEST_CASE("class-only loss and head_probs: CUDA vs CPU twin (metrics exact, no l
       CHECK(gc.to_floats() == counts.to_floats());
       CHECK(gc.to_floats()[2] == 0.f);  // no leak correct count
 
-      Tensor probs = Tensor::empty({B, C}, DType::f32), none;
-      ops::head_probs(logits, probs, none);
+      Tensor probs = Tensor::empty({B, C}, DType::f32);
+      ops::head_probs(logits, probs, nullptr);
       Tensor gp = Tensor::empty({B, C}, DType::f32, kGpu, Layout::plain, s), gnone;
       gp.fill_bytes(0xff, s);
-      ops::head_probs(gl, gp, gnone, s);
+      ops::head_probs(gl, gp, nullptr, s);
       s.synchronize();
       CHECK(testing::rel_l2(gp.to_floats(), probs.to_floats()) <= 1e-5);
     }

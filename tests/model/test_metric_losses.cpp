@@ -25,6 +25,7 @@
 
 #include "engine/error.hpp"
 #include "model/torch_layout.hpp"
+#include "model/torch_layout_lab.hpp"
 #include "model/train_step.hpp"
 #include "tests/model/cnn_stacks.hpp"
 #include "tests/model/step_fixture.hpp"
