@@ -60,6 +60,13 @@ struct DatasetNames {
   int normal_class = -1;
   // Number of classes. 0: len(class_names) when present, else max label + 1.
   int num_classes = 0;
+  // The classes of the model the data is for, by name (the training set's, or
+  // a checkpoint's), or empty: the file's own classes. When given, a file that
+  // names its classes (the class_names attribute) has its labels mapped onto
+  // these by name, and a class the list lacks is an error naming both lists;
+  // a file without names is taken index for index (at most this many
+  // classes). Either way the dataset then has exactly these classes.
+  std::vector<std::string> classes;
 };
 
 enum class SegmentLayout : std::uint8_t { flat, file_structured };
@@ -87,6 +94,10 @@ struct DatasetInfo {
   DType dtype = DType::f32;    // f16 or f32, as stored
   int num_classes = 0;
   std::vector<std::string> class_names;  // size num_classes ("class_K" when the file has none)
+  bool class_names_in_file = false;      // the file named its classes (attribute class_names)
+  // With DatasetNames::classes given: the classes that occur in the file (a
+  // test set may hold a subset), in the model's order.
+  std::vector<std::string> classes_present;
   int normal_class = 0;
   bool leak_in_file = false;             // /leak was read (else derived)
   std::vector<std::int32_t> labels;      // per segment, [N]

@@ -4,6 +4,9 @@
 #include <cctype>
 #include <limits>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "engine/error.hpp"
 #include "io/h5_error.hpp"
 #include "io/h5_id.hpp"
@@ -37,6 +40,48 @@ std::vector<std::int64_t> read_int_vector(hid_t file, const std::string& name, s
   return std::vector<std::int64_t>(b.begin(), b.end());
 }
 
+void set_normal_class(const std::string& path, const DatasetNames& names, const std::vector<std::int64_t>& raw_labels,
+                      DatasetInfo& info);
+
+// DatasetNames::classes given: the file's labels become indices into
+// `classes`, by name where the file names its classes, else index for index.
+void map_onto_classes(const std::string& path, const std::string& lab, const std::vector<std::string>& classes,
+                      std::vector<std::int64_t>& raw_labels, std::int64_t max_label, DatasetInfo& info) {
+  const std::string model_list = fmt::format("[{}]", fmt::join(classes, ", "));
+  // Bounded before anything is sized from the largest label.
+  const std::size_t known = info.class_names_in_file ? info.class_names.size() : classes.size();
+  MF_CHECK(max_label < std::int64_t(known),
+           "{}: dataset {} holds label {}, out of range: expected 0..{} ({})", path, lab, max_label,
+           std::int64_t(known) - 1,
+           info.class_names_in_file ? fmt::format("{} classes from the class_names attribute", known)
+                                    : fmt::format("the file names no classes; the model has {}: {}", known, model_list));
+  std::vector<std::int64_t> to(std::size_t(max_label) + 1, -1);
+  if (info.class_names_in_file) {
+    const std::vector<std::string>& own = info.class_names;
+    for (std::int64_t c = 0; c <= max_label; ++c) {
+      const auto it = std::find(classes.begin(), classes.end(), own[std::size_t(c)]);
+      if (it != classes.end()) to[std::size_t(c)] = it - classes.begin();
+    }
+    for (std::size_t i = 0; i < raw_labels.size(); ++i)
+      MF_CHECK(to[std::size_t(raw_labels[i])] >= 0,
+               "{}: its classes are [{}], the model's {}: class '{}' (label {}) is not one of the model's; classes "
+               "are matched by name", path, fmt::join(own, ", "), model_list, own[std::size_t(raw_labels[i])],
+               raw_labels[i]);
+  } else {
+    for (std::int64_t c = 0; c <= max_label; ++c) to[std::size_t(c)] = c;
+  }
+  std::vector<bool> seen(classes.size(), false);
+  for (std::int64_t& l : raw_labels) {
+    l = to[std::size_t(l)];
+    seen[std::size_t(l)] = true;
+  }
+  info.class_names = classes;
+  info.num_classes = int(classes.size());
+  info.classes_present.clear();
+  for (std::size_t c = 0; c < classes.size(); ++c)
+    if (seen[c]) info.classes_present.push_back(classes[c]);
+}
+
 }  // namespace
 
 // The labels (one per file), the class count and names, the normal class.
@@ -48,7 +93,7 @@ void read_labels(hid_t file, const std::string& path, const std::string& seg, co
     MF_THROW("{}: dataset {} is missing (expected integer labels [{}]); {}", path, lab, F, h5_root_listing(file));
   const std::string per = info.layout == SegmentLayout::flat ? "one per segment of " + seg
                                                              : "one per file, the first axis of " + seg;
-  const auto raw_labels =
+  auto raw_labels =
       read_int_vector(file, lab, F, fmt::format("{} {}", per, shape_str(info.shape)), path, false);
   std::int64_t max_label = 0;
   for (std::size_t i = 0; i < raw_labels.size(); ++i) {
@@ -60,6 +105,12 @@ void read_labels(hid_t file, const std::string& path, const std::string& seg, co
       MF_THROW("{}: dataset {} label value {} at index {} exceeds the largest supported class index {}", path, lab,
                raw_labels[i], i, std::numeric_limits<int>::max() - 1);
     max_label = std::max(max_label, raw_labels[i]);
+  }
+  info.class_names_in_file = !info.class_names.empty();
+  if (!names.classes.empty()) {
+    map_onto_classes(path, lab, names.classes, raw_labels, max_label, info);
+    set_normal_class(path, names, raw_labels, info);
+    return;
   }
   std::string c_from;
   if (names.num_classes > 0) {
@@ -89,6 +140,16 @@ void read_labels(hid_t file, const std::string& path, const std::string& seg, co
     for (int c = 0; c < info.num_classes; ++c) info.class_names.push_back(fmt::format("class_{}", c));
   }
 
+  set_normal_class(path, names, raw_labels, info);
+}
+
+namespace {
+
+// The normal class (DatasetNames::normal_class, else the class named normal)
+// and the per-file labels.
+void set_normal_class(const std::string& path, const DatasetNames& names, const std::vector<std::int64_t>& raw_labels,
+                      DatasetInfo& info) {
+  const std::int64_t F = info.num_files;
   info.normal_class = names.normal_class;
   if (info.normal_class < 0) {
     info.normal_class = 0;
@@ -103,6 +164,8 @@ void read_labels(hid_t file, const std::string& path, const std::string& seg, co
   info.file_labels.resize(std::size_t(F));
   for (std::int64_t f = 0; f < F; ++f) info.file_labels[std::size_t(f)] = std::int32_t(raw_labels[std::size_t(f)]);
 }
+
+}  // namespace
 
 // The leak flags: the leak dataset when present, else "label != normal class";
 // then the per-segment labels and flags.

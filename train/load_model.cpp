@@ -1,9 +1,11 @@
 #include "train/load_model.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "engine/error.hpp"
+#include "engine/log.hpp"
 #include "model/checkpoint.hpp"
 #include "model/safetensors.hpp"
 #include "model/torch_layout.hpp"
@@ -86,11 +88,18 @@ LoadedModel load_model(const fs::path& checkpoint, const std::string& device, co
 
 std::shared_ptr<const io::Dataset> open_model_data(const LoadedModel& lm, const std::string& path,
                                                    const std::string& what) {
-  auto ds = io::Dataset::open(path, dataset_names(lm.cfg));
+  io::DatasetNames names = dataset_names(lm.cfg);
+  // A classifier's data has the checkpoint's classes, matched by name; an
+  // embedding model's is other speakers (scored by trials).
+  if (lm.model.loss == model::LossType::softmax) names.classes = lm.class_names;
+  auto ds = io::Dataset::open(path, names);  // its errors name the file
   const auto& info = ds->info();
   MF_CHECK(info.n_mels == lm.model.in_mels && info.frames == lm.model.in_frames,
            "{}: segments are {}x{}, the model takes {}x{}", what, info.n_mels, info.frames, lm.model.in_mels,
            lm.model.in_frames);
+  if (info.classes_present.size() < info.class_names.size())
+    log_info("{}: {} of the model's {} classes ({}), matched by name", what, info.classes_present.size(),
+             info.class_names.size(), fmt::join(info.classes_present, ", "));
   return ds;
 }
 

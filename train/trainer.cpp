@@ -100,20 +100,24 @@ RunData open_run_data(const RunConfig& cfg) {
   RunData d;
   d.train = io::Dataset::open(cfg.train_path, names);
   const io::DatasetInfo& ti = d.train->info();
+  // A classifier's validation and test data have the training set's classes,
+  // matched by name; an embedding model's are other speakers (scored by trials).
+  io::DatasetNames model_names = names;
+  if (cfg.loss_type == model::LossType::softmax) model_names.classes = ti.class_names;
   auto open_compatible = [&](const std::string& path, const char* key) {
-    auto ds = io::Dataset::open(path, names);
+    auto ds = io::Dataset::open(path, model_names);  // its errors name the file
     const io::DatasetInfo& vi = ds->info();
     MF_CHECK(vi.n_mels == ti.n_mels && vi.frames == ti.frames, "{} {}: segments are {}x{}, the training set's {}x{}",
              key, vi.path, vi.n_mels, vi.frames, ti.n_mels, ti.frames);
+    if (vi.classes_present.size() < vi.class_names.size())
+      log_info("{} {}: {} of the training set's {} classes ({}), matched by name", key, vi.path,
+               vi.classes_present.size(), vi.class_names.size(), fmt::join(vi.classes_present, ", "));
     return ds;
   };
   if (!cfg.val_path.empty()) d.val = open_compatible(cfg.val_path, "data.val");
   if (!cfg.test_path.empty()) d.test = open_compatible(cfg.test_path, "data.test");
   d.classes = int(cfg.num_classes);
-  if (d.classes == 0) {
-    d.classes = ti.num_classes;
-    if (d.val) d.classes = std::max(d.classes, d.val->info().num_classes);
-  }
+  if (d.classes == 0) d.classes = ti.num_classes;
   MF_CHECK(d.classes >= 2, "data.train {}: {} class(es) found; LeakCNN needs at least 2 (set model.num_classes)",
            ti.path, d.classes);
   d.class_names = ti.class_names;

@@ -301,3 +301,48 @@ TEST_CASE("a label too large for a class index is reported as such, with file an
                          "class index 2147483646") != std::string::npos,
                 msg);
 }
+
+TEST_CASE("DatasetNames::classes: labels are matched to the model's classes by name; a foreign class is refused") {
+  testing::TempDir tmp("io_classes");
+  auto write = [&](const std::string& name, std::vector<std::int64_t> labels, std::vector<std::string> names) {
+    io::WriteSpec ws;
+    ws.shape = {std::int64_t(labels.size()), 2, 3};
+    ws.dtype = DType::f32;
+    ws.labels = std::move(labels);
+    ws.class_names = std::move(names);
+    const std::string path = tmp / name;
+    std::vector<float> v(static_cast<std::size_t>(shape_numel(ws.shape)), 0.25f);
+    io::H5Writer w(path, ws);
+    w.write_segments(0, ws.shape[0], v.data());
+    return path;
+  };
+  io::DatasetNames model;
+  model.classes = {"leak_low", "leak_high", "normal", "pump"};
+  // Another order and a subset (a test set built from two class folders):
+  // labels follow the names, the dataset has the model's four classes.
+  const std::string sub = write("sub.h5", {0, 1, 1, 0}, {"normal", "leak_high"});
+  auto ds = io::Dataset::open(sub, model);
+  CHECK(ds->info().class_names == model.classes);
+  CHECK(ds->info().num_classes == 4);
+  CHECK(ds->info().labels == std::vector<std::int32_t>{2, 1, 1, 2});
+  CHECK(ds->info().classes_present == std::vector<std::string>{"leak_high", "normal"});
+  CHECK(ds->info().normal_class == 2);  // the leak targets derive from the model's "normal"
+  CHECK(ds->info().leak == std::vector<std::uint8_t>{0, 1, 1, 0});
+  // Without the model's classes the file is read as it is (index 0 is normal there).
+  CHECK(io::Dataset::open(sub)->info().labels == std::vector<std::int32_t>{0, 1, 1, 0});
+  // A class the model does not have is refused, naming both lists.
+  const std::string foreign = write("foreign.h5", {0, 1}, {"normal", "valve"});
+  std::string msg = "<no error>";
+  try {
+    io::Dataset::open(foreign, model);
+  } catch (const Error& e) {
+    msg = e.message();
+  }
+  CHECK_MESSAGE(msg.find("its classes are [normal, valve], the model's [leak_low, leak_high, normal, pump]: class "
+                         "'valve' (label 1) is not one of the model's") != std::string::npos, msg);
+  // A file that names no classes is taken index for index, within the model's count.
+  const std::string unnamed = write("unnamed.h5", {3, 0}, {});
+  CHECK(io::Dataset::open(unnamed, model)->info().labels == std::vector<std::int32_t>{3, 0});
+  const std::string too_many = write("too_many.h5", {4, 0}, {});
+  CHECK_THROWS_WITH_AS(io::Dataset::open(too_many, model), doctest::Contains("holds label 4, out of range"), Error);
+}

@@ -344,6 +344,21 @@ TEST_CASE("resume: the run's own configuration is the default; keys given again 
   CHECK(saved.clip_norm == 0.5);
 }
 
+TEST_CASE("classes are matched by name: a validation set or eval data with foreign classes is refused") {
+  TempDir d("class_names");
+  write_easy(d / "train.h5", 12, 31);  // normal, leak_low, leak_high
+  write_easy(d / "foreign.h5", 4, 32, -1, {"valve", "pump", "fan"});
+  Result r = run(fmt::format("train --train {} --val {} --out {} --epochs 1 {}", d / "train.h5", d / "foreign.h5",
+                             d / "run", kModel));
+  CHECK(r.code == 1);
+  CHECK_MESSAGE(has(r, "its classes are [valve, pump, fan], the model's [normal, leak_low, leak_high]"), r.out);
+  REQUIRE(run(fmt::format("train --train {} --out {} --epochs 1 {}", d / "train.h5", d / "run", kModel)).code == 0);
+  const std::string ckpt = mf::model::CheckpointDir(d / "run/checkpoints", 1).list().front().string();
+  r = run(fmt::format("eval --checkpoint {} --data {} --device cpu", ckpt, d / "foreign.h5"));
+  CHECK(r.code == 1);
+  CHECK_MESSAGE(has(r, "class 'valve' (label 0) is not one of the model's"), r.out);
+}
+
 TEST_CASE("resume of a run that stopped early does not train on") {
   TempDir d("early");
   write_easy(d / "train.h5", 12, 11);
