@@ -4,13 +4,23 @@
 #include <cstdio>
 #include <filesystem>
 
+namespace mf {
+
+std::string user_message(const std::exception& e) {
+  if (const auto* m = dynamic_cast<const Error*>(&e)) return m->message();
+  return e.what();
+}
+
+}  // namespace mf
+
 namespace mf::detail {
 
 std::string where(const char* file, int line) {
   // Keep the path from the project root down: short, yet unambiguous.
   std::string_view f(file);
   std::size_t best = std::string_view::npos;
-  for (std::string_view top : {"/engine/", "/kernels/", "/io/", "/model/", "/tools/", "/bench/", "/tests/"})
+  for (std::string_view top : {"/engine/", "/kernels/", "/io/", "/model/", "/train/", "/audio/", "/tools/", "/bench/",
+                               "/fuzz/", "/tests/"})
     best = std::min(best, f.find(top));
   if (best != std::string_view::npos) f = f.substr(best + 1);
   return fmt::format("{}:{}", f, line);

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #endif
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -43,6 +44,10 @@ class CudaError : public Error {
  private:
   int code_;
 };
+
+// What a user reads: an mf::Error's message without its source location,
+// any other exception's what().
+std::string user_message(const std::exception& e);
 
 namespace detail {
 std::string where(const char* file, int line);

@@ -137,6 +137,10 @@ inline constexpr int kMaxReadThreads = 256;
 // bound on what one damaged label value can make melforge allocate.
 inline constexpr int kMaxUnnamedClasses = 1 << 20;
 
+// The class named "normal" (any case; the last such), or -1: the no-leak
+// class when the configuration names none (model.heads = auto's rule too).
+int find_normal_class(const std::vector<std::string>& class_names);
+
 class Dataset {
  public:
   // Opens and validates `path`; throws mf::Error (see the top of this file).

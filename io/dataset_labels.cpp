@@ -84,6 +84,16 @@ void map_onto_classes(const std::string& path, const std::string& lab, const std
 
 }  // namespace
 
+int find_normal_class(const std::vector<std::string>& class_names) {
+  int found = -1;
+  for (std::size_t c = 0; c < class_names.size(); ++c) {
+    std::string s = class_names[c];
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+    if (s == "normal") found = int(c);  // the last one, as always
+  }
+  return found;
+}
+
 // The labels (one per file), the class count and names, the normal class.
 void read_labels(hid_t file, const std::string& path, const std::string& seg, const DatasetNames& names,
                  DatasetInfo& info) {
@@ -151,14 +161,7 @@ void set_normal_class(const std::string& path, const DatasetNames& names, const 
                       DatasetInfo& info) {
   const std::int64_t F = info.num_files;
   info.normal_class = names.normal_class;
-  if (info.normal_class < 0) {
-    info.normal_class = 0;
-    for (int c = 0; c < info.num_classes; ++c) {
-      std::string s = info.class_names[std::size_t(c)];
-      std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
-      if (s == "normal") info.normal_class = c;
-    }
-  }
+  if (info.normal_class < 0) info.normal_class = std::max(0, find_normal_class(info.class_names));
   if (info.normal_class >= info.num_classes)
     MF_THROW("{}: normal class {} is out of range: expected 0..{}", path, info.normal_class, info.num_classes - 1);
   info.file_labels.resize(std::size_t(F));

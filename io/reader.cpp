@@ -286,7 +286,7 @@ struct BatchReader::Impl {
         const ReaderState w = state_of(s.seq);
         err = std::make_exception_ptr(Error(
             fmt::format("reader: batch {} of epoch {} (rows {}..{}): {}", w.position, w.epoch, t.r0, t.r1 - 1,
-                        e.what()),
+                        user_message(e)),
             detail::where(__FILE__, __LINE__)));
       }
       {

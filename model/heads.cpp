@@ -1,8 +1,5 @@
 #include "model/heads.hpp"
 
-#include <algorithm>
-#include <cctype>
-
 #include "engine/error.hpp"
 
 namespace mf::model {
@@ -10,11 +7,7 @@ namespace mf::model {
 Heads resolve_heads(const RunConfig& cfg, const io::DatasetInfo& train) {
   if (cfg.heads != Heads::automatic) return cfg.heads;
   if (cfg.loss_type != LossType::softmax) return Heads::class_only;  // a metric loss: speakers, no leak head
-  const bool named_normal = std::any_of(train.class_names.begin(), train.class_names.end(), [](std::string s) {
-    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
-    return s == "normal";
-  });
-  const bool leak = train.leak_in_file || named_normal || cfg.normal_class >= 0;
+  const bool leak = train.leak_in_file || io::find_normal_class(train.class_names) >= 0 || cfg.normal_class >= 0;
   return leak ? Heads::class_and_leak : Heads::class_only;
 }
 

@@ -35,7 +35,7 @@ inline void add_audio_input_options(CLI::App* cmd, std::vector<std::string>& aud
   auto* audio_opt = cmd->add_option("--audio", audio,
                                     "Audio files or folders (instead of --data): features as the checkpoint's "
                                     "training data was built; " + rows)
-                        ->type_name("FILE_OR_DIR ...")
+                        ->type_name("FILE_OR_DIR")  // CLI11 adds " ..." for a list
                         ->excludes(cmd->get_option("--data"));
   cmd->add_option("--set", sets, "With --audio: frontend.KEY=VALUE (for checkpoints that do not record them)")
       ->type_name("KEY=VALUE")

@@ -87,9 +87,16 @@ void run_inspect(const std::string& path, const io::DatasetNames& names, bool sc
   fmt::print("labels      /{} [{}] ({}), {} classes: {}\n", names.labels, in.num_files,
              in.layout == io::SegmentLayout::flat ? "one per segment" : "one per file", in.num_classes,
              fmt::join(in.class_names, ", "));
-  fmt::print("leak        {}\n", in.leak_in_file ? fmt::format("/{} (0/1)", names.leak)
-                                                  : fmt::format("derived: label != {} ('{}')", in.normal_class,
-                                                                in.class_names[std::size_t(in.normal_class)]));
+  // A leak target exists with a /leak dataset or a normal class (named, or
+  // given): model.heads = auto's rule. Speaker or word sets have none.
+  const bool leak_target = in.leak_in_file || io::find_normal_class(in.class_names) >= 0 || names.normal_class >= 0;
+  if (!leak_target)
+    fmt::print("leak        none: no /{} dataset and no class named normal (a class model trains without the "
+               "leak head)\n", names.leak);
+  else
+    fmt::print("leak        {}\n", in.leak_in_file ? fmt::format("/{} (0/1)", names.leak)
+                                                    : fmt::format("derived: label != {} ('{}')", in.normal_class,
+                                                                  in.class_names[std::size_t(in.normal_class)]));
   if (in.sample_rate > 0 || in.hop_length > 0)
     fmt::print("attributes  sample_rate {}  hop_length {}\n", in.sample_rate, in.hop_length);
   if (in.n_fft > 0)
@@ -107,7 +114,7 @@ void run_inspect(const std::string& path, const io::DatasetNames& names, bool sc
   for (int c = 0; c < in.num_classes; ++c)
     fmt::print("            {:<16} {:>8} {:>10}\n", fmt::format("{} {}", c, in.class_names[std::size_t(c)]),
                files[std::size_t(c)], segs[std::size_t(c)]);
-  fmt::print("            leak segments {} of {}\n", leak_segs, in.num_segments);
+  if (leak_target) fmt::print("            leak segments {} of {}\n", leak_segs, in.num_segments);
   if (!scan) return;
   // Value statistics over every segment (this also checks that all values are finite).
   const std::int64_t block = 1024, E = in.segment_elems();

@@ -238,7 +238,13 @@ void add_infer_options(CLI::App* cmd, InferArgs& a) {
       CLI::PositiveNumber);
   cmd->add_option("--threshold", a.threshold,
                   "Leak decision threshold on the leak probability (default: the checkpoint's eval.threshold)")
-      ->check(CLI::Range(0.0, 1.0).description("[0,1]"));
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            double t = 0;
+            const bool ok = CLI::detail::lexical_cast(v, t) && t > 0 && t < 1;
+            return ok ? std::string{} : "expected a number in (0, 1), as eval.threshold, found " + v;
+          },
+          "(0,1)"));
 }
 
 void register_eval(CLI::App& app) {
@@ -260,7 +266,7 @@ void register_eval(CLI::App& app) {
     j["device"] = dev.str();
     j["precision"] = std::string(model::precision_name(lm.precision));
     j["files"] = r.files;
-    j["segments"] = r.segments.size();
+    j["segments"] = r.segments_evaluated;
     fmt::print("{}\n", j.dump(2));
   });
 }
@@ -279,13 +285,17 @@ std::string predict_csv(const InferArgs& a, const train::LoadedModel& lm, const 
   // A model without the leak head (model.heads = class) has no leak columns.
   const bool leak = r.segments.has_leak;
   const std::string leak_header = leak ? ",leak,leak_prob" : "";
+  // A file is named as the data's /files names it (as `embed` does), else by its index.
+  auto file_text = [&](std::int64_t file) {
+    return info.file_names.empty() ? std::to_string(file) : io::csv_field(info.file_names[std::size_t(file)]);
+  };
   std::string f;
   if (r.vote && !a.per_segment) {
     const model::FileVote& v = *r.vote;
     f += std::string(audio ? "path" : "file,label,label_name") + ",pred,pred_name" + leak_header + probs_header + "\n";
     for (std::int64_t i = 0; i < v.files; ++i) {
       const int y = info.file_labels[std::size_t(i)], p = v.klass[std::size_t(i)];
-      f += audio ? io::csv_field(row_paths[std::size_t(i)]) : fmt::format("{},{},{}", i, y, name(y));
+      f += audio ? io::csv_field(row_paths[std::size_t(i)]) : fmt::format("{},{},{}", file_text(i), y, name(y));
       f += fmt::format(",{},{}", p, name(p));
       if (leak) f += fmt::format(",{},{:.7g}", v.leak[std::size_t(i)], v.leak_prob[std::size_t(i)]);
       for (int c = 0; c < C; ++c) f += fmt::format(",{:.7g}", v.probs[std::size_t(i * C + c)]);
@@ -293,17 +303,17 @@ std::string predict_csv(const InferArgs& a, const train::LoadedModel& lm, const 
     }
     return f;
   }
-  f += std::string(audio ? "segment,path,long,short" : "segment,file,long,short,label") + ",pred,pred_name" + leak_header +
-       probs_header + "\n";
+  f += std::string(audio ? "segment,path,long,short" : "segment,file,long,short,label,label_name") + ",pred,pred_name" +
+       leak_header + probs_header + "\n";
   for (std::int64_t i = 0; i < r.segments.size(); ++i) {
     const float* p = r.segments.class_probs.data() + i * C;
     int best = 0;
     for (int c = 1; c < C; ++c)
       if (p[c] > p[best]) best = c;
     const std::int64_t file = info.file_of(i), within = i % info.segments_per_file;
-    f += fmt::format("{},{},{},{}", i, audio ? io::csv_field(row_paths[std::size_t(file)]) : std::to_string(file),
+    f += fmt::format("{},{},{},{}", i, audio ? io::csv_field(row_paths[std::size_t(file)]) : file_text(file),
                      within / info.short_per_long, within % info.short_per_long);
-    if (!audio) f += fmt::format(",{}", r.segments.labels[std::size_t(i)]);
+    if (!audio) f += fmt::format(",{},{}", r.segments.labels[std::size_t(i)], name(r.segments.labels[std::size_t(i)]));
     f += fmt::format(",{},{}", best, name(best));
     if (leak) {
       const float q = r.segments.leak_probs[std::size_t(i)];

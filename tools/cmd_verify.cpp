@@ -220,7 +220,8 @@ void register_verify(CLI::App& app) {
 
 void register_data_trials(CLI::App& data) {
   auto* cmd = data.add_subcommand(
-      "trials", "Write a balanced trial list for a held-out set (per file: N same-class and N other-class partners)");
+      "trials", "Write a trial list for a held-out set: per file up to N same-class (same-speaker) partners and N "
+                "other-class ones, no pair twice; a class with few files gives fewer target trials");
   static std::string path, out;
   static std::int64_t per_file = 10;
   static std::uint64_t seed = 0;

@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "engine/error.hpp"
+#include "engine/log.hpp"
 #include "tools/commands.hpp"
 #include "tools/version_report.hpp"
 
@@ -21,12 +22,23 @@ int main(int argc, char** argv) {
   mf::cli::register_data(app);
   mf::cli::register_trainer(app);
   mf::cli::register_verification(app);
+  bool verbose = false;
+  app.add_flag("--verbose", verbose,
+               "Errors also name the source line that raised them (so do MELFORGE_LOG=debug and debug builds)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const mf::Error& e) {
-    std::fprintf(stderr, "melforge: error: %s\n", e.what());
+    // A user's message names files, keys and values; where in melforge it was
+    // raised is for whoever debugs melforge.
+#ifdef NDEBUG
+    const bool where = verbose || mf::log_level() <= mf::LogLevel::debug;
+#else
+    const bool where = true;
+#endif
+    const std::string suffix = where ? " [" + e.where() + "]" : "";
+    std::fprintf(stderr, "melforge: error: %s%s\n", e.message().c_str(), suffix.c_str());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "melforge: error: %s\n", e.what());

@@ -33,6 +33,7 @@ EvalRun evaluate_embeddings(model::TrainStep& ts, io::BatchReader& reader, const
   m.min_dcf_05 = v.rates.min_dcf[0].value;
   m.min_dcf_01 = v.rates.min_dcf[1].value;
   r.files = v.files;
+  r.segments_evaluated = n;
   const double secs = std::max(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1e-9);
   r.result.segments_per_s = double(n) / secs;
   return r;
@@ -99,6 +100,7 @@ EvalRun evaluate(model::TrainStep& ts, io::BatchReader& reader, const EvalOption
   }
   const double secs = std::max(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1e-9);
   r.result.segments_per_s = double(n) / secs;
+  r.segments_evaluated = n;
   if (r.result.has_files) r.result.files_per_s = double(r.files) / secs;
   return r;
 }

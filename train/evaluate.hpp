@@ -20,6 +20,7 @@ struct EvalRun {
   model::SegmentOutputs segments;
   std::optional<model::FileVote> vote;  // file-structured data only
   std::int64_t files = 0;               // files voted on
+  std::int64_t segments_evaluated = 0;  // segments the model ran on (either kind of model)
 };
 
 struct EvalOptions {

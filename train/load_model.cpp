@@ -97,7 +97,7 @@ std::shared_ptr<const io::Dataset> open_model_data(const LoadedModel& lm, const 
   MF_CHECK(info.n_mels == lm.model.in_mels && info.frames == lm.model.in_frames,
            "{}: segments are {}x{}, the model takes {}x{}", what, info.n_mels, info.frames, lm.model.in_mels,
            lm.model.in_frames);
-  if (info.classes_present.size() < info.class_names.size())
+  if (!names.classes.empty() && info.classes_present.size() < info.class_names.size())
     log_info("{}: {} of the model's {} classes ({}), matched by name", what, info.classes_present.size(),
              info.class_names.size(), fmt::join(info.classes_present, ", "));
   return ds;

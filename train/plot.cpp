@@ -180,6 +180,8 @@ std::vector<fs::path> plot_run(const fs::path& run_dir, const fs::path& out_dir)
       file_acc{"val file accuracy", {}, {}, true}, file_f1{"val file macro F1", {}, {}, true},
       seg_f1{"val segment macro F1", {}, {}, true};
   Series sps{"samples/s", {}, {}, false};
+  // An embedding model validates by trials: its error rates (fractions).
+  Series val_eer{"val EER", {}, {}, true}, val_dcf{"val minDCF(0.05)", {}, {}, true};
   for (const auto& j : lines) {
     const std::string type = j.value("type", "");
     const double step = get(j, {"step"});
@@ -193,6 +195,8 @@ std::vector<fs::path> plot_run(const fs::path& run_dir, const fs::path& out_dir)
       add_point(seg_f1, step, get(j, {"segment", "macro_f1"}));
       add_point(file_acc, step, get(j, {"file", "accuracy"}));
       add_point(file_f1, step, get(j, {"file", "macro_f1"}));
+      add_point(val_eer, step, get(j, {"verification", "eer"}));
+      add_point(val_dcf, step, get(j, {"verification", "min_dcf_0.05"}));
     }
   }
   const fs::path dir = out_dir.empty() ? run_dir : out_dir;
@@ -207,9 +211,12 @@ std::vector<fs::path> plot_run(const fs::path& run_dir, const fs::path& out_dir)
   acc.ymax_hint = 1;
   Chart thr{fmt::format("{}: throughput", name), "optimizer step", "training samples/s", {sps}};
   thr.ymin_hint = 0;
+  Chart eer{fmt::format("{}: verification", name), "optimizer step", "EER / minDCF (fractions)", {val_eer, val_dcf}};
+  eer.ymin_hint = 0;
+  std::vector<std::pair<Chart, const char*>> charts{{loss, "loss.svg"}, {acc, "accuracy.svg"}, {thr, "throughput.svg"}};
+  if (!val_eer.x.empty()) charts.emplace_back(eer, "eer.svg");  // an embedding model's run
   std::vector<fs::path> out;
-  for (auto& [chart, file] : std::vector<std::pair<Chart, const char*>>{
-           {loss, "loss.svg"}, {acc, "accuracy.svg"}, {thr, "throughput.svg"}}) {
+  for (auto& [chart, file] : charts) {
     drop_empty(chart);
     const fs::path p = dir / file;
     std::ofstream f(p, std::ios::trunc);

@@ -1,8 +1,12 @@
 #include "train/run_setup.hpp"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "model/heads.hpp"
 
@@ -162,6 +166,19 @@ void resolve_frontend(model::RunConfig& cfg, const io::DatasetInfo& t) {
   const std::string diff = audio::first_difference(frontend_of(cfg), d);
   MF_CHECK(diff.empty(), "frontend: the configuration and data.train {} disagree: {} (configured vs built)", t.path,
            diff);
+}
+
+std::string augmentation_summary(const model::TrainConfig& tc) {
+  const kernels::AugmentArgs& a = tc.augment;
+  std::vector<std::string> on;
+  if (a.time_masks > 0) on.push_back(fmt::format("{} time masks of <= {} frames", a.time_masks, a.time_mask_width));
+  if (a.freq_masks > 0) on.push_back(fmt::format("{} frequency masks of <= {} bands", a.freq_masks, a.freq_mask_width));
+  if (a.time_shift > 0) on.push_back(fmt::format("time shift <= {} frames", a.time_shift));
+  if (a.gain_db > 0) on.push_back(fmt::format("gain +-{} dB", a.gain_db));
+  if (a.noise_count > 0)
+    on.push_back(fmt::format("noise ({} segments) at {}..{} dB SNR", a.noise_count, a.snr_lo_db, a.snr_hi_db));
+  if (tc.mixup_alpha > 0) on.push_back(fmt::format("mixup alpha {}", tc.mixup_alpha));
+  return on.empty() ? std::string("off") : fmt::format("{}", fmt::join(on, ", "));
 }
 
 }  // namespace mf::train

@@ -35,6 +35,9 @@ model::TrainConfig step_config(const model::RunConfig& cfg, const model::ModelCo
 // training set's mels x frames); db_per_unit from the key, else the training
 // set's attribute, else 1.
 void set_augmentation(model::TrainConfig& tc, const model::RunConfig& cfg, const io::DatasetInfo& train);
+// The augmentation a step runs, for the run's start line: "off", or each
+// part on ("2 time masks of <= 8 frames, mixup alpha 0.4").
+std::string augmentation_summary(const model::TrainConfig& tc);
 
 // The [frontend] keys from the training set's front-end attributes (a set
 // built by `melforge data build`): filled in where the configuration leaves

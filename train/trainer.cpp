@@ -65,15 +65,17 @@ std::string metric_text(const json& v) {
 std::string eval_line(const model::EvalResult& e, std::int64_t files, std::int64_t epoch) {
   if (!e.has_class) {
     const model::VerificationMetrics& v = e.verification;
-    return fmt::format("eval epoch {}: EER {:.2f}% minDCF(0.05) {:.4f} minDCF(0.01) {:.4f} ({} trials over {} files)",
-                       epoch, 100 * v.eer, v.min_dcf_05, v.min_dcf_01, v.trials, v.files);
+    // Fractions, as in report.json and the final summary (0.0470 is 4.7%).
+    return fmt::format("eval epoch {}: EER {:.4f} minDCF(0.05) {:.4f} minDCF(0.01) {:.4f} ({} trials over {} files)",
+                       epoch, v.eer, v.min_dcf_05, v.min_dcf_01, v.trials, v.files);
   }
-  std::string msg = fmt::format("eval epoch {}: loss {:.4f}, segment acc {:.4f} macro-F1 {:.4f}", epoch, e.loss,
+  // Each figure under the level it is measured at (segments, or files by vote).
+  std::string msg = fmt::format("eval epoch {}: loss {:.4f}; segments: acc {:.4f} macro-F1 {:.4f}", epoch, e.loss,
                                 e.segment.accuracy, e.segment.macro_f1);
   if (e.has_leak()) msg += fmt::format(" leak AUC {:.4f}", e.segment.leak_auc);
   if (e.has_files) {
-    msg += fmt::format("; file acc {:.4f} macro-F1 {:.4f}", e.file.accuracy, e.file.macro_f1);
-    if (e.has_leak()) msg += fmt::format(" false alarms {:.4f}", e.file.false_alarm_rate);
+    msg += fmt::format("; files: acc {:.4f} macro-F1 {:.4f}", e.file.accuracy, e.file.macro_f1);
+    if (e.has_leak()) msg += fmt::format(" leak AUC {:.4f} false alarms {:.4f}", e.file.leak_auc, e.file.false_alarm_rate);
     msg += fmt::format(" ({} files)", files);
   }
   return msg;
@@ -109,7 +111,7 @@ RunData open_run_data(const RunConfig& cfg) {
     const io::DatasetInfo& vi = ds->info();
     MF_CHECK(vi.n_mels == ti.n_mels && vi.frames == ti.frames, "{} {}: segments are {}x{}, the training set's {}x{}",
              key, vi.path, vi.n_mels, vi.frames, ti.n_mels, ti.frames);
-    if (vi.classes_present.size() < vi.class_names.size())
+    if (!model_names.classes.empty() && vi.classes_present.size() < vi.class_names.size())
       log_info("{} {}: {} of the training set's {} classes ({}), matched by name", key, vi.path,
                vi.classes_present.size(), vi.class_names.size(), fmt::join(vi.classes_present, ", "));
     return ds;
@@ -338,10 +340,12 @@ void Trainer::Run::restore_or_init() {
   const io::DatasetInfo& ti = data_.train->info();
   progress_->message(fmt::format(
       "melforge train: {} on {} ({}), {} parameters, {} precision; {} train segments ({} reader, {} batches of {}), "
-      "{} steps/epoch x {} epochs{}",
-      model_config_.str(), device_.str(), device_name_, train_step_->params().count(), model::precision_name(precision_), ti.num_segments,
-      train_reader_->resident() ? "resident" : "streaming", train_reader_->batches_per_epoch(), micro_batch_, steps_per_epoch_,
-      cfg_.epochs, accum_steps_ > 1 ? fmt::format(" (accumulating {} batches per step)", accum_steps_) : std::string()));
+      "{} steps/epoch x {} epochs{}; augmentation {}",
+      model_config_.str(), device_.str(), device_name_, train_step_->params().count(), model::precision_name(precision_),
+      ti.num_segments, train_reader_->resident() ? "resident" : "streaming", train_reader_->batches_per_epoch(),
+      micro_batch_, steps_per_epoch_, cfg_.epochs,
+      accum_steps_ > 1 ? fmt::format(" (accumulating {} batches per step)", accum_steps_) : std::string(),
+      augmentation_summary(train_step_->config())));
   // A run that had stopped early is finished: resuming it must not train on
   // (an uninterrupted run would not have).
   if (resume_ && selection_.exhausted()) {
@@ -748,11 +752,11 @@ void Trainer::Run::print_summary(const json& report, const std::vector<fs::path>
                  v["trials"].get<std::int64_t>(), v["files"].get<std::int64_t>());
       return;
     }
-    fmt::print("{}: segment accuracy {}, macro-F1 {}", what, metric_text(j["segment"]["accuracy"]),
+    fmt::print("{}: segments: accuracy {}, macro-F1 {}", what, metric_text(j["segment"]["accuracy"]),
                metric_text(j["segment"]["macro_f1"]));
     if (j.contains("file")) {
       const json& f = j["file"];
-      fmt::print("; file accuracy {}, macro-F1 {}, balanced accuracy {}", metric_text(f["accuracy"]),
+      fmt::print("; files: accuracy {}, macro-F1 {}, balanced accuracy {}", metric_text(f["accuracy"]),
                  metric_text(f["macro_f1"]), metric_text(f["balanced_accuracy"]));
       if (f.contains("leak"))
         fmt::print(", leak AUC {}, false alarms {}", metric_text(f["leak"]["roc_auc"]),

@@ -1,6 +1,7 @@
 // `melforge data synth` and `melforge data inspect` as a user runs them: exit
 // codes and messages, on good and bad files (never a core dump).
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
@@ -62,6 +63,20 @@ TEST_CASE("data synth writes train/val/test split by file, reproducibly; inspect
   for (const char* s : {"file-structured", "f32 [6, 2, 3, 16, 20]", "chunked", "shuffle", "deflate", "histogram",
                         "normal", "leak_mid", "values", "finite"})
     CHECK(has(i, s));
+  CHECK(has(i, "leak segments"));
+}
+
+TEST_CASE("data inspect on a speaker set says it has no leak target") {
+  mf::testing::TempDir dir("cli_inspect_speakers");
+  Result r = run(fmt::format("data synth --out {} --speakers 6 --files-per-speaker 2 --mels 16 --frames 16 --long 1 "
+                             "--short 2 --seed 1", dir / "spk"));
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  r = run("data inspect " + (dir / "spk/train.h5"));
+  CHECK(r.code == 0);
+  CHECK(has(r, "leak        none: no /leak dataset and no class named normal"));
+  CHECK_FALSE(has(r, "leak segments"));
+  CHECK_FALSE(has(r, "derived: label != 0"));
 }
 
 TEST_CASE("data synth below 64 mels is the 64-band scene with adjacent bands averaged in power") {

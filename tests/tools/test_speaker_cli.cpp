@@ -66,6 +66,8 @@ std::string train_speakers(const TempDir& d, const std::string& name, const std:
   const json rep = read_json(out + "/report.json");
   INFO(rep.dump());
   CHECK(rep["steps"] == 15 * 480 / 32);
+  CHECK(std::filesystem::exists(out + "/eer.svg"));  // the validation EER curve
+  CHECK_FALSE(has(r, "matched by name"));  // other speakers: an embedding model's classes are not matched
   return last_checkpoint(out);
 }
 
@@ -137,6 +139,14 @@ TEST_CASE("speakers: aam_softmax on unseen speakers beats the raw-spectrum basel
   CHECK(mf::testing::run_oracle("embeddings_check.py",
                                 fmt::format("{} {}/test.h5 {} {} {}", d / "emb.h5", d / "data", d / "trials.txt",
                                             d / "scores.csv", d / "wrong.json")) == 1);
+
+  // eval of an embedding model counts the segments it ran on.
+  r = run(fmt::format("eval --checkpoint {} --data {}/test.h5 --device cpu", ckpt, d / "data"));
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const json ev = json::parse(r.out.substr(r.out.find('{'), r.out.rfind('}') + 1 - r.out.find('{')));
+  CHECK(ev["segments"].get<std::int64_t>() >= 30);
+  CHECK(ev["segments_per_s"].get<double>() > 0);
 
   // predict has no classes to give for an embedding model, and says what to use.
   r = run(fmt::format("predict --checkpoint {} --data {}/test.h5 --out {} --device cpu", ckpt, d / "data",

@@ -45,6 +45,13 @@ TEST_CASE("train: configuration errors name the key and what is accepted") {
   CHECK(has(r, "train.batch_size: expected auto or an integer > 0, found -1"));
   r = run(base + "--precision fp8");
   CHECK(has(r, "train.precision: expected one of auto, fp32, bf16, fp16, found 'fp8'"));
+#ifdef NDEBUG
+  // A user's message names keys and values, not melforge's source lines;
+  // --verbose adds the line that raised it.
+  CHECK_FALSE(has(r, ".cpp:"));
+  r = run(base + "--precision fp8 --verbose");
+  CHECK(has(r, "found 'fp8' [model/run_config.cpp:"));
+#endif
   std::ofstream(d / "bad.toml") << "[optim]\nlr = \"fast\"\n";
   r = run(base + "--config " + d / "bad.toml");
   CHECK(r.code == 1);
@@ -74,7 +81,8 @@ TEST_CASE("train end to end on the CPU: high file-level accuracy, run directory,
                              d / "val.h5", d / "val.h5", run_dir, kModel));
   INFO(r.out);
   REQUIRE(r.code == 0);
-  CHECK(has(r, "final validation: segment accuracy"));
+  CHECK(has(r, "final validation: segments: accuracy"));
+  CHECK(has(r, "; files: accuracy"));
   CHECK(has(r, "-bound: "));  // the epoch's bottleneck verdict (which one depends on this machine's load)
   const json rep = read_json(run_dir + "/report.json");
   CHECK(rep["val"]["file"]["accuracy"].get<double>() >= 0.9);
@@ -321,6 +329,7 @@ TEST_CASE("resume: the run's own configuration is the default; keys given again 
   INFO(r.out);
   REQUIRE(r.code == 0);
   CHECK(has(r, "resuming from"));
+  CHECK(has(r, "; augmentation off"));
   CHECK_FALSE(has(r, "differ from the run's"));
   CHECK(read_json(out + "/report.json")["steps"] == 8);  // 2 epochs, not the default 10
   mf::model::RunConfig saved;
@@ -333,9 +342,11 @@ TEST_CASE("resume: the run's own configuration is the default; keys given again 
   CHECK(text.find("resume = ''") != std::string::npos);
 
   // A key given again overrides the run's value, named with both values.
-  r = run(fmt::format("train --out {} --resume auto --epochs 3 --set optim.clip_norm=0.5", out));
+  r = run(fmt::format("train --out {} --resume auto --epochs 3 --set optim.clip_norm=0.5 --set augment.time_masks=1 "
+                      "--set augment.time_mask_width=2", out));
   INFO(r.out);
   REQUIRE(r.code == 0);
+  CHECK(has(r, "; augmentation 1 time masks of <= 2 frames"));
   CHECK(has(r, "train.epochs: 2 -> 3"));
   CHECK(has(r, "optim.clip_norm: 1.0 -> 0.5"));
   CHECK(read_json(out + "/report.json")["steps"] == 12);
@@ -357,6 +368,28 @@ TEST_CASE("classes are matched by name: a validation set or eval data with forei
   r = run(fmt::format("eval --checkpoint {} --data {} --device cpu", ckpt, d / "foreign.h5"));
   CHECK(r.code == 1);
   CHECK_MESSAGE(has(r, "class 'valve' (label 0) is not one of the model's"), r.out);
+  // predict names files as the data's /files does, and each segment's label by name too.
+  write_easy(d / "named.h5", 3, 33, -1, {"normal", "leak_low", "leak_high"},
+             {"site/a.wav", "site/b, with comma.wav", "site/c.wav"});
+  r = run(fmt::format("predict --checkpoint {} --data {} --out {} --device cpu", ckpt, d / "named.h5",
+                      d / "named.csv"));
+  REQUIRE(r.code == 0);
+  const auto nrows = csv_rows(d / "named.csv");
+  REQUIRE(nrows.size() == 4);
+  CHECK(nrows[1].rfind("site/a.wav,0,normal,", 0) == 0);
+  CHECK(nrows[2].rfind("\"site/b, with comma.wav\",1,leak_low,", 0) == 0);
+  r = run(fmt::format("predict --checkpoint {} --data {} --out {} --device cpu --per-segment", ckpt, d / "named.h5",
+                      d / "named_segs.csv"));
+  REQUIRE(r.code == 0);
+  const auto srows = csv_rows(d / "named_segs.csv");
+  CHECK(srows[0].rfind("segment,file,long,short,label,label_name,pred,pred_name", 0) == 0);
+  CHECK(srows[7].rfind("6,\"site/b, with comma.wav\",0,0,1,leak_low,", 0) == 0);
+  // --threshold takes what eval.threshold takes: (0, 1).
+  for (const char* t : {"0", "1"}) {
+    r = run(fmt::format("eval --checkpoint {} --data {} --device cpu --threshold {}", ckpt, d / "train.h5", t));
+    CHECK(r.code != 0);
+    CHECK_MESSAGE(has(r, "expected a number in (0, 1), as eval.threshold"), r.out);
+  }
 }
 
 TEST_CASE("resume of a run that stopped early does not train on") {

@@ -50,14 +50,17 @@ struct TempDir {
 // files carry no band (intermittent), so files are easier than segments.
 // class_names: the default names make leak data (class 0 "normal"); any names
 // without "normal" make data without a leak target (digits, words).
+// file_names: the /files dataset (one source path per file), or none.
 inline void write_easy(const std::string& path, std::int64_t files, std::uint64_t seed, int nan_file = -1,
-                       std::vector<std::string> class_names = {"normal", "leak_low", "leak_high"}) {
+                       std::vector<std::string> class_names = {"normal", "leak_low", "leak_high"},
+                       std::vector<std::string> file_names = {}) {
   constexpr std::int64_t L = 2, S = 3, M = 16, T = 16;
   constexpr int C = 3;
   mf::io::WriteSpec spec;
   spec.shape = {files, L, S, M, T};
   spec.dtype = mf::DType::f16;
   spec.class_names = std::move(class_names);
+  spec.files = std::move(file_names);
   std::vector<float> v(std::size_t(files * L * S * M * T));
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> noise(0.f, 0.5f);
