@@ -474,7 +474,7 @@ void run_adamw_bench() {
     const double bytes = 34.0 * double(n);
     auto fused = [&] {
       kernels::adamw_step_cuda(d, c, DType::bf16, master.data<float>(), grad.data<float>(), m.data<float>(),
-                               v.data<float>(), work.raw(), static_cast<kernels::AdamWState*>(state.raw()),
+                               v.data<float>(), work.raw(), nullptr, static_cast<kernels::AdamWState*>(state.raw()),
                                scratch.raw(), s);
     };
     std::vector<std::int64_t> rg = n == pb.size() ? ranges : std::vector<std::int64_t>{};

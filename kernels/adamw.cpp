@@ -3,7 +3,8 @@
 // order: the order of an 8-lane vector loop), then over chunks in order, so
 // it does not depend on the thread count. With the avx512 CPU kernels both
 // passes run as AVX-512 loops that give the same bits
-// (kernels/adamw_cpu_avx512.hpp).
+// (kernels/adamw_cpu_avx512.hpp); with a frozen mask (train.freeze) the
+// portable loops run (the AVX-512 ones take no mask; the bits are the same).
 #include "kernels/adamw.hpp"
 
 #include <cfloat>
@@ -37,11 +38,14 @@ void update_avx512(const AdamWDims& d, const AdamWConfig& c, const AdamWState& s
   }, 1 << 14);
 }
 
-// One chunk of the norm pass: sum of squares (8 double lanes) and non-finite count.
-void chunk_sumsq(const float* grad, std::int64_t n, float inv_scale, double* sumsq, long long* nonfinite) {
+// One chunk of the norm pass: sum of squares (8 double lanes) and non-finite
+// count, frozen elements (frozen may be null) left out.
+void chunk_sumsq(const float* grad, const std::uint8_t* frozen, std::int64_t n, float inv_scale, double* sumsq,
+                 long long* nonfinite) {
   double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   long long nb = 0;
   for (std::int64_t i = 0; i < n; ++i) {
+    if (frozen && frozen[i]) continue;
     const float g = grad[i] * inv_scale;
     const bool finite = std::abs(g) <= FLT_MAX;  // false for Inf and NaN
     nb += !finite;
@@ -55,9 +59,10 @@ void chunk_sumsq(const float* grad, std::int64_t n, float inv_scale, double* sum
 
 template <class T>
 void update_loop(const AdamWDims& d, const AdamWConfig& c, const AdamWState& s, float* master,
-                 const float* grad, float* m, float* v, T* work) {
+                 const float* grad, float* m, float* v, T* work, const std::uint8_t* frozen) {
   parallel_for(d.n, [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t i = b; i < e; ++i) {
+      if (frozen && frozen[i]) continue;
       float p = master[i], mi = m[i], vi = v[i];
       detail::update_element(c, s, i < d.decay_end, p, grad[i], mi, vi);
       master[i] = p;
@@ -70,15 +75,15 @@ void update_loop(const AdamWDims& d, const AdamWConfig& c, const AdamWState& s, 
 }  // namespace
 
 void adamw_step_cpu(const AdamWDims& d, const AdamWConfig& c, DType work_dtype, float* master,
-                    const float* grad, float* m, float* v, void* work, AdamWState* state, void*,
-                    cudaStream_t) {
+                    const float* grad, float* m, float* v, void* work, const std::uint8_t* frozen,
+                    AdamWState* state, void*, cudaStream_t) {
   AdamWState& s = *state;
   const float inv_scale = 1.f / s.loss_scale;
   constexpr std::int64_t kChunk = 1 << 14;
   const std::int64_t chunks = (d.n + kChunk - 1) / kChunk;
   std::vector<double> part(std::size_t(chunks), 0.0);
   std::vector<long long> bad(std::size_t(chunks), 0);
-  const bool avx512 = active_cpu_kernels() == CpuKernels::avx512;
+  const bool avx512 = active_cpu_kernels() == CpuKernels::avx512 && !frozen;
   parallel_for(chunks, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t ch = c0; ch < c1; ++ch) {
       // double, like the CUDA partials: the clip coefficient scales every gradient
@@ -86,7 +91,8 @@ void adamw_step_cpu(const AdamWDims& d, const AdamWConfig& c, DType work_dtype, 
       if (avx512)
         adamw_sumsq_avx512(grad + b, len, inv_scale, &part[std::size_t(ch)], &bad[std::size_t(ch)]);
       else
-        chunk_sumsq(grad + b, len, inv_scale, &part[std::size_t(ch)], &bad[std::size_t(ch)]);
+        chunk_sumsq(grad + b, frozen ? frozen + b : nullptr, len, inv_scale, &part[std::size_t(ch)],
+                    &bad[std::size_t(ch)]);
     }
   });
   double sumsq = 0;
@@ -99,9 +105,9 @@ void adamw_step_cpu(const AdamWDims& d, const AdamWConfig& c, DType work_dtype, 
   if (s.skip) return;
   if (avx512) return update_avx512(d, c, s, master, grad, m, v, work ? work_dtype : DType::f32, work);
   switch (work ? work_dtype : DType::f32) {
-    case DType::f32: return update_loop<float>(d, c, s, master, grad, m, v, static_cast<float*>(work));
-    case DType::f16: return update_loop<f16>(d, c, s, master, grad, m, v, static_cast<f16*>(work));
-    case DType::bf16: return update_loop<bf16>(d, c, s, master, grad, m, v, static_cast<bf16*>(work));
+    case DType::f32: return update_loop<float>(d, c, s, master, grad, m, v, static_cast<float*>(work), frozen);
+    case DType::f16: return update_loop<f16>(d, c, s, master, grad, m, v, static_cast<f16*>(work), frozen);
+    case DType::bf16: return update_loop<bf16>(d, c, s, master, grad, m, v, static_cast<bf16*>(work), frozen);
     default: break;
   }
   MF_THROW("adamw_step_cpu: unsupported working dtype {}", dtype_name(work_dtype));

@@ -9,6 +9,12 @@
 //   state  AdamWState, one struct in device memory (host memory for the CPU twin)
 // Parameters [0, decay_end) take weight decay; [decay_end, n) (biases) do not:
 // ParamBuffer puts every weight before every bias for this.
+//   frozen u8    optional [n] mask (null: nothing frozen): an element whose
+//                byte is nonzero is frozen (train.freeze): its gradient is left
+//                out of the norm, the clip and the non-finite check (as
+//                PyTorch's clip_grad_norm_ and GradScaler leave out parameters
+//                without requires_grad), and pass 3 skips it: master, m, v
+//                and the working copy keep their bits (no step, no decay).
 //
 // Three passes, no host synchronization, no float atomics:
 //   1. per-block partial sums of (grad / loss_scale)^2 and non-finite counts
@@ -87,11 +93,11 @@ struct AdamWDims {
 inline std::size_t adamw_scratch_bytes() { return std::size_t(kAdamWNormBlocks) * 12; }  // double + int per block
 
 void adamw_step_cpu(const AdamWDims& d, const AdamWConfig& c, DType work_dtype, float* master,
-                    const float* grad, float* m, float* v, void* work, AdamWState* state,
-                    void* scratch, cudaStream_t stream);
+                    const float* grad, float* m, float* v, void* work, const std::uint8_t* frozen,
+                    AdamWState* state, void* scratch, cudaStream_t stream);
 void adamw_step_cuda(const AdamWDims& d, const AdamWConfig& c, DType work_dtype, float* master,
-                     const float* grad, float* m, float* v, void* work, AdamWState* state,
-                     void* scratch, cudaStream_t stream);
+                     const float* grad, float* m, float* v, void* work, const std::uint8_t* frozen,
+                     AdamWState* state, void* scratch, cudaStream_t stream);
 
 // Gradient accumulation over micro-batches is ops::accumulate (kernels/ops.hpp).
 // The benchmark's and the tests' extra entry points: kernels/adamw_lab.hpp.

@@ -188,8 +188,8 @@ void head_probs(const Tensor& logits, Tensor& probs, Tensor* leak_prob, cudaStre
 }
 
 void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, Tensor& state,
-                const kernels::AdamWConfig& cfg, std::int64_t decay_end, Tensor* work, Tensor& scratch,
-                cudaStream_t stream) {
+                const kernels::AdamWConfig& cfg, std::int64_t decay_end, Tensor* work, const Tensor* frozen,
+                Tensor& scratch, cudaStream_t stream) {
   constexpr const char* op = "adamw_step";
   const std::int64_t n = master.numel();
   for (const Tensor* t : std::initializer_list<const Tensor*>{&master, &grad, &m, &v}) {
@@ -207,6 +207,11 @@ void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, Tensor
     check_float_dtype(*work, op, "work");
     check_same_device({&master, work}, op);
   }
+  if (frozen) {
+    check_shape(*frozen, {n}, op, "frozen");
+    check_dtype(*frozen, DType::u8, op, "frozen");
+    check_same_device({&master, frozen}, op);
+  }
   MF_CHECK(cfg.beta1 >= 0.f && cfg.beta1 < 1.f && cfg.beta2 >= 0.f && cfg.beta2 < 1.f,
            "{}: betas must be in [0, 1), found {} and {}", op, cfg.beta1, cfg.beta2);
   MF_CHECK(cfg.schedule == kernels::LrSchedule::constant || cfg.total_steps >= 1,
@@ -214,7 +219,8 @@ void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, Tensor
   const kernels::AdamWDims d{n, decay_end};
   auto fn = master.is_cuda() ? kernels::adamw_step_cuda : kernels::adamw_step_cpu;
   fn(d, cfg, work ? work->dtype() : DType::f32, master.data<float>(), grad.data<float>(), m.data<float>(),
-     v.data<float>(), work ? work->raw() : nullptr, static_cast<kernels::AdamWState*>(state.raw()),
+     v.data<float>(), work ? work->raw() : nullptr,
+     frozen ? static_cast<const std::uint8_t*>(frozen->raw()) : nullptr, static_cast<kernels::AdamWState*>(state.raw()),
      scratch.raw(), stream);
 }
 

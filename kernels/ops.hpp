@@ -85,10 +85,11 @@ void head_probs(const Tensor& logits, Tensor& probs, Tensor* leak_prob, cudaStre
 // The fused AdamW step over flat f32 buffers [n] (kernels/adamw.hpp): master,
 // m, v and state (u8 [sizeof(AdamWState)]) are updated in place; work (the
 // bf16/f16 working copy, written) may be null (fp32: the master is the working
-// copy); scratch u8 [adamw_scratch_bytes()], required.
+// copy); frozen (u8 [n], nonzero where the element is frozen: train.freeze)
+// may be null (nothing frozen); scratch u8 [adamw_scratch_bytes()], required.
 void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, Tensor& state,
-                const kernels::AdamWConfig& cfg, std::int64_t decay_end, Tensor* work, Tensor& scratch,
-                cudaStream_t stream = nullptr);
+                const kernels::AdamWConfig& cfg, std::int64_t decay_end, Tensor* work, const Tensor* frozen,
+                Tensor& scratch, cudaStream_t stream = nullptr);
 // dst += src, any float dtype (same shape, dtype and device), summed in f32
 // and rounded once (for f32: one f32 addition per element). Gradient
 // accumulation over micro-batches and the residual blocks' gradient sums.

@@ -1,5 +1,9 @@
 #include "model/param_buffer.hpp"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <cmath>
 
 #include "engine/counter_rng.hpp"
@@ -19,6 +23,11 @@ bool param_decays(ParamKind k) {
 }
 
 bool param_trainable(ParamKind k) { return k != ParamKind::running_mean && k != ParamKind::running_var; }
+
+bool name_matches(std::string_view name, std::string_view entry) {
+  if (entry.empty() || name.substr(0, entry.size()) != entry) return false;
+  return name.size() == entry.size() || entry.back() == '.' || name[entry.size()] == '.';
+}
 
 namespace {
 // LeakCNN's parameters in its module's order (bench/leakcnn_torch.py).
@@ -47,6 +56,7 @@ void add_head_specs(const ModelConfig& cfg, std::vector<ParamInfo>& v) {
   auto add = [&](std::string name, ParamKind kind, Shape shape, Shape tshape, std::int64_t fan_in,
                  float init = 0.f) {
     ParamInfo p{std::move(name), kind, shape, std::move(tshape), 0, shape_numel(shape), fan_in, false, init};
+    p.head = p.name.rfind("embedding.", 0) != 0;
     v.push_back(std::move(p));
   };
   const std::int64_t T = cfg.trunk_features(), E = cfg.features(), C = cfg.classes;
@@ -107,6 +117,31 @@ const ParamInfo& ParamBuffer::info(const std::string& name) const {
   for (const auto& p : params_)
     if (p.name == name) return p;
   MF_THROW("ParamBuffer: no parameter named '{}'", name);
+}
+
+std::vector<const ParamInfo*> ParamBuffer::matching(const std::vector<std::string>& entries,
+                                                    std::string_view key) const {
+  std::vector<const ParamInfo*> out;
+  for (const ParamInfo& p : params_)
+    for (const std::string& e : entries)
+      if (name_matches(p.name, e)) {
+        out.push_back(&p);
+        break;
+      }
+  for (const std::string& e : entries) {
+    const bool any = std::any_of(params_.begin(), params_.end(), [&](const ParamInfo& p) {
+      return name_matches(p.name, e);
+    });
+    if (any) continue;
+    std::vector<std::string> modules;
+    for (const ParamInfo& p : params_) {
+      const std::string m = p.name.substr(0, p.name.rfind('.'));
+      if (std::find(modules.begin(), modules.end(), m) == modules.end()) modules.push_back(m);
+    }
+    MF_THROW("{}: '{}' names no parameter of the model; its modules: {} (an entry is a parameter's name or a "
+             "prefix of names ending at a dot)", key, e, fmt::join(modules, ", "));
+  }
+  return out;
 }
 
 std::int64_t ParamBuffer::count() const {

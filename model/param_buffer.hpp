@@ -34,6 +34,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/tensor.hpp"
@@ -67,7 +68,16 @@ struct ParamInfo {
   std::int64_t fan_in = 1; // PyTorch's fan-in (init bound 1/sqrt(fan_in))
   bool decay = false;       // param_decays(kind)
   float init_value = 0.f;   // ParamKind::constant's initial value
+  // A head: sized by the classes or the loss, not by the trunk (class_head.*,
+  // leak_head.*, loss.*). --init-from re-initialises a head whose shape
+  // differs from the source's (new classes); a trunk parameter must match.
+  bool head = false;
 };
+
+// train.freeze's rule: `entry` names the parameter, or a prefix of its name
+// that ends at a dot ("blocks.0" takes blocks.0.conv.weight, not blocks.10.*;
+// "blocks.0." the same).
+bool name_matches(std::string_view name, std::string_view entry);
 
 class ParamBuffer {
  public:
@@ -90,6 +100,11 @@ class ParamBuffer {
   Tensor& work() { return work_; }
   const Tensor& master() const { return master_; }
   const Tensor& work() const { return work_; }
+
+  // The parameters the entries of `key` (train.freeze) name, in layout order;
+  // an entry that names none is an error that lists the modules (every name
+  // without its last part: blocks.0.conv, fc, class_head, ...).
+  std::vector<const ParamInfo*> matching(const std::vector<std::string>& entries, std::string_view key) const;
 
   // A named view (shape in melforge's layout) of any flat buffer of this layout.
   Tensor view(const Tensor& flat, const std::string& name) const;

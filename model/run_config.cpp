@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <toml++/toml.h>
 #include <variant>
@@ -30,7 +31,8 @@ struct Choice {
 
 using Member = std::variant<std::string RunConfig::*, std::int64_t RunConfig::*, double RunConfig::*,
                             bool RunConfig::*, std::vector<std::int64_t> RunConfig::*,
-                            std::vector<double> RunConfig::*, std::vector<CnnLayer> RunConfig::*, Choice>;
+                            std::vector<double> RunConfig::*, std::vector<CnnLayer> RunConfig::*,
+                            std::vector<std::string> RunConfig::*, Choice>;
 
 // A check returns an empty string when the value is fine, else what is accepted.
 using Check = std::function<std::string(const RunConfig&)>;
@@ -57,6 +59,7 @@ std::string type_name(const Member& m) {
     case 4: return "integer list";
     case 5: return "float list";
     case 6: return "list of layer tables";
+    case 7: return "string list";
     default: return "string";
   }
 }
@@ -268,6 +271,13 @@ void train_fields(std::vector<Field>& v) {
       "one step of training and one batch of validation, one epoch, no checkpoints: checks the whole path quickly");
   add(v, "train.cuda_graphs", &C::cuda_graphs, "true or false", "capture the step in a CUDA graph");
   add(v, "train.drop_last", &C::drop_last, "true or false", "drop the last partial batch (else pad it)");
+  add(v, "train.freeze", &C::freeze, "a list of parameter names or prefixes",
+      "parameters that do not train (no AdamW step or weight decay; out of the gradient norm), e.g. [\"blocks\", "
+      "\"fc\"] to train the heads alone; each entry must name a parameter or a prefix ending at a dot",
+      [](const C& c) {
+        const bool ok = std::none_of(c.freeze.begin(), c.freeze.end(), [](const std::string& e) { return e.empty(); });
+        return ok ? std::string{} : std::string("a list of non-empty parameter names or prefixes");
+      });
 }
 
 // The keys of the optimizer and the loss ([optim]), in help order.
@@ -474,6 +484,19 @@ std::string node_type(const toml::node& n) {
   return "a date/time";
 }
 
+// One element of a list key, if the node holds that type (an integer where a
+// number is wanted too).
+template <class E> std::optional<E> list_element(const toml::node& e) {
+  if constexpr (std::is_same_v<E, std::string>) {
+    return e.value_exact<std::string>();
+  } else if constexpr (std::is_same_v<E, double>) {
+    if (e.is_integer()) return double(*e.value<std::int64_t>());
+    return e.value_exact<double>();
+  } else {
+    return e.value_exact<std::int64_t>();
+  }
+}
+
 // Assigns a TOML node to a field, with type conversions a user would expect
 // (an integer where a float is wanted).
 void assign(RunConfig& cfg, const Field& f, const toml::node& n, std::string_view origin) {
@@ -510,22 +533,14 @@ void assign(RunConfig& cfg, const Field& f, const toml::node& n, std::string_vie
           cfg.*m = *n.value<bool>();
         } else if constexpr (std::is_same_v<T, std::vector<CnnLayer>>) {
           cfg.*m = parse_cnn_layers(n, origin);
-        } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+        } else {  // the lists of integers, numbers or strings
           const toml::array* a = n.as_array();
           if (!a) wrong();
-          std::vector<double> out;
+          T out;
           for (const toml::node& e : *a) {
-            if (!e.is_integer() && !e.is_floating_point()) wrong();
-            out.push_back(e.is_integer() ? double(*e.value<std::int64_t>()) : *e.value<double>());
-          }
-          cfg.*m = std::move(out);
-        } else {
-          const toml::array* a = n.as_array();
-          if (!a) wrong();
-          std::vector<std::int64_t> out;
-          for (const toml::node& e : *a) {
-            if (!e.is_integer()) wrong();
-            out.push_back(*e.value<std::int64_t>());
+            const auto x = list_element<typename T::value_type>(e);
+            if (!x) wrong();
+            out.push_back(*x);
           }
           cfg.*m = std::move(out);
         }
@@ -548,6 +563,31 @@ void load_table(RunConfig& cfg, const toml::table& root, std::string_view origin
       if (keys) keys->push_back(key);
     }
   }
+}
+
+// A string list from --set: TOML (["a", "b"]), or bare words ([a, b.c], or
+// one word a); empty entries are refused.
+std::vector<std::string> parse_word_list(std::string_view key, std::string_view value, std::string_view accepted) {
+  std::string_view body = value;
+  const bool bracketed = body.size() >= 2 && body.front() == '[' && body.back() == ']';
+  if (bracketed) body = body.substr(1, body.size() - 2);
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  while (at <= body.size()) {
+    const std::size_t comma = std::min(body.find(',', at), body.size());
+    std::string_view w = body.substr(at, comma - at);
+    while (!w.empty() && w.front() == ' ') w.remove_prefix(1);
+    while (!w.empty() && w.back() == ' ') w.remove_suffix(1);
+    if (w.size() >= 2 && (w.front() == '"' || w.front() == '\'') && w.back() == w.front())
+      w = w.substr(1, w.size() - 2);
+    else if (w.find_first_of("\"'[]= ") != std::string_view::npos)
+      MF_THROW("{}: expected string list ({}), found '{}'", key, accepted, value);
+    if (!w.empty()) out.emplace_back(w);
+    else if (comma < body.size() || !out.empty() || !bracketed)
+      MF_THROW("{}: expected string list ({}), found '{}' (an empty entry)", key, accepted, value);
+    at = comma + 1;
+  }
+  return out;
 }
 
 std::int64_t parse_profile(const std::string& s, bool want_end) {
@@ -677,6 +717,10 @@ void set_key(RunConfig& cfg, std::string_view key, std::string_view value) {
       cfg.*std::get<0>(f->member) = v;
     return;
   }
+  if (const auto* lm = std::get_if<std::vector<std::string> RunConfig::*>(&f->member)) {
+    cfg.**lm = parse_word_list(key, value, f->accepted);
+    return;
+  }
   if (f->auto_zero && value == kAuto) {
     cfg.*std::get<std::int64_t RunConfig::*>(f->member) = 0;
     return;
@@ -734,7 +778,8 @@ void validate(const RunConfig& cfg) {
     if (accepted.empty()) continue;
     std::string found = visit_pointer<std::string>(f.member, [&](auto m) -> std::string {
           using T = std::remove_cvref_t<decltype(cfg.*m)>;
-          if constexpr (std::is_same_v<T, std::vector<std::int64_t>> || std::is_same_v<T, std::vector<double>>)
+          if constexpr (std::is_same_v<T, std::vector<std::int64_t>> || std::is_same_v<T, std::vector<double>> ||
+                        std::is_same_v<T, std::vector<std::string>>)
             return fmt::format("[{}]", fmt::join(cfg.*m, ", "));
           else if constexpr (std::is_same_v<T, std::vector<CnnLayer>>)
             return fmt::format("{} layers", (cfg.*m).size());
@@ -794,7 +839,8 @@ std::vector<std::pair<std::string, std::string>> config_values(const RunConfig& 
     if (const Choice* c = std::get_if<Choice>(&f.member)) one.insert_or_assign(name, std::string(c->get(cfg)));
     visit_pointer(f.member, [&](auto m) {
       using T = std::remove_cvref_t<decltype(cfg.*m)>;
-      if constexpr (std::is_same_v<T, std::vector<std::int64_t>> || std::is_same_v<T, std::vector<double>>) {
+      if constexpr (std::is_same_v<T, std::vector<std::int64_t>> || std::is_same_v<T, std::vector<double>> ||
+                    std::is_same_v<T, std::vector<std::string>>) {
         toml::array a;
         for (auto x : cfg.*m) a.push_back(x);
         one.insert_or_assign(name, std::move(a));

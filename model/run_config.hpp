@@ -92,6 +92,9 @@ struct RunConfig {
   bool fast_dev_run = false;        // 1 batch of train and val, 1 epoch, no checkpoints kept
   bool cuda_graphs = true;
   bool drop_last = true;
+  // Parameter names or prefixes that do not train (model/param_buffer.hpp's
+  // name_matches; checked against the model when it is built); empty: none.
+  std::vector<std::string> freeze;
 
   // [optim]
   double lr = 1e-3;

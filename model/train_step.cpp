@@ -2,6 +2,7 @@
 
 #include "engine/counter_rng.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -61,6 +62,13 @@ TrainStep::TrainStep(const TrainConfig& cfg, Device device, cudaStream_t stream)
   const std::int64_t B = cfg_.micro_batch, K = cfg_.accum_steps;
   params_ = std::make_unique<ParamBuffer>(mc, dtype_, device, stream);
   params_->init(cfg_.seed, stream);
+  frozen_params_ = params_->matching(cfg_.freeze, "train.freeze");
+  if (!frozen_params_.empty()) {
+    Tensor mask = Tensor::zeros({params_->size()}, DType::u8);
+    for (const ParamInfo* p : frozen_params_)
+      std::fill_n(static_cast<std::uint8_t*>(mask.raw()) + p->offset, p->numel, std::uint8_t(1));
+    frozen_ = mask.to(device, stream);
+  }
   if (K > 1) grad_scratch_ = make({params_->size()}, DType::f32, device, stream);
 
   in_x_ = make({K * B, mc.in_mels, mc.in_frames, 1}, dtype_, device, stream, Layout::nhwc);
@@ -367,7 +375,7 @@ void TrainStep::run_step(cudaStream_t stream) {
   Tensor* work = dtype_ == DType::f32 ? nullptr : &pb.work();
   Phase ph(timer_, "optimizer", stream);
   ops::adamw_step(pb.master(), pb.grad(), pb.m(), pb.v(), opt_state_, cfg_.optim, pb.decay_end(), work,
-                  opt_scratch_, stream);
+                  frozen_params_.empty() ? nullptr : &frozen_, opt_scratch_, stream);
 }
 
 void TrainStep::step(const Tensor& x, const Tensor& labels, const Tensor& leak, cudaStream_t stream) {

@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/tensor.hpp"
@@ -68,6 +69,12 @@ struct TrainConfig {
   float margin = 0.2f;
   float margin_scale = 30.f;  // s, not the fp16 loss scale (initial_loss_scale)
   int per_class = 0;
+  // train.freeze: parameter names or prefixes (name_matches) that get no
+  // update (no AdamW step, no weight decay, moments kept at zero) and whose
+  // gradients leave the norm and the clip; empty: everything trains.
+  // Batch norm's running statistics are not trained by AdamW: they follow
+  // the batches whatever this says (PyTorch's requires_grad = False alike).
+  std::vector<std::string> freeze;
 };
 
 struct StepMetrics {
@@ -119,6 +126,8 @@ class TrainStep {
 
   ParamBuffer& params() { return *params_; }
   const ParamBuffer& params() const { return *params_; }
+  // The parameters cfg.freeze names (layout order; empty: none).
+  const std::vector<const ParamInfo*>& frozen_params() const { return frozen_params_; }
   // The device-held optimizer state (synchronous read / write).
   kernels::AdamWState optimizer_state(cudaStream_t stream = nullptr) const;
   void set_optimizer_state(const kernels::AdamWState& s, cudaStream_t stream = nullptr);
@@ -178,6 +187,10 @@ class TrainStep {
   Tensor mix_x_, mix_labels_b_, mix_lam_, mix_leak_;
   Tensor sums_, counts_, step_loss_;
   Tensor opt_state_, opt_scratch_;
+  // train.freeze: u8 [params size], 1 on every element of a frozen parameter
+  // (undefined when nothing is frozen; AdamW then takes no mask).
+  Tensor frozen_;
+  std::vector<const ParamInfo*> frozen_params_;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graph_exec_ = nullptr;
   int eager_steps_ = 0;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "engine/error.hpp"
@@ -16,37 +18,81 @@ namespace fs = std::filesystem;
 
 namespace mf::train {
 
-void init_weights_from(model::TrainStep& ts, const fs::path& path) {
-  model::ParamBuffer& pb = ts.params();
+namespace {
+
+// The source's parameters in PyTorch's names, shapes and layouts: a
+// checkpoint's master weights (its own model rebuilt from its configuration,
+// which may have other classes) or every tensor of a .safetensors file; the
+// layers of a CNN stack must be this run's (same names and shapes can come
+// from another stride or pool).
+std::vector<model::NamedArray> source_arrays(const model::TrainStep& ts, const fs::path& path) {
   if (path.extension() == ".h5") {
     const model::Checkpoint c = model::read_checkpoint(path);
-    check_same_model(c, ts, "--init-from");
-    c.read_into("master", pb.master());
-  } else {
-    const model::SafeTensors st = model::read_safetensors(path);
-    // A stack exported by melforge carries its description: the layers must
-    // match (same names and shapes can come from another stride or pool).
-    const auto kind = st.metadata.find("model"), args = st.metadata.find("model_args");
-    if (kind != st.metadata.end() && kind->second == "CnnStack" && args != st.metadata.end()) {
-      const nlohmann::json desc = nlohmann::json::parse(args->second, nullptr, /*allow_exceptions=*/false);
-      MF_CHECK(desc.is_object() && desc.contains("layers"),
-               "--init-from {}: metadata model_args is not a CNN stack description", path.string());
-      check_same_layers(desc["layers"], ts, "--init-from", path.string());
-    }
-    std::vector<model::NamedArray> arrays;
-    for (const auto& p : pb.params()) {
-      const model::SafeTensor& t = st.at(p.name);
-      MF_CHECK(t.shape == p.torch_shape, "{}: tensor '{}' has shape {}, the model expects {}", path.string(), p.name,
-               shape_str(t.shape), shape_str(p.torch_shape));
-      model::NamedArray a{p.name, t.shape, t.to_floats(fmt::format("{}: tensor '{}'", path.string(), p.name))};
-      arrays.push_back(std::move(a));
-    }
-    model::import_torch(pb, pb.master(), arrays);
+    check_same_layers(c, ts, "--init-from");
+    const model::RunConfig saved = model::load_saved_config(c.get_string("config"), c.source + ":/strings/config");
+    model::ParamBuffer src(checkpoint_model(c, saved), DType::f32, Device::cpu());
+    MF_CHECK(c.array("master").shape == Shape{src.size()},
+             "--init-from {}: /arrays/master holds {} values, its configuration's model has {}", c.source,
+             shape_numel(c.array("master").shape), src.size());
+    c.read_into("master", src.master());
+    return model::export_torch(src, src.master());
   }
+  const model::SafeTensors st = model::read_safetensors(path);
+  const auto kind = st.metadata.find("model"), args = st.metadata.find("model_args");
+  if (kind != st.metadata.end() && kind->second == "CnnStack" && args != st.metadata.end()) {
+    const nlohmann::json desc = nlohmann::json::parse(args->second, nullptr, /*allow_exceptions=*/false);
+    MF_CHECK(desc.is_object() && desc.contains("layers"),
+             "--init-from {}: metadata model_args is not a CNN stack description", path.string());
+    check_same_layers(desc["layers"], ts, "--init-from", path.string());
+  }
+  std::vector<model::NamedArray> out;
+  for (const std::string& name : st.order) {
+    const model::HostArray& t = st.at(name);
+    out.push_back({name, t.shape, t.to_floats(fmt::format("{}: tensor '{}'", path.string(), name))});
+  }
+  return out;
+}
+
+}  // namespace
+
+InitFromReport init_weights_from(model::TrainStep& ts, const fs::path& path) {
+  model::ParamBuffer& pb = ts.params();
+  const std::vector<model::NamedArray> source = source_arrays(ts, path);
+  // The master as initialised from the seed: what a head that is not loaded keeps.
+  Tensor host = pb.master().to(Device::cpu());
+  if (pb.device().is_cuda()) MF_CUDA_CHECK(cudaDeviceSynchronize());
+  InitFromReport report;
+  std::vector<bool> used(source.size(), false);
+  for (const model::ParamInfo& p : pb.params()) {
+    const auto it = std::find_if(source.begin(), source.end(), [&](const auto& a) { return a.name == p.name; });
+    const bool found = it != source.end();
+    if (found) used[std::size_t(it - source.begin())] = true;
+    if (found && it->shape == p.torch_shape) {
+      const std::vector<float> ours = model::from_torch_layout(pb.config(), p, it->values);
+      std::copy(ours.begin(), ours.end(), host.data<float>() + p.offset);
+      report.loaded.push_back(p.name);
+      continue;
+    }
+    // A head follows the classes (or the loss): a new one starts from the
+    // seed. The trunk must be the source's.
+    const std::string why = found ? fmt::format("shape {} there, {} here", shape_str(it->shape),
+                                                shape_str(p.torch_shape))
+                                  : std::string("absent there");
+    MF_CHECK(p.head, "--init-from {}: trunk parameter '{}' is {} (its model's layers differ from this run's: "
+             "model.arch, model.layers or model.channels/pools/kernel/dense/embedding, or the input size); only "
+             "the heads (class_head, leak_head, loss.*) may differ", path.string(), p.name,
+             found ? fmt::format("{} there and {} here", shape_str(it->shape), shape_str(p.torch_shape))
+                   : std::string("absent there"));
+    report.reinitialised.push_back(fmt::format("{} ({})", p.name, why));
+  }
+  for (std::size_t i = 0; i < source.size(); ++i)
+    if (!used[i]) report.unused.push_back(source[i].name);
+  pb.master().copy_from(host);
   pb.refresh_work();
   // refresh_work ran on the legacy default stream; the step runs on a
   // non-blocking stream that does not wait for it.
   if (pb.device().is_cuda()) MF_CUDA_CHECK(cudaDeviceSynchronize());
+  return report;
 }
 
 LoadedModel load_model(const fs::path& checkpoint, const std::string& device, const std::string& precision,

@@ -43,8 +43,20 @@ std::shared_ptr<const io::Dataset> open_model_data(const LoadedModel& lm, const 
 // model's device in its activation dtype, resident when it fits.
 io::ReaderConfig inference_reader(const LoadedModel& lm, std::int64_t batch_size);
 
+// What --init-from did, by parameter name.
+struct InitFromReport {
+  std::vector<std::string> loaded;         // the source's values
+  std::vector<std::string> reinitialised;  // "name (why)": a head of another shape, or absent there
+  std::vector<std::string> unused;         // the source's tensors this model has no parameter for
+};
 // Initial weights from a .safetensors file (PyTorch names and layouts, as
-// `melforge export` writes) or a melforge checkpoint (its master weights only).
-void init_weights_from(model::TrainStep& ts, const std::filesystem::path& path);
+// `melforge export` writes) or a melforge checkpoint (its master weights
+// only): every parameter whose name and PyTorch shape the source has is
+// loaded. A head (ParamInfo::head: class_head.*, leak_head.*, loss.*) of
+// another shape, or absent there, keeps its initialisation from the run's
+// seed (a fresh run's values: new classes, new speakers); a trunk parameter
+// that differs or is absent is an error naming it and both shapes, as is a
+// CNN stack with other layers. The moments stay zero.
+InitFromReport init_weights_from(model::TrainStep& ts, const std::filesystem::path& path);
 
 }  // namespace mf::train

@@ -173,9 +173,13 @@ void check_same_model(const model::Checkpoint& c, const model::TrainStep& ts, co
            "{} {}: {} parameters, the configured model has {} ({} differ?)", what, c.source,
            shape_numel(c.array("master").shape), ts.params().size(),
            mc.arch == model::Arch::cnn ? "model.arch/layers" : "model.channels/pools/kernel/dense");
-  // LeakCNN against LeakCNN: the parameter count says enough (unchanged).
+  check_same_layers(c, ts, what);
+}
+
+void check_same_layers(const model::Checkpoint& c, const model::TrainStep& ts, const std::string& what) {
+  // LeakCNN against LeakCNN: the parameters' shapes say enough (unchanged).
   const model::RunConfig saved = model::load_saved_config(c.get_string("config"), c.source + ":/strings/config");
-  if (mc.arch == model::Arch::cnn || saved.arch == model::Arch::cnn)
+  if (ts.config().model.arch == model::Arch::cnn || saved.arch == model::Arch::cnn)
     check_same_layers(saved_layers(saved), ts, what, c.source);
 }
 

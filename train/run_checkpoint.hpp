@@ -74,6 +74,9 @@ std::vector<std::string> resume_differences(const model::RunConfig& saved, const
 // model.layers): two stacks can have the same parameter count and differ in a
 // stride, a pool or an activation (dropout probabilities may differ).
 void check_same_model(const model::Checkpoint& c, const model::TrainStep& ts, const std::string& what);
+// The layer check of check_same_model alone (--init-from: the classes, and
+// so the heads, may differ).
+void check_same_layers(const model::Checkpoint& c, const model::TrainStep& ts, const std::string& what);
 // The same layer check against a stack description's "layers" JSON array (as
 // `melforge export` writes in model_args); `source` names the file.
 void check_same_layers(const nlohmann::json& layers, const model::TrainStep& ts, const std::string& what,

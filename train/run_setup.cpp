@@ -78,6 +78,7 @@ model::TrainConfig step_config(const model::RunConfig& cfg, const model::ModelCo
   tc.margin_scale = float(cfg.margin_scale);
   tc.per_class = int(cfg.per_class);
   tc.seed = std::uint64_t(cfg.seed);
+  tc.freeze = cfg.freeze;
   return tc;
 }
 

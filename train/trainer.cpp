@@ -273,6 +273,12 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
   model::TrainConfig tc = step_config(cfg_, model_config_, precision_, total_steps_);
   set_augmentation(tc, cfg_, ti);
   train_step_ = std::make_unique<model::TrainStep>(tc, device_, *stream_);
+  if (!train_step_->frozen_params().empty()) {
+    std::vector<std::string> names;
+    for (const model::ParamInfo* p : train_step_->frozen_params()) names.push_back(p->name);
+    log_info("train.freeze: {} of {} parameters frozen (no update): {}", names.size(),
+             train_step_->params().params().size(), fmt::join(names, ", "));
+  }
   timer_ = std::make_unique<EventTimer>(device_);
   train_step_->set_phase_timer(timer_.get());  // per-layer times of eager steps
   if (data_.val) val_reader_ = std::make_unique<io::BatchReader>(data_.val, reader_config(cfg_, device_, act_dtype_, false));
@@ -324,8 +330,12 @@ void Trainer::Run::restore_or_init() {
     log_info("resuming from {} (step {}, epoch {}, step {} of the epoch)", resume_->path.string(), state_.step,
              state_.epoch + 1, state_.step_in_epoch);
   } else if (!cfg_.init_from.empty()) {
-    init_weights_from(*train_step_, cfg_.init_from);
-    log_info("initial weights from {}", cfg_.init_from);
+    const InitFromReport r = init_weights_from(*train_step_, cfg_.init_from);
+    log_info("initial weights from {}: loaded {} parameters ({})", cfg_.init_from, r.loaded.size(),
+             fmt::join(r.loaded, ", "));
+    if (!r.reinitialised.empty())
+      log_info("--init-from: re-initialised from train.seed: {}", fmt::join(r.reinitialised, ", "));
+    if (!r.unused.empty()) log_info("--init-from: not used (no such parameter here): {}", fmt::join(r.unused, ", "));
   }
 
   std::error_code ec;

@@ -3,7 +3,8 @@
 // scale; weight decay only on [0, decay_end); a non-finite gradient skips the
 // step and backs the FP16 loss scale off; the scale's growth and floor; the
 // learning-rate schedules and the LR the state holds; the AVX-512 loops give
-// the twin's bits. The CUDA kernel against this twin: test_adamw_gpu.cpp.
+// the twin's bits; frozen elements (train.freeze) keep their bits and stay
+// out of the norm. The CUDA kernel against this twin: test_adamw_gpu.cpp.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <limits>
 #include <vector>
 
+#include "engine/parallel.hpp"
 #include "kernels/adamw.hpp"
 #include "kernels/adamw_lab.hpp"
 #include "kernels/ops.hpp"
@@ -23,6 +25,7 @@ namespace {
 struct Opt {
   std::int64_t n, decay_end;
   Tensor master, grad, m, v, state, scratch;
+  const Tensor* frozen = nullptr;  // u8 [n] mask, or none
   Opt(std::int64_t n_, std::int64_t de, std::uint64_t seed) : n(n_), decay_end(de) {
     master = Tensor::from_floats(testing::random_floats(std::size_t(n), seed), {n});
     grad = Tensor::from_floats(testing::random_floats(std::size_t(n), seed + 1), {n});
@@ -34,7 +37,7 @@ struct Opt {
   }
   kernels::AdamWState& st() { return *static_cast<kernels::AdamWState*>(state.raw()); }
   void step(const kernels::AdamWConfig& c, Tensor* work = nullptr) {
-    ops::adamw_step(master, grad, m, v, state, c, decay_end, work, scratch);
+    ops::adamw_step(master, grad, m, v, state, c, decay_end, work, frozen, scratch);
   }
 };
 }  // namespace
@@ -192,4 +195,82 @@ TEST_CASE("AdamW: every CPU kernel variant gives the twin's bits (norm, state, m
         CHECK(runs[v] == runs[0]);
       }
     }
+}
+
+TEST_CASE("AdamW: frozen elements keep their bits and stay out of the norm, the clip and the non-finite check") {
+  // Frozen: [100, 300) (decayed weights) and [700, 800) (biases), one holding
+  // a huge gradient and one an Inf. The others must get exactly the bits of a
+  // run without the mask whose frozen gradients are zero (PyTorch's
+  // clip_grad_norm_ over the parameters that require a gradient).
+  const std::int64_t n = 1000, de = 600;
+  Tensor frozen = Tensor::zeros({n}, DType::u8);
+  auto* fz = static_cast<std::uint8_t*>(frozen.raw());
+  for (std::int64_t i = 0; i < n; ++i) fz[i] = (i >= 100 && i < 300) || (i >= 700 && i < 800);
+  for (const DType wt : {DType::f32, DType::bf16}) {
+    INFO("work ", dtype_name(wt));
+    Opt a(n, de, 90), b(n, de, 90);
+    a.frozen = &frozen;
+    for (std::int64_t i = 0; i < n; ++i)
+      if (fz[i]) b.grad.data<float>()[i] = 0.f;
+    a.grad.data<float>()[150] = 1e30f;
+    a.grad.data<float>()[750] = std::numeric_limits<float>::infinity();
+    Tensor wa = Tensor::zeros({n}, wt), wb = Tensor::zeros({n}, wt);
+    wa.fill_bytes(0x5a);
+    const std::vector<std::uint8_t> work0(static_cast<const std::uint8_t*>(wa.raw()),
+                                          static_cast<const std::uint8_t*>(wa.raw()) + wa.nbytes());
+    kernels::AdamWConfig c;
+    c.lr = 0.01f;
+    c.weight_decay = 0.1f;
+    c.max_grad_norm = 1.f;
+    const auto p0 = a.master.to_floats();
+    for (int step = 0; step < 3; ++step) {
+      a.step(c, wt == DType::f32 ? nullptr : &wa);
+      b.step(c, wt == DType::f32 ? nullptr : &wb);
+    }
+    CHECK(a.st().step == 3);  // the Inf is frozen: no step was skipped
+    CHECK(a.st().skipped_steps == 0);
+    CHECK(a.st().grad_norm == b.st().grad_norm);
+    CHECK(a.st().grad_norm < 1e3f);  // the huge frozen gradient is not in the norm
+    const auto pa = a.master.to_floats(), pb = b.master.to_floats(), ma = a.m.to_floats(), va = a.v.to_floats();
+    const auto mb = b.m.to_floats(), vb = b.v.to_floats();
+    const auto* wab = static_cast<const std::uint8_t*>(wa.raw());
+    const auto* wbb = static_cast<const std::uint8_t*>(wb.raw());
+    const std::size_t es = dtype_size(wt);
+    int frozen_diff = 0, free_diff = 0, free_moved = 0;
+    for (std::size_t i = 0; i < std::size_t(n); ++i) {
+      if (fz[i]) {
+        frozen_diff += std::memcmp(&pa[i], &p0[i], 4) != 0 || ma[i] != 0.f || va[i] != 0.f;
+        if (wt != DType::f32) frozen_diff += std::memcmp(wab + i * es, work0.data() + i * es, es) != 0;
+      } else {
+        free_diff += std::memcmp(&pa[i], &pb[i], 4) != 0 || std::memcmp(&ma[i], &mb[i], 4) != 0 ||
+                     std::memcmp(&va[i], &vb[i], 4) != 0;
+        if (wt != DType::f32) free_diff += std::memcmp(wab + i * es, wbb + i * es, es) != 0;
+        free_moved += pa[i] != p0[i];
+      }
+    }
+    CHECK(frozen_diff == 0);
+    CHECK(free_diff == 0);
+    CHECK(free_moved == n - 300);
+  }
+}
+
+TEST_CASE("AdamW: a frozen mask gives the same bits for any thread count") {
+  const std::int64_t n = 70000;
+  Tensor frozen = Tensor::zeros({n}, DType::u8);
+  auto* fz = static_cast<std::uint8_t*>(frozen.raw());
+  for (std::int64_t i = 0; i < n; ++i) fz[i] = (i / 777) % 3 == 1;
+  std::vector<std::vector<float>> runs;
+  for (const int threads : {1, 2, 3}) {
+    set_cpu_threads(threads);
+    Opt o(n, n / 2, 95);
+    o.frozen = &frozen;
+    kernels::AdamWConfig c;
+    c.max_grad_norm = 0.5f;
+    for (int step = 0; step < 2; ++step) o.step(c);
+    runs.push_back(o.master.to_floats());
+    runs.back().push_back(o.st().grad_norm);
+  }
+  set_cpu_threads(0);
+  CHECK(runs[1] == runs[0]);
+  CHECK(runs[2] == runs[0]);
 }

@@ -192,3 +192,33 @@ TEST_CASE("integers narrowed by the trainer are range-checked; huge integers con
   load_toml_string(c, "[optim]\nloss_scale = 9223372036854775807\n", "r.toml");
   CHECK(c.initial_loss_scale == doctest::Approx(9223372036854775807.0));
 }
+
+TEST_CASE("train.freeze: a string list from TOML, --set (quoted or bare words) and back; empty entries refused") {
+  RunConfig c;
+  CHECK(c.freeze.empty());
+  apply_override(c, "train.freeze=[blocks.0, fc]");
+  CHECK(c.freeze == std::vector<std::string>{"blocks.0", "fc"});
+  apply_override(c, "train.freeze=[\"layers.3\", 'class_head.weight']");
+  CHECK(c.freeze == std::vector<std::string>{"layers.3", "class_head.weight"});
+  apply_override(c, "train.freeze=fc");
+  CHECK(c.freeze == std::vector<std::string>{"fc"});
+  apply_override(c, "train.freeze=[]");
+  CHECK(c.freeze.empty());
+  CHECK(error_of([&] { apply_override(c, "train.freeze=[a,,b]"); }).find("train.freeze: expected string list") !=
+        std::string::npos);
+  CHECK(error_of([&] { apply_override(c, "train.freeze=[a b]"); }).find("train.freeze: expected string list") !=
+        std::string::npos);
+  c.freeze = {"blocks", "fc.weight"};
+  c.train_path = "tr.h5";
+  const std::string text = to_toml(c);
+  CHECK(text.find("\nfreeze = [") != std::string::npos);
+  RunConfig b;
+  load_toml_string(b, text, "resolved");
+  CHECK(b.freeze == c.freeze);
+  RunConfig bad;
+  const std::string wrong_type = error_of([&] { load_toml_string(bad, "[train]\nfreeze = [1]\n", "t"); });
+  CHECK(wrong_type.find("train.freeze: expected string list") != std::string::npos);
+  bad.freeze = {""};
+  bad.train_path = "tr.h5";
+  CHECK(error_of([&] { validate(bad); }).find("train.freeze: expected a list of non-empty") != std::string::npos);
+}

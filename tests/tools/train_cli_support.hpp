@@ -46,8 +46,9 @@ struct TempDir {
 };
 
 // An easy file-structured set: class 0 noise, class c > 0 noise plus a band of
-// rows at a class-specific height; a quarter of the short segments of leak
-// files carry no band (intermittent), so files are easier than segments.
+// rows at a class-specific height (classes 1 and 2); a quarter of the short
+// segments of leak files carry no band (intermittent), so files are easier
+// than segments. As many classes as class_names (2 or 3).
 // class_names: the default names make leak data (class 0 "normal"); any names
 // without "normal" make data without a leak target (digits, words).
 // file_names: the /files dataset (one source path per file), or none.
@@ -55,7 +56,7 @@ inline void write_easy(const std::string& path, std::int64_t files, std::uint64_
                        std::vector<std::string> class_names = {"normal", "leak_low", "leak_high"},
                        std::vector<std::string> file_names = {}) {
   constexpr std::int64_t L = 2, S = 3, M = 16, T = 16;
-  constexpr int C = 3;
+  const int C = int(class_names.size());
   mf::io::WriteSpec spec;
   spec.shape = {files, L, S, M, T};
   spec.dtype = mf::DType::f16;
