@@ -44,7 +44,7 @@ elseif(_mf_cuda STREQUAL "ON" OR _mf_cuda STREQUAL "AUTO")
   else()
     set(MELFORGE_WITH_CUDA OFF)
     message(WARNING "melforge: CMake found ${_mf_cuda_missing}: building without CUDA, the CPU backend only "
-                    "(no GPU suites, no melforge-bench). " ${_mf_cuda_hint} " (-DMELFORGE_CUDA=ON makes "
+                    "(no GPU suites, no melforge-bench); " ${_mf_cuda_hint} " (-DMELFORGE_CUDA=ON makes "
                     "a missing toolkit an error; -DMELFORGE_CUDA=OFF silences this warning).")
   endif()
 else()

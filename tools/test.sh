@@ -95,7 +95,7 @@ if [[ $SANITIZE == on ]] || ((FUZZ_SECONDS > 0)); then
   [[ $SANITIZE == on ]] && targets+=(melforge_cpu_tests)
   ((FUZZ_SECONDS > 0)) && targets+=(melforge_fuzzers)
   cmake --build "$BUILD_DIR-san" --parallel "$JOBS" --target "${targets[@]}"
-  stage_done "sanitizers and fuzz targets: build"
+  stage_done "sanitizers and fuzz targets (CPU-only): build"
 fi
 if [[ $SANITIZE == on ]]; then
   # Every CPU suite (ctest -LE gpu; the CPU-only build has no other; the GPU
