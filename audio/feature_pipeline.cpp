@@ -12,6 +12,7 @@
 
 #include "audio/decode.hpp"
 #include "audio/logmel.hpp"
+#include "engine/cuda_entry.hpp"
 #include "engine/error.hpp"
 #include "engine/memory.hpp"
 #include "engine/parallel.hpp"
@@ -85,7 +86,7 @@ struct FeaturePipeline::Impl {
       h2d = Stream(opt.device, "audio.h2d");
       compute = Stream(opt.device, "audio.logmel");
       d2h = Stream(opt.device, "audio.d2h");
-      op = make_logmel_cuda(p, K);
+      op = MF_CUDA_ENTRY(make_logmel_cuda)(p, K);
     } else {
       op = make_logmel_cpu(p, /*threaded=*/false);  // one file at a time on each decode thread
     }

@@ -4,6 +4,7 @@
 
 #include <charconv>
 
+#include "engine/cuda_entry.hpp"
 #include "engine/error.hpp"
 
 namespace mf {
@@ -25,9 +26,28 @@ std::string no_gpu_reason(int status, int driver_version, int runtime_version) {
   return fmt::format("{} ({})", cudaGetErrorName(st), cudaGetErrorString(st));
 }
 
+#ifdef MELFORGE_NO_CUDA
+namespace {
+constexpr const char* kNoCuda =
+    "built without CUDA: the CPU backend only (for the GPU, rebuild melforge on a machine with the CUDA toolkit "
+    "12.0 or newer, nvcc on PATH: README.md, \"Quick start\")";
+}  // namespace
+
+bool built_with_cuda() { return false; }
+
+namespace detail {
+void throw_no_cuda() { MF_THROW("melforge was {}", kNoCuda); }  // engine/cuda_entry.hpp
+}  // namespace detail
+#else
+bool built_with_cuda() { return true; }
+#endif
+
 const GpuInfo& gpu_info() {
   static const GpuInfo info = [] {
     GpuInfo g;
+#ifdef MELFORGE_NO_CUDA
+    g.why_none = kNoCuda;
+#else
     int n = 0;
     const cudaError_t st = cudaGetDeviceCount(&n);
     (void)cudaGetLastError();  // clear the sticky-free error state
@@ -37,6 +57,7 @@ const GpuInfo& gpu_info() {
     }
     const CudaVersions v = cuda_versions();
     g.why_none = no_gpu_reason(st, v.driver, v.runtime);
+#endif
     return g;
   }();
   return info;

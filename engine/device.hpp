@@ -38,8 +38,12 @@ struct GpuInfo {
 // versions as CUDA encodes them (1000 * major + 10 * minor).
 std::string no_gpu_reason(int status, int driver_version, int runtime_version);
 
-// Cached after the first call; never throws.
+// Cached after the first call; never throws. In the CPU-only build
+// (MELFORGE_CUDA=OFF) count is 0 and why_none says the build has no CUDA and
+// how to get the GPU build.
 const GpuInfo& gpu_info();
+// False in the CPU-only build: melforge was built without CUDA, the CPU backend only.
+bool built_with_cuda();
 inline int cuda_device_count() { return gpu_info().count; }
 inline bool gpu_available() { return gpu_info().count > 0; }
 

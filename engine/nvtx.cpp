@@ -1,5 +1,13 @@
 #include "engine/nvtx.hpp"
 
+#ifdef MELFORGE_NO_CUDA  // the CPU-only build: no NVTX, nothing to mark
+namespace mf {
+NvtxRange::NvtxRange(const char*) {}
+NvtxRange::~NvtxRange() {}
+void nvtx_name_stream(cudaStream_t, const char*) {}
+void nvtx_mark(const char*) {}
+}  // namespace mf
+#else
 #include <nvtx3/nvToolsExt.h>
 #include <nvtx3/nvToolsExtCudaRt.h>
 
@@ -38,3 +46,4 @@ void nvtx_mark(const char* message) {
 }
 
 }  // namespace mf
+#endif  // MELFORGE_NO_CUDA

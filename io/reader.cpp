@@ -1,5 +1,6 @@
 #include "io/reader.hpp"
 
+#include "engine/cuda_entry.hpp"
 #include "io/balanced_order.hpp"
 
 #include <cuda_runtime_api.h>
@@ -468,7 +469,7 @@ struct BatchReader::Impl {
     }
     DevBuf& d = dev[seq % 2];
     const std::int32_t* idx = epoch_idx.data<std::int32_t>() + w.position * B;
-    auto gather = gpu ? gather_rows_cuda : gather_rows_cpu;
+    auto gather = gpu ? MF_CUDA_ENTRY(gather_rows_cuda) : gather_rows_cpu;
     gather(data.raw(), std::int64_t(x_row_bytes), idx, B, d.x.raw(), stream);
     gather(all_labels.raw(), 4, idx, B, d.labels.raw(), stream);
     gather(all_leak.raw(), 4, idx, B, d.leak.raw(), stream);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "engine/cuda_entry.hpp"
 #include "kernels/cast.hpp"
 #include "kernels/file_vote.hpp"
 #include "kernels/dense.hpp"
@@ -13,7 +14,7 @@ namespace mf::ops {
 void cast(const Tensor& src, Tensor& dst, cudaStream_t stream) {
   check_shape(dst, src.shape(), "cast", "dst");
   check_same_device({&src, &dst}, "cast");
-  auto fn = src.is_cuda() ? kernels::cast_cuda : kernels::cast_cpu;
+  auto fn = src.is_cuda() ? MF_CUDA_ENTRY(kernels::cast_cuda) : kernels::cast_cpu;
   fn(src.raw(), src.dtype(), dst.raw(), dst.dtype(), src.numel(), stream);
 }
 
@@ -49,7 +50,7 @@ void file_vote(const Tensor& class_in, std::int64_t files, std::int64_t longs, s
     check_same_device({&class_in, leak_in, file_leak_prob, file_leak}, "file_vote");
   }
   const kernels::FileVoteArgs d{files, longs, shorts, int(c), threshold, logits};
-  auto fn = class_in.is_cuda() ? kernels::file_vote_cuda : kernels::file_vote_cpu;
+  auto fn = class_in.is_cuda() ? MF_CUDA_ENTRY(kernels::file_vote_cuda) : kernels::file_vote_cpu;
   fn(static_cast<const float*>(class_in.raw()), leak ? static_cast<const float*>(leak_in->raw()) : nullptr,
      static_cast<float*>(file_probs.raw()), static_cast<std::int32_t*>(file_class.raw()),
      leak ? static_cast<float*>(file_leak_prob->raw()) : nullptr,
@@ -71,7 +72,7 @@ void dense_forward(const Tensor& x, const Tensor& w, const Tensor& b, bool relu,
   for (const Tensor* t : std::initializer_list<const Tensor*>{&w, &b, &y}) check_dtype(*t, x.dtype(), op, "w, b and y (the dtype of x)");
   check_same_device({&x, &w, &b, &y}, op);
   const kernels::DenseDims d{M, int(K), int(N), relu};
-  auto fn = x.is_cuda() ? kernels::dense_forward_cuda : kernels::dense_forward_cpu;
+  auto fn = x.is_cuda() ? MF_CUDA_ENTRY(kernels::dense_forward_cuda) : kernels::dense_forward_cpu;
   fn(d, x.dtype(), x.raw(), w.raw(), b.raw(), y.raw(), stream);
 }
 
@@ -97,7 +98,7 @@ void dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, Tensor& d
     check_same_device({&x, dx}, op);
   }
   const kernels::DenseDims d{M, int(K), int(N), relu};
-  auto fn = x.is_cuda() ? kernels::dense_backward_cuda : kernels::dense_backward_cpu;
+  auto fn = x.is_cuda() ? MF_CUDA_ENTRY(kernels::dense_backward_cuda) : kernels::dense_backward_cpu;
   fn(d, x.dtype(), x.raw(), w.raw(), y.raw(), dy.raw(), dx ? dx->raw() : nullptr, dw.data<float>(),
      db.data<float>(), stream);
 }
@@ -159,7 +160,7 @@ void class_leak_loss(const Tensor& logits, const Tensor& labels, const kernels::
     check_dtype(*lam, DType::f32, op, "lam");
     check_same_device({&logits, labels_b, lam}, op);
   }
-  auto fn = logits.is_cuda() ? kernels::class_leak_loss_cuda : kernels::class_leak_loss_cpu;
+  auto fn = logits.is_cuda() ? MF_CUDA_ENTRY(kernels::class_leak_loss_cuda) : kernels::class_leak_loss_cpu;
   fn(d, logits.dtype(), logits.raw(), labels.data<std::int32_t>(),
      labels_b ? labels_b->data<std::int32_t>() : nullptr, lam ? lam->data<float>() : nullptr,
      opts.leak_head ? leak->data<float>() : nullptr,
@@ -183,7 +184,7 @@ void head_probs(const Tensor& logits, Tensor& probs, Tensor* leak_prob, cudaStre
     check_dtype(*leak_prob, DType::f32, op, "leak_prob");
     check_same_device({&logits, leak_prob}, op);
   }
-  auto fn = logits.is_cuda() ? kernels::head_probs_cuda : kernels::head_probs_cpu;
+  auto fn = logits.is_cuda() ? MF_CUDA_ENTRY(kernels::head_probs_cuda) : kernels::head_probs_cpu;
   fn(B, int(C), logits.dtype(), logits.raw(), probs.data<float>(), leak ? leak_prob->data<float>() : nullptr, stream);
 }
 
@@ -217,7 +218,7 @@ void adamw_step(Tensor& master, const Tensor& grad, Tensor& m, Tensor& v, Tensor
   MF_CHECK(cfg.schedule == kernels::LrSchedule::constant || cfg.total_steps >= 1,
            "{}: a decaying schedule needs total_steps >= 1, found {}", op, cfg.total_steps);
   const kernels::AdamWDims d{n, decay_end};
-  auto fn = master.is_cuda() ? kernels::adamw_step_cuda : kernels::adamw_step_cpu;
+  auto fn = master.is_cuda() ? MF_CUDA_ENTRY(kernels::adamw_step_cuda) : kernels::adamw_step_cpu;
   fn(d, cfg, work ? work->dtype() : DType::f32, master.data<float>(), grad.data<float>(), m.data<float>(),
      v.data<float>(), work ? work->raw() : nullptr,
      frozen ? static_cast<const std::uint8_t*>(frozen->raw()) : nullptr, static_cast<kernels::AdamWState*>(state.raw()),
@@ -238,7 +239,7 @@ void dropout_forward(const Tensor& x, const std::int32_t* counter, float p, std:
                      std::uint32_t stream_id, Tensor& y, cudaStream_t stream) {
   dropout_common("dropout_forward", x, y, p);
   const kernels::DropoutArgs d{x.numel(), p, seed, stream_id};
-  auto fn = x.is_cuda() ? kernels::dropout_forward_cuda : kernels::dropout_forward_cpu;
+  auto fn = x.is_cuda() ? MF_CUDA_ENTRY(kernels::dropout_forward_cuda) : kernels::dropout_forward_cpu;
   fn(d, x.dtype(), x.raw(), y.raw(), counter, stream);
 }
 
@@ -246,7 +247,7 @@ void dropout_backward(const Tensor& dy, const std::int32_t* counter, float p, st
                       std::uint32_t stream_id, Tensor& dx, cudaStream_t stream) {
   dropout_common("dropout_backward", dy, dx, p);
   const kernels::DropoutArgs d{dy.numel(), p, seed, stream_id};
-  auto fn = dy.is_cuda() ? kernels::dropout_backward_cuda : kernels::dropout_backward_cpu;
+  auto fn = dy.is_cuda() ? MF_CUDA_ENTRY(kernels::dropout_backward_cuda) : kernels::dropout_backward_cpu;
   fn(d, dy.dtype(), dy.raw(), dx.raw(), counter, stream);
 }
 
@@ -295,7 +296,7 @@ void augment(Tensor& x, const std::int32_t* counter, const kernels::AugmentArgs&
   }
   if (!d.any() || d.batch == 0) return;
   MF_CHECK(counter != nullptr, "{}: the counter must be given (an i32 in x's memory), found null", op);
-  auto fn = x.is_cuda() ? kernels::augment_cuda : kernels::augment_cpu;
+  auto fn = x.is_cuda() ? MF_CUDA_ENTRY(kernels::augment_cuda) : kernels::augment_cpu;
   fn(d, x.dtype(), x.raw(), noise ? static_cast<const float*>(noise->raw()) : nullptr, counter, stream);
 }
 
@@ -332,7 +333,7 @@ void mixup(const Tensor& x, const Tensor& labels, const std::int32_t* counter, c
   }
   if (d.batch == 0) return;
   MF_CHECK(counter != nullptr, "{}: the counter must be given (an i32 in x's memory), found null", op);
-  auto fn = x.is_cuda() ? kernels::mixup_cuda : kernels::mixup_cpu;
+  auto fn = x.is_cuda() ? MF_CUDA_ENTRY(kernels::mixup_cuda) : kernels::mixup_cpu;
   fn(d, x.dtype(), x.raw(), x_out.raw(), labels.data<std::int32_t>(), with_leak ? leak->data<float>() : nullptr,
      labels_b.data<std::int32_t>(), lam.data<float>(), with_leak ? leak_out->data<float>() : nullptr, counter,
      stream);
@@ -386,7 +387,7 @@ void conv_relu_pool_forward(const Tensor& x, const Tensor& w, const Tensor& b, i
     check_same_device({&x, &w, &b, &y}, op);
   }
   std::uint8_t* cp = with_code ? code->data<std::uint8_t>() : nullptr;
-  auto fn = x.is_cuda() ? kernels::conv_relu_pool_forward_cuda : kernels::conv_relu_pool_forward_cpu;
+  auto fn = x.is_cuda() ? MF_CUDA_ENTRY(kernels::conv_relu_pool_forward_cuda) : kernels::conv_relu_pool_forward_cpu;
   fn(d, x.dtype(), x.raw(), w.raw(), b.raw(), y.raw(), cp, stream);
 }
 
@@ -411,7 +412,7 @@ void conv_relu_pool_backward(const Tensor& x, const Tensor& w, const Tensor& dy,
   } else {
     check_same_device({&x, &w, &dy, &code, &dw, &db}, op);
   }
-  auto fn = x.is_cuda() ? kernels::conv_relu_pool_backward_cuda : kernels::conv_relu_pool_backward_cpu;
+  auto fn = x.is_cuda() ? MF_CUDA_ENTRY(kernels::conv_relu_pool_backward_cuda) : kernels::conv_relu_pool_backward_cpu;
   fn(d, x.dtype(), x.raw(), w.raw(), dy.raw(), code.data<std::uint8_t>(), with_dx ? dx->raw() : nullptr,
      dw.data<float>(), db.data<float>(), stream);
 }

@@ -4,6 +4,7 @@
 // CUDA kernels by the tensors' device.
 #include <cmath>
 
+#include "engine/cuda_entry.hpp"
 #include "engine/error.hpp"
 #include "kernels/angleproto.hpp"
 #include "kernels/loss.hpp"
@@ -67,7 +68,7 @@ void angleproto_loss(const Tensor& emb, const Tensor& wb, const kernels::AnglePr
   if (emb.is_cuda()) {
     Tensor owned;
     float* s = cuda_scratch(d, emb, scratch, owned, stream, op);
-    kernels::angleproto_loss_cuda(d, emb.dtype(), emb.raw(), wb.data<float>(), loss_scale, demb.raw(),
+    MF_CUDA_ENTRY(kernels::angleproto_loss_cuda)(d, emb.dtype(), emb.raw(), wb.data<float>(), loss_scale, demb.raw(),
                                   dwb.data<float>(), sums.data<float>(), counts.data<std::int32_t>(), sl, s, stream);
   } else {
     kernels::angleproto_loss_cpu(d, emb.dtype(), emb.raw(), wb.data<float>(), loss_scale, demb.raw(),

@@ -3,6 +3,7 @@
 // the CPU twin or the CUDA kernels run on the tensors' device.
 #include <limits>
 
+#include "engine/cuda_entry.hpp"
 #include "kernels/attentive_pool.hpp"
 #include "kernels/ops.hpp"
 
@@ -54,7 +55,7 @@ void attentive_pool_forward(const Tensor& x, const Tensor& w, const Tensor& b, c
   check_same_device({&x, &y}, op);
   if (saved) check_saved(*saved, x, d, op);
   float* s = saved ? static_cast<float*>(saved->raw()) : nullptr;
-  auto fn = x.is_cuda() ? kernels::attentive_pool_forward_cuda : kernels::attentive_pool_forward_cpu;
+  auto fn = x.is_cuda() ? MF_CUDA_ENTRY(kernels::attentive_pool_forward_cuda) : kernels::attentive_pool_forward_cpu;
   fn(d, x.dtype(), x.raw(), w.raw(), b.raw(), v.raw(), y.raw(), s, stream);
 }
 
@@ -75,7 +76,7 @@ void attentive_pool_backward(const Tensor& x, const Tensor& w, const Tensor& b, 
   check_same_device({&x, &dy, &dx, &dw, &db, &dv}, op);
   // saved is const here as the handle, but its scratch regions (de .. dwp) are
   // written: the backward's workspace lives in the caller's buffer.
-  auto fn = x.is_cuda() ? kernels::attentive_pool_backward_cuda : kernels::attentive_pool_backward_cpu;
+  auto fn = x.is_cuda() ? MF_CUDA_ENTRY(kernels::attentive_pool_backward_cuda) : kernels::attentive_pool_backward_cpu;
   fn(d, x.dtype(), w.raw(), v.raw(), static_cast<float*>(saved.raw()), dy.raw(), dx.raw(),
      static_cast<float*>(dw.raw()), static_cast<float*>(db.raw()), static_cast<float*>(dv.raw()), stream);
 }

@@ -5,6 +5,7 @@
 // kernels by the tensors' device. x [..., C] is flattened to [M, C].
 #include <cmath>
 
+#include "engine/cuda_entry.hpp"
 #include "engine/error.hpp"
 #include "kernels/batch_norm.hpp"
 #include "kernels/op_scratch.hpp"
@@ -100,7 +101,7 @@ void batch_norm_train_forward(const Tensor& x, const Tensor& gamma, const Tensor
   if (x.is_cuda()) {
     Tensor owned;
     float* s = cuda_scratch(d, x, scratch, owned, stream, op);
-    kernels::batch_norm_train_forward_cuda(d, x.dtype(), x.raw(), gamma.raw(), beta.raw(), res, rm, rv, sm, si,
+    MF_CUDA_ENTRY(kernels::batch_norm_train_forward_cuda)(d, x.dtype(), x.raw(), gamma.raw(), beta.raw(), res, rm, rv, sm, si,
                                            y.raw(), s, stream);
   } else {
     kernels::batch_norm_train_forward_cpu(d, x.dtype(), x.raw(), gamma.raw(), beta.raw(), res, rm, rv, sm, si,
@@ -116,7 +117,7 @@ void batch_norm_eval_forward(const Tensor& x, const Tensor& gamma, const Tensor&
   check_forward_io(d, x, beta, residual, y, op);
   check_stat(running_mean, d.c, x, op, "running_mean (f32 [C])");
   check_stat(running_var, d.c, x, op, "running_var (f32 [C])");
-  auto fn = x.is_cuda() ? kernels::batch_norm_eval_forward_cuda : kernels::batch_norm_eval_forward_cpu;
+  auto fn = x.is_cuda() ? MF_CUDA_ENTRY(kernels::batch_norm_eval_forward_cuda) : kernels::batch_norm_eval_forward_cpu;
   fn(d, x.dtype(), x.raw(), gamma.raw(), beta.raw(), residual ? residual->raw() : nullptr,
      static_cast<const float*>(running_mean.raw()), static_cast<const float*>(running_var.raw()), y.raw(), stream);
 }
@@ -145,7 +146,7 @@ void batch_norm_backward(const Tensor& x, const Tensor& gamma, const Tensor& sav
   if (x.is_cuda()) {
     Tensor owned;
     float* s = cuda_scratch(d, x, scratch, owned, stream, op);
-    kernels::batch_norm_backward_cuda(d, x.dtype(), x.raw(), gamma.raw(), sm, si, yp, dy.raw(), dx.raw(), dg, db,
+    MF_CUDA_ENTRY(kernels::batch_norm_backward_cuda)(d, x.dtype(), x.raw(), gamma.raw(), sm, si, yp, dy.raw(), dx.raw(), dg, db,
                                       s, stream);
   } else {
     kernels::batch_norm_backward_cpu(d, x.dtype(), x.raw(), gamma.raw(), sm, si, yp, dy.raw(), dx.raw(), dg, db,

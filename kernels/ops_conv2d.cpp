@@ -5,6 +5,7 @@
 // scratch) is absent when its pointer is null.
 #include <string>
 
+#include "engine/cuda_entry.hpp"
 #include "engine/error.hpp"
 #include "kernels/conv2d.hpp"
 #include "kernels/ops.hpp"
@@ -56,7 +57,7 @@ void conv2d_forward(const Tensor& x, const Tensor& w, int stride, bool relu, Ten
   check_shape(y, {d.n, d.oh(), d.ow(), d.cout}, op, "y");
   check_dtype(y, x.dtype(), op, "y (same dtype as x)");
   check_same_device({&x, &w, &y}, op);
-  auto fn = x.is_cuda() ? kernels::conv2d_forward_cuda : kernels::conv2d_forward_cpu;
+  auto fn = x.is_cuda() ? MF_CUDA_ENTRY(kernels::conv2d_forward_cuda) : kernels::conv2d_forward_cpu;
   fn(d, x.dtype(), x.raw(), w.raw(), with_b ? b->raw() : nullptr, y.raw(), stream);
 }
 
@@ -89,7 +90,7 @@ void conv2d_backward(const Tensor& x, const Tensor& w, Tensor& dy, int stride, b
   }
   float* part = nullptr;  // the CUDA path's dw/db partials, or null: allocated per call
   if (scratch && x.is_cuda()) {
-    const std::int64_t need = kernels::conv2d_scratch_elems(d);
+    const std::int64_t need = MF_CUDA_ENTRY(kernels::conv2d_scratch_elems)(d);
     check_dtype(*scratch, DType::f32, op, "scratch");
     MF_CHECK(scratch->numel() >= need,
              "{}: scratch must hold at least conv2d_scratch_elems(N = {}, {}x{}x{} -> {}, k {}, stride {}) = {} f32 "
@@ -98,7 +99,7 @@ void conv2d_backward(const Tensor& x, const Tensor& w, Tensor& dy, int stride, b
     check_same_device({&x, scratch}, op);
     part = scratch->data<float>();
   }
-  auto fn = x.is_cuda() ? kernels::conv2d_backward_cuda : kernels::conv2d_backward_cpu;
+  auto fn = x.is_cuda() ? MF_CUDA_ENTRY(kernels::conv2d_backward_cuda) : kernels::conv2d_backward_cpu;
   fn(d, x.dtype(), x.raw(), w.raw(), relu ? y->raw() : nullptr, dy.raw(), with_dx ? dx->raw() : nullptr,
      dw.data<float>(), with_db ? db->data<float>() : nullptr, part, stream);
 }

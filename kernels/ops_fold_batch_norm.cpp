@@ -4,6 +4,7 @@
 // CUDA kernel by w's device.
 #include <cmath>
 
+#include "engine/cuda_entry.hpp"
 #include "engine/error.hpp"
 #include "kernels/fold_batch_norm.hpp"
 #include "kernels/ops.hpp"
@@ -44,7 +45,7 @@ void fold_batch_norm(const Tensor& w, const Tensor& gamma, const Tensor& beta, c
   d.per = w.numel() / cout;
   d.eps = eps;
   const void* bp = with_b ? b->raw() : nullptr;
-  auto fn = w.is_cuda() ? kernels::fold_batch_norm_cuda : kernels::fold_batch_norm_cpu;
+  auto fn = w.is_cuda() ? MF_CUDA_ENTRY(kernels::fold_batch_norm_cuda) : kernels::fold_batch_norm_cpu;
   fn(d, w.dtype(), w.raw(), bp, gamma.raw(), beta.raw(), running_mean.data<float>(), running_var.data<float>(),
      w_out.raw(), b_out.raw(), stream);
 }

@@ -1,6 +1,7 @@
 // Dispatch of instance_norm (kernels/ops.hpp; rules in kernels/instance_norm.hpp):
 // validate the shape, dtype and devices with errors that name what was
 // expected and found, then run the CPU twin or the CUDA kernel by x's device.
+#include "engine/cuda_entry.hpp"
 #include "engine/error.hpp"
 #include "kernels/instance_norm.hpp"
 #include "kernels/ops.hpp"
@@ -23,7 +24,7 @@ void instance_norm(const Tensor& x, Tensor& y, cudaStream_t stream) {
   MF_CHECK(d.rows < (std::int64_t(1) << 33), "{}: x {} has {} rows (B * mels); at most 2^33 fit one launch", op,
            x.str(), d.rows);
   if (d.rows == 0) return;
-  if (x.is_cuda()) kernels::instance_norm_cuda(d, x.dtype(), x.raw(), y.raw(), stream);
+  if (x.is_cuda()) MF_CUDA_ENTRY(kernels::instance_norm_cuda)(d, x.dtype(), x.raw(), y.raw(), stream);
   else kernels::instance_norm_cpu(d, x.dtype(), x.raw(), y.raw(), stream);
 }
 

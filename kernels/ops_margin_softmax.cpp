@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "engine/cuda_entry.hpp"
 #include "engine/error.hpp"
 #include "kernels/loss.hpp"
 #include "kernels/margin_softmax.hpp"
@@ -79,7 +80,7 @@ void margin_softmax_loss(const Tensor& emb, const Tensor& weight, const Tensor& 
   if (emb.is_cuda()) {
     Tensor owned;
     float* s = cuda_scratch(d, emb, scratch, owned, stream, op);
-    kernels::margin_softmax_loss_cuda(d, emb.dtype(), emb.raw(), weight.raw(), labels.data<std::int32_t>(),
+    MF_CUDA_ENTRY(kernels::margin_softmax_loss_cuda)(d, emb.dtype(), emb.raw(), weight.raw(), labels.data<std::int32_t>(),
                                       loss_scale, demb.raw(), dweight.data<float>(), sums.data<float>(),
                                       counts.data<std::int32_t>(), confusion, sl, s, stream);
   } else {

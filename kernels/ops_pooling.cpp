@@ -4,6 +4,7 @@
 // twin or the CUDA kernel runs according to the tensors' device.
 #include <initializer_list>
 
+#include "engine/cuda_entry.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/pooling.hpp"
 
@@ -57,7 +58,7 @@ void max_pool_forward(const Tensor& x, int pool, Tensor& y, Tensor* code, cudaSt
     check_same_device({&x, code}, op);
   }
   std::uint8_t* c = code ? static_cast<std::uint8_t*>(code->raw()) : nullptr;
-  auto fn = x.is_cuda() ? kernels::max_pool_forward_cuda : kernels::max_pool_forward_cpu;
+  auto fn = x.is_cuda() ? MF_CUDA_ENTRY(kernels::max_pool_forward_cuda) : kernels::max_pool_forward_cpu;
   fn(d, pool, x.dtype(), x.raw(), y.raw(), c, stream);
 }
 
@@ -71,7 +72,7 @@ void max_pool_backward(const Tensor& dy, const Tensor& code, int pool, Tensor& d
   check_shape(code, ys, op, "code");
   check_dtype(code, DType::u8, op, "code");
   check_same_device({&dy, &code, &dx}, op);
-  auto fn = dx.is_cuda() ? kernels::max_pool_backward_cuda : kernels::max_pool_backward_cpu;
+  auto fn = dx.is_cuda() ? MF_CUDA_ENTRY(kernels::max_pool_backward_cuda) : kernels::max_pool_backward_cpu;
   fn(d, pool, dx.dtype(), dy.raw(), static_cast<const std::uint8_t*>(code.raw()), dx.raw(), stream);
 }
 
@@ -81,7 +82,7 @@ void global_avg_pool_forward(const Tensor& x, Tensor& y, cudaStream_t stream) {
   check_shape(y, {d.n, d.c}, op, "y");
   check_dtype(y, x.dtype(), op, "y (the dtype of x)");
   check_same_device({&x, &y}, op);
-  auto fn = x.is_cuda() ? kernels::global_avg_pool_forward_cuda : kernels::global_avg_pool_forward_cpu;
+  auto fn = x.is_cuda() ? MF_CUDA_ENTRY(kernels::global_avg_pool_forward_cuda) : kernels::global_avg_pool_forward_cpu;
   fn(d, x.dtype(), x.raw(), y.raw(), stream);
 }
 
@@ -91,7 +92,7 @@ void global_avg_pool_backward(const Tensor& dy, Tensor& dx, cudaStream_t stream)
   check_shape(dy, {d.n, d.c}, op, "dy ([N, C] of dx)");
   check_dtype(dy, dx.dtype(), op, "dy (the dtype of dx)");
   check_same_device({&dy, &dx}, op);
-  auto fn = dx.is_cuda() ? kernels::global_avg_pool_backward_cuda : kernels::global_avg_pool_backward_cpu;
+  auto fn = dx.is_cuda() ? MF_CUDA_ENTRY(kernels::global_avg_pool_backward_cuda) : kernels::global_avg_pool_backward_cpu;
   fn(d, dx.dtype(), dy.raw(), dx.raw(), stream);
 }
 
@@ -107,7 +108,7 @@ void channel_gate_forward(const Tensor& x, const Tensor& g, bool relu, Tensor& y
     check_like(*residual, x, op, "residual", "x");
     check_same_device({&x, residual}, op);
   }
-  auto fn = x.is_cuda() ? kernels::channel_gate_forward_cuda : kernels::channel_gate_forward_cpu;
+  auto fn = x.is_cuda() ? MF_CUDA_ENTRY(kernels::channel_gate_forward_cuda) : kernels::channel_gate_forward_cpu;
   fn(d, relu, x.dtype(), x.raw(), g.raw(), residual ? residual->raw() : nullptr, y.raw(), stream);
 }
 
@@ -126,7 +127,7 @@ void channel_gate_backward(const Tensor& x, const Tensor& g, Tensor& dy, bool re
     check_like(*y, x, op, "y", "x");
     check_same_device({&x, y}, op);
   }
-  auto fn = x.is_cuda() ? kernels::channel_gate_backward_cuda : kernels::channel_gate_backward_cpu;
+  auto fn = x.is_cuda() ? MF_CUDA_ENTRY(kernels::channel_gate_backward_cuda) : kernels::channel_gate_backward_cpu;
   fn(d, relu, x.dtype(), x.raw(), g.raw(), relu ? y->raw() : nullptr, dy.raw(), dx.raw(), dg.raw(), stream);
 }
 
@@ -135,7 +136,7 @@ void accumulate(const Tensor& src, Tensor& dst, cudaStream_t stream) {
   check_float_dtype(src, op, "src");
   check_like(dst, src, op, "dst", "src");
   check_same_device({&src, &dst}, op);
-  auto fn = src.is_cuda() ? kernels::add_inplace_cuda : kernels::add_inplace_cpu;
+  auto fn = src.is_cuda() ? MF_CUDA_ENTRY(kernels::add_inplace_cuda) : kernels::add_inplace_cpu;
   fn(src.numel(), src.dtype(), src.raw(), dst.raw(), stream);
 }
 

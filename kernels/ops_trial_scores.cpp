@@ -1,6 +1,7 @@
 // Dispatch of trial_scores (kernels/ops.hpp; rules in kernels/trial_scores.hpp):
 // validate shapes, dtypes and devices with errors that name what was expected
 // and found, then run the CPU twin or the CUDA kernel by emb's device.
+#include "engine/cuda_entry.hpp"
 #include "engine/error.hpp"
 #include "kernels/ops.hpp"
 #include "kernels/trial_scores.hpp"
@@ -26,7 +27,7 @@ void trial_scores(const Tensor& emb, const Tensor& pairs, Tensor& scores, cudaSt
   const auto* e = static_cast<const float*>(emb.raw());
   const auto* p = static_cast<const std::int32_t*>(pairs.raw());
   auto* s = static_cast<float*>(scores.raw());
-  if (emb.is_cuda()) kernels::trial_scores_cuda(d, e, p, s, stream);
+  if (emb.is_cuda()) MF_CUDA_ENTRY(kernels::trial_scores_cuda)(d, e, p, s, stream);
   else kernels::trial_scores_cpu(d, e, p, s, stream);
 }
 

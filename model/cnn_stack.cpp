@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "engine/counter_rng.hpp"
+#include "engine/cuda_entry.hpp"
 #include "engine/error.hpp"
 #include "kernels/attentive_pool.hpp"
 #include "kernels/batch_norm.hpp"
@@ -426,7 +427,7 @@ std::int64_t conv_scratch_elems(const std::vector<std::unique_ptr<Node>>& nodes,
     d.cout = cout;
     d.k = k;
     d.stride = stride;
-    e = std::max(e, kernels::conv2d_scratch_elems(d));
+    e = std::max(e, MF_CUDA_ENTRY(kernels::conv2d_scratch_elems)(d));
   };
   for (const auto& nd : nodes) {
     const CnnLayer& l = nd->l;

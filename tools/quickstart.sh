@@ -22,7 +22,10 @@ export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}   # clones elsewhere share ccache'
 t_start=$SECONDS
 tools/deps.sh
 
-if [ -n "${CUDAARCHS:-}" ]; then
+if ! command -v nvcc >/dev/null 2>&1; then
+  ARCHS=90  # unused: CMake builds the CPU backend alone (MELFORGE_CUDA)
+  echo "quickstart: no CUDA toolkit: building melforge without CUDA, the CPU backend only"
+elif [ -n "${CUDAARCHS:-}" ]; then
   ARCHS=$CUDAARCHS
   echo "quickstart: building the CUDA kernels for CUDAARCHS=$ARCHS"
 elif cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1) &&

@@ -13,8 +13,9 @@
 #                          (MELFORGE_CUDA_EMU, tests/cudaemu) in $BUILD_DIR-emu
 #                          and run the GPU suites there; on | off
 #   SANITIZE=on            also build the CPU suites with clang-19,
-#                          AddressSanitizer + UBSan in $BUILD_DIR-san and run
-#                          them there; any report fails; off
+#                          AddressSanitizer + UBSan in $BUILD_DIR-san (the
+#                          CPU-only build, MELFORGE_CUDA=OFF) and run them
+#                          there; any report fails; off
 #   FUZZ_SECONDS=45        then run every fuzz target (fuzz/run.sh; the same
 #                          $BUILD_DIR-san build) this long, one per core at a
 #                          time; any crash, hang or sanitizer report fails; 0
@@ -85,26 +86,26 @@ if [[ $SANITIZE == on ]] || ((FUZZ_SECONDS > 0)); then
   # One clang-19 build for both (docs/decisions.md, "CI time"): all host C++
   # with AddressSanitizer + UndefinedBehaviorSanitizer and libFuzzer's
   # coverage (MELFORGE_FUZZ), the CPU suites and the fuzz targets linked from
-  # the same objects. nvcc's .cu files are built for sm_90 and not instrumented.
+  # the same objects. It is the CPU-only build (MELFORGE_CUDA=OFF): no nvcc, no
+  # CUDA library or header, so CI also proves that build (docs/testing.md).
   rm -rf "$BUILD_DIR-san"
   cmake -S . -B "$BUILD_DIR-san" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-19 \
-    -DCMAKE_CXX_COMPILER=clang++-19 -DMELFORGE_FUZZ=ON -DMELFORGE_BUILD_TESTS=ON -DCMAKE_CUDA_ARCHITECTURES=90
+    -DCMAKE_CXX_COMPILER=clang++-19 -DMELFORGE_FUZZ=ON -DMELFORGE_BUILD_TESTS=ON -DMELFORGE_CUDA=OFF
   targets=(melforge)
   [[ $SANITIZE == on ]] && targets+=(melforge_cpu_tests)
   ((FUZZ_SECONDS > 0)) && targets+=(melforge_fuzzers)
   cmake --build "$BUILD_DIR-san" --parallel "$JOBS" --target "${targets[@]}"
-  stage_done "sanitizers and fuzz targets: build"
+  stage_done "sanitizers and fuzz targets (CPU-only): build"
 fi
 if [[ $SANITIZE == on ]]; then
-  # Every CPU suite (ctest -LE gpu; the GPU suites ran above, on the GPU or the
-  # emulator) under the sanitizers. A report aborts the test
-  # (-fno-sanitize-recover=all, halt_on_error), leaks included;
-  # protect_shadow_gap=0 lets the CUDA runtime map its memory on a machine
-  # with a GPU; detect_stack_use_after_return=0 (GCC's default, not clang's):
+  # Every CPU suite (ctest -LE gpu; the CPU-only build has no other; the GPU
+  # suites ran above, on the GPU or the emulator) under the sanitizers. A
+  # report aborts the test (-fno-sanitize-recover=all, halt_on_error), leaks
+  # included; detect_stack_use_after_return=0 (GCC's default, not clang's):
   # its fake stacks cannot be mapped in the child processes that test_io
   # starts with little address space on purpose.
   (cd "$BUILD_DIR-san" &&
-    ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=0 \
+    ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=0 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --output-on-failure --timeout 1800 -LE gpu --parallel "$JOBS")
   stage_done "sanitizers: ctest -LE gpu"

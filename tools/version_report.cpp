@@ -15,6 +15,7 @@ namespace mf::cli {
 namespace {
 
 std::string cuda_archs() {
+  if (!built_with_cuda()) return "none: built without CUDA (MELFORGE_CUDA=OFF, or no CUDA toolkit when configured)";
   if (build_info::cuda_emulated())
     return "none: the CUDA code runs on the CPU emulator of CUDA (MELFORGE_CUDA_EMU, for tests only)";
   return fmt::format("{} (compiled; set CUDAARCHS or -DCMAKE_CUDA_ARCHITECTURES to build others)",
@@ -23,6 +24,7 @@ std::string cuda_archs() {
 
 // Why there is no GPU is gpu_info()'s reason (engine/device.hpp, no_gpu_reason).
 std::string cuda() {
+  if (!built_with_cuda()) return gpu_info().why_none;  // "built without CUDA: the CPU backend only (...)"
   const CudaVersions v = cuda_versions();
   const std::string versions = fmt::format("runtime {}, driver {}", cuda_version_string(v.runtime),
                                            v.driver == 0 ? "none" : cuda_version_string(v.driver));
@@ -36,6 +38,7 @@ std::string cuda() {
 // the ld.so cache) is asked for its version, then unloaded.
 std::string cudnn() {
   constexpr std::string_view kOptional = "optional; only melforge-bench uses it";
+  if (!built_with_cuda()) return "not used (built without CUDA, no melforge-bench)";
   for (const char* soname : {"libcudnn.so.9", "libcudnn.so"}) {
     void* lib = dlopen(soname, RTLD_LAZY | RTLD_LOCAL);
     if (lib == nullptr) continue;

@@ -3,9 +3,11 @@
 // write): every one of the 65,536 16-bit patterns, and for f32 -> 16-bit every
 // rounding boundary (each midpoint between neighbouring 16-bit values, and the
 // float on either side of it) plus a dense sweep of random f32 patterns.
+#include <doctest/doctest.h>
+#ifndef MELFORGE_NO_CUDA  // the CPU-only build has no CUDA headers: these two oracle cases need them
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <doctest/doctest.h>
+#endif
 
 #include <bit>
 #include <cmath>
@@ -17,6 +19,13 @@
 
 using namespace mf;
 
+namespace {
+bool is_nan16(std::uint16_t b, bool bf) {
+  return bf ? ((b & 0x7f80u) == 0x7f80u && (b & 0x7fu)) : ((b & 0x7c00u) == 0x7c00u && (b & 0x3ffu));
+}
+}  // namespace
+
+#ifndef MELFORGE_NO_CUDA
 namespace {
 std::uint16_t cuda_f32_to_f16(float f) {
   __half h = __float2half_rn(f);
@@ -39,9 +48,6 @@ float cuda_bf16_to_f32(std::uint16_t b) {
   __nv_bfloat16_raw r;
   r.x = b;
   return __bfloat162float(__nv_bfloat16(r));
-}
-bool is_nan16(std::uint16_t b, bool bf) {
-  return bf ? ((b & 0x7f80u) == 0x7f80u && (b & 0x7fu)) : ((b & 0x7c00u) == 0x7c00u && (b & 0x3ffu));
 }
 // Same bits, or both NaN: NaN payloads and signs are not specified across
 // implementations (CUDA's host conversions return a positive canonical NaN).
@@ -94,6 +100,7 @@ TEST_CASE("f16 conversions match CUDA's host conversions over all 65,536 pattern
 TEST_CASE("bf16 conversions match CUDA's host conversions over all 65,536 patterns") {
   exhaustive(true, bf16_bits_to_f32, cuda_bf16_to_f32, f32_to_bf16_bits, cuda_f32_to_bf16);
 }
+#endif  // MELFORGE_NO_CUDA
 
 TEST_CASE("f16 known values: ties to even, overflow, subnormals, signed zero, NaN") {
   CHECK(f32_to_f16_bits(1.0f) == 0x3c00);

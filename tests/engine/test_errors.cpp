@@ -44,6 +44,14 @@ TEST_CASE("no GPU is explained in a user's words, not as a CUDA error") {
 
 TEST_CASE("device queries never throw without a GPU, and bad device names are explained") {
   const GpuInfo& g = gpu_info();
+#ifdef MELFORGE_NO_CUDA  // the CPU-only build: never a GPU, and why_none says how to get one
+  CHECK(!built_with_cuda());
+  CHECK(g.count == 0);
+  CHECK(g.why_none.starts_with("built without CUDA: the CPU backend only (for the GPU, rebuild melforge"));
+  CHECK_THROWS_WITH_AS(parse_device("cuda:0"), doctest::Contains("built without CUDA"), Error);
+#else
+  CHECK(built_with_cuda());
+#endif
   if (g.count == 0) {
     CHECK(!g.why_none.empty());
     CHECK(parse_device("auto") == Device::cpu());

@@ -1,6 +1,7 @@
 // The binaries as a user runs them: exit codes and messages.
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <map>
 #include <regex>
 #include <set>
@@ -12,6 +13,7 @@
 
 #include "model/run_config.hpp"
 #include "tests/support/cli.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using mf::testing::CliResult;
 namespace {
@@ -64,15 +66,46 @@ TEST_CASE("melforge --version names the version, the commit, the build and the l
   }
   CHECK(value_of.size() == 9);
   CHECK(std::regex_match(value_of["commit"], std::regex("[0-9a-f]{7,}(-dirty)?|unknown")));
+#ifdef MELFORGE_NO_CUDA  // the CPU-only build (MELFORGE_CUDA=OFF)
+  CHECK(value_of["cuda archs"].starts_with("none: built without CUDA"));
+  CHECK(value_of["cuda"].starts_with("built without CUDA: the CPU backend only (for the GPU, rebuild melforge"));
+  CHECK(value_of["cudnn"].starts_with("not used"));
+#else
   CHECK(std::regex_search(value_of["cuda"], std::regex("^runtime [0-9]+\\.[0-9]+, driver")));
-  CHECK(std::regex_match(value_of["hdf5"], std::regex("[0-9]+\\.[0-9]+\\.[0-9]+")));
   CHECK(value_of["cudnn"].find("optional") != std::string::npos);
+#endif
+  CHECK(std::regex_match(value_of["hdf5"], std::regex("[0-9]+\\.[0-9]+\\.[0-9]+")));
 
   const CliResult info = run("info");
   CHECK(info.code == 0);
   CHECK(info.out.starts_with(first + "\n"));  // the same version line
 }
 
+#ifdef MELFORGE_NO_CUDA
+// The CPU-only build: no GPU and no melforge-bench; what asks for CUDA is
+// refused before anything runs, with how to get the GPU build.
+TEST_CASE("a build without CUDA says so, runs on the CPU and refuses --device cuda naming the fix") {
+  const CliResult info = run("info");
+  INFO(info.out);
+  CHECK(info.code == 0);
+  CHECK(info.out.find("gpus: none: built without CUDA: the CPU backend only") != std::string::npos);
+  CHECK(run("smoke --device auto -n 1000").out.find("smoke: OK") != std::string::npos);
+
+  mf::testing::TempDir d("no_cuda");
+  REQUIRE(run("data synth --files 16 --out " + d / "data").code == 0);
+  const std::vector<std::string> refused = {
+      "smoke --device cuda", "smoke --device cuda:1",
+      "train --device cuda --epochs 1 --train " + d / "data/train.h5" + " --out " + d / "run"};
+  for (const std::string& cmd : refused) {
+    const CliResult r = run(cmd);
+    INFO(cmd, "\n", r.out);
+    CHECK(r.code == 1);
+    CHECK(r.out.find("requested but no GPU is usable: built without CUDA: the CPU backend only") != std::string::npos);
+    CHECK(r.out.find("rebuild melforge on a machine with the CUDA toolkit") != std::string::npos);
+  }
+  CHECK(!std::filesystem::exists(d / "run"));  // refused before the run folder is made
+}
+#else  // melforge-bench is built with CUDA only
 TEST_CASE("melforge-bench without a GPU says so and exits 0") {
   const CliResult r = run("ceilings --no-write", "MELFORGE_BENCH_BIN");
   CHECK(r.code == 0);
@@ -84,6 +117,7 @@ TEST_CASE("melforge-bench conv without a GPU says so and exits 0") {
   CHECK(r.code == 0);
   if (r.out.find("no GPU") == std::string::npos) CHECK(r.out.find("cudnn us") != std::string::npos);
 }
+#endif  // MELFORGE_NO_CUDA
 
 namespace {
 // The option lines of a --help text as (names, type): "  --batch-size INT=256   Segments ..." gives
