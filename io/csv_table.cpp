@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "engine/error.hpp"
+#include "engine/utf8.hpp"
 
 namespace mf::io {
 
@@ -69,6 +70,11 @@ std::vector<CsvRow> read_csv(const std::filesystem::path& path) {
       continue;
     }
     rows.push_back(parse_record(text, pos, line, path.string()));
+    // Fields become dataset names and CSV/JSON output (UTF-8): refused here, by line and field.
+    const CsvRow& row = rows.back();
+    for (std::size_t k = 0; k < row.fields.size(); ++k)
+      MF_CHECK(is_utf8(row.fields[k]), "{}: line {}, field {}: expected UTF-8 text, found {}", path.string(),
+               row.line, k + 1, invalid_utf8_desc(row.fields[k]));
   }
   return rows;
 }

@@ -1,6 +1,6 @@
 // Reading small CSV tables (label lists, split assignments): comma-separated
 // fields, RFC 4180 quoting ("a, b" and "" for a quote inside), CRLF or LF line
-// ends, blank lines and lines starting with '#' skipped, UTF-8 passed through.
+// ends, blank lines and lines starting with '#' skipped; every field must be UTF-8.
 #pragma once
 
 #include <cstdint>

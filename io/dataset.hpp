@@ -60,6 +60,8 @@ struct DatasetNames {
   int normal_class = -1;
   // Number of classes. 0: len(class_names) when present, else max label + 1.
   int num_classes = 0;
+  // Where num_classes was set, for messages ("model.num_classes", "--classes").
+  std::string num_classes_from = "model.num_classes";
   // The classes of the model the data is for, by name (the training set's, or
   // a checkpoint's), or empty: the file's own classes. When given, a file that
   // names its classes (the class_names attribute) has its labels mapped onto
@@ -67,6 +69,8 @@ struct DatasetNames {
   // a file without names is taken index for index (at most this many
   // classes). Either way the dataset then has exactly these classes.
   std::vector<std::string> classes;
+  // Whose classes those are, for messages ("the training set", "checkpoint runs/a/best.h5").
+  std::string classes_from = "the model";
 };
 
 enum class SegmentLayout : std::uint8_t { flat, file_structured };

@@ -45,8 +45,9 @@ void set_normal_class(const std::string& path, const DatasetNames& names, const 
 
 // DatasetNames::classes given: the file's labels become indices into
 // `classes`, by name where the file names its classes, else index for index.
-void map_onto_classes(const std::string& path, const std::string& lab, const std::vector<std::string>& classes,
+void map_onto_classes(const std::string& path, const std::string& lab, const DatasetNames& names,
                       std::vector<std::int64_t>& raw_labels, std::int64_t max_label, DatasetInfo& info) {
+  const std::vector<std::string>& classes = names.classes;
   const std::string model_list = fmt::format("[{}]", fmt::join(classes, ", "));
   // Bounded before anything is sized from the largest label.
   const std::size_t known = info.class_names_in_file ? info.class_names.size() : classes.size();
@@ -54,7 +55,8 @@ void map_onto_classes(const std::string& path, const std::string& lab, const std
            "{}: dataset {} holds label {}, out of range: expected 0..{} ({})", path, lab, max_label,
            std::int64_t(known) - 1,
            info.class_names_in_file ? fmt::format("{} classes from the class_names attribute", known)
-                                    : fmt::format("the file names no classes; the model has {}: {}", known, model_list));
+                                    : fmt::format("the file names no classes; {} has {}: {}", names.classes_from,
+                                                             known, model_list));
   std::vector<std::int64_t> to(std::size_t(max_label) + 1, -1);
   if (info.class_names_in_file) {
     const std::vector<std::string>& own = info.class_names;
@@ -64,9 +66,9 @@ void map_onto_classes(const std::string& path, const std::string& lab, const std
     }
     for (std::size_t i = 0; i < raw_labels.size(); ++i)
       MF_CHECK(to[std::size_t(raw_labels[i])] >= 0,
-               "{}: its classes are [{}], the model's {}: class '{}' (label {}) is not one of the model's; classes "
-               "are matched by name", path, fmt::join(own, ", "), model_list, own[std::size_t(raw_labels[i])],
-               raw_labels[i]);
+               "{}: its classes (attribute class_names) are [{}], {} has {}: class '{}' (label {}) is not one of "
+               "them; classes are matched by name", path, fmt::join(own, ", "), names.classes_from, model_list,
+               own[std::size_t(raw_labels[i])], raw_labels[i]);
   } else {
     for (std::int64_t c = 0; c <= max_label; ++c) to[std::size_t(c)] = c;
   }
@@ -118,14 +120,14 @@ void read_labels(hid_t file, const std::string& path, const std::string& seg, co
   }
   info.class_names_in_file = !info.class_names.empty();
   if (!names.classes.empty()) {
-    map_onto_classes(path, lab, names.classes, raw_labels, max_label, info);
+    map_onto_classes(path, lab, names, raw_labels, max_label, info);
     set_normal_class(path, names, raw_labels, info);
     return;
   }
   std::string c_from;
   if (names.num_classes > 0) {
     info.num_classes = names.num_classes;
-    c_from = "as configured";
+    c_from = "as " + names.num_classes_from + " says";
   } else if (!info.class_names.empty()) {
     info.num_classes = int(info.class_names.size());
     c_from = "from the class_names attribute";
@@ -138,8 +140,8 @@ void read_labels(hid_t file, const std::string& path, const std::string& seg, co
       MF_THROW("{}: dataset {} holds label {} at index {}, out of range: expected 0..{} ({} classes {})", path, lab,
                raw_labels[i], i, info.num_classes - 1, info.num_classes, c_from);
   if (!info.class_names.empty() && int(info.class_names.size()) != info.num_classes)
-    MF_THROW("{}: attribute class_names has {} names but {} classes were configured", path,
-             info.class_names.size(), info.num_classes);
+    MF_THROW("{}: attribute class_names has {} names, but {} is {}: they must agree (0 takes the file's)", path,
+             info.class_names.size(), names.num_classes_from, info.num_classes);
   if (info.class_names.empty()) {
     // Generated names cost memory per class: bound the count a file (one large
     // label) or a setting can ask for before making them.

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "engine/error.hpp"
+#include "engine/utf8.hpp"
 #include "io/h5_error.hpp"
 
 namespace mf::io {
@@ -185,6 +186,19 @@ std::string H5Value::read_string() const {
 }
 
 std::vector<std::string> H5Value::read_strings() const {
+  std::vector<std::string> out = read_raw_strings();
+  // Names end up in report.json, CSV and config files (UTF-8): refused here,
+  // where the file and the entry can be named, not when a run's outputs are written.
+  for (std::size_t i = 0; i < out.size(); ++i)
+    if (!is_utf8(out[i]))
+      MF_THROW("{}: {}is not UTF-8 text ({}); melforge writes names to UTF-8 files (report.json, CSV, TOML): "
+               "store them as UTF-8 (h5py: a list of str)",
+               where_, out.size() > 1 || !dims_.empty() ? fmt::format("entry {} ", i) : std::string(),
+               invalid_utf8_desc(out[i]));
+  return out;
+}
+
+std::vector<std::string> H5Value::read_raw_strings() const {
   expect_type(H5T_STRING, 0, "strings");
   if (dims_.size() > 1) MF_THROW("{}: expected a scalar or a list of strings, found {}", where_, shape_desc());
   std::vector<std::string> out;

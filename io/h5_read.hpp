@@ -83,7 +83,8 @@ class H5Value {
   std::int64_t read_int() const;
   double read_number() const;
   std::string read_string() const;
-  // A scalar or 1-D array of strings (fixed or variable length).
+  // A scalar or 1-D array of strings (fixed or variable length), each checked
+  // to be UTF-8 text (an error names the entry and the first bad byte).
   std::vector<std::string> read_strings() const;
 
   // The number of elements a whole read fills, after checking that the file
@@ -104,6 +105,7 @@ class H5Value {
   H5Value() = default;
   void init(H5Id id, const std::string& file, std::string what);
   void expect_one(const char* expected) const;
+  std::vector<std::string> read_raw_strings() const;  // read_strings before the UTF-8 check
   std::uint64_t file_size() const;
   // The most bytes of data the file can hold for this object.
   std::uint64_t stored_limit() const;

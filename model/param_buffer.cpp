@@ -79,18 +79,16 @@ void add_head_specs(const ModelConfig& cfg, std::vector<ParamInfo>& v) {
 }
 }  // namespace
 
-ParamBuffer::ParamBuffer(const ModelConfig& cfg, DType work_dtype, Device device, cudaStream_t stream)
-    : cfg_(cfg), work_dtype_(work_dtype), device_(device) {
-  cfg_.validate();
-  MF_CHECK(dtype_is_float(work_dtype), "ParamBuffer: working dtype must be f32, bf16 or f16, found {}",
-           dtype_name(work_dtype));
-  std::vector<ParamInfo> specs = cfg_.arch == Arch::cnn ? cnn_param_specs(cfg_) : leakcnn_param_specs(cfg_);
-  add_head_specs(cfg_, specs);
+ParamLayout param_layout(const ModelConfig& cfg) {
+  cfg.validate();
+  std::vector<ParamInfo> specs = cfg.arch == Arch::cnn ? cnn_param_specs(cfg) : leakcnn_param_specs(cfg);
+  add_head_specs(cfg, specs);
   // Three groups, each in the module's order: decayed weights, the other
   // trainable parameters, then the running statistics. Each offset is padded
   // to 8 elements except the leak head's, which directly follows the class
   // head's so that the two heads are one dense layer, and loss.b, which
   // follows loss.w (the angular prototypical loss reads them as one [2]).
+  ParamLayout layout;
   std::int64_t off = 0;
   for (int group = 0; group < 3; ++group) {
     for (ParamInfo p : specs) {
@@ -100,12 +98,22 @@ ParamBuffer::ParamBuffer(const ModelConfig& cfg, DType work_dtype, Device device
       p.offset = off;
       p.decay = param_decays(p.kind);
       off += p.numel;
-      params_.push_back(std::move(p));
+      layout.params.push_back(std::move(p));
     }
-    if (group == 0) decay_end_ = off;
+    if (group == 0) layout.decay_end = off;
   }
-  size_ = pad8(off);
+  layout.size = pad8(off);
+  return layout;
+}
 
+ParamBuffer::ParamBuffer(const ModelConfig& cfg, DType work_dtype, Device device, cudaStream_t stream)
+    : cfg_(cfg), work_dtype_(work_dtype), device_(device) {
+  MF_CHECK(dtype_is_float(work_dtype), "ParamBuffer: working dtype must be f32, bf16 or f16, found {}",
+           dtype_name(work_dtype));
+  ParamLayout layout = param_layout(cfg_);
+  params_ = std::move(layout.params);
+  size_ = layout.size;
+  decay_end_ = layout.decay_end;
   master_ = Tensor::zeros({size_}, DType::f32, device, Layout::plain, stream);
   grad_ = Tensor::zeros({size_}, DType::f32, device, Layout::plain, stream);
   m_ = Tensor::zeros({size_}, DType::f32, device, Layout::plain, stream);

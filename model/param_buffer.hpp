@@ -79,6 +79,16 @@ struct ParamInfo {
 // "blocks.0." the same).
 bool name_matches(std::string_view name, std::string_view entry);
 
+// The parameters of a model and their offsets in the flat buffers, computed
+// without allocating anything: what a checkpoint's declared shapes are checked
+// against before a buffer is sized from them.
+struct ParamLayout {
+  std::vector<ParamInfo> params;
+  std::int64_t size = 0, decay_end = 0;  // as ParamBuffer::size() and decay_end()
+};
+// Throws mf::Error (ModelConfig::validate) when the model is not valid.
+ParamLayout param_layout(const ModelConfig& cfg);
+
 class ParamBuffer {
  public:
   ParamBuffer(const ModelConfig& cfg, DType work_dtype, Device device, cudaStream_t stream = nullptr);

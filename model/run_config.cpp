@@ -14,6 +14,7 @@
 #include <variant>
 
 #include "engine/error.hpp"
+#include "engine/utf8.hpp"
 #include "io/dataset.hpp"
 
 namespace mf::model {
@@ -746,32 +747,12 @@ std::string apply_override(RunConfig& cfg, std::string_view assignment) {
   return std::string(key);
 }
 
-// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code
-// points above U+10FFFF): what TOML, and so config.toml, can hold.
-static bool valid_utf8(std::string_view s) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const int n = c < 0x80 ? 0 : (c & 0xe0) == 0xc0 ? 1 : (c & 0xf0) == 0xe0 ? 2 : (c & 0xf8) == 0xf0 ? 3 : -1;
-    if (n < 0 || i + std::size_t(n) >= s.size()) return false;  // a bad lead byte, or cut short
-    std::uint32_t cp = n == 0 ? c : c & (0x3f >> n);
-    for (int k = 1; k <= n; ++k) {
-      const auto d = static_cast<unsigned char>(s[i + std::size_t(k)]);
-      if ((d & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (d & 0x3f);
-    }
-    static constexpr std::uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
-    i += std::size_t(n) + 1;
-  }
-  return true;
-}
-
 void validate(const RunConfig& cfg) {
   // Every string key is written to config.toml and checkpoints: TOML text is UTF-8.
   for (const Field& f : fields())
     if (const auto* m = std::get_if<std::string RunConfig::*>(&f.member))
-      MF_CHECK(valid_utf8(cfg.**m), "{}: expected UTF-8 text, found bytes that are not UTF-8", f.key);
+      MF_CHECK(is_utf8(cfg.**m), "{}: expected UTF-8 text, found bytes that are not UTF-8 ({})", f.key,
+               invalid_utf8_desc(cfg.**m));
   for (const Field& f : fields()) {
     if (!f.check) continue;
     const std::string accepted = f.check(cfg);

@@ -203,6 +203,7 @@ void register_data(CLI::App& app) {
       "inspect", "Validate a dataset file; prints its schema, storage, label histogram and value statistics");
   static std::string file;
   static io::DatasetNames names;
+  names.num_classes_from = "--classes";
   static bool no_scan = false;
   inspect->add_option("file", file, "HDF5 file")->required()->type_name("PATH");
   inspect->add_option("--segments", names.segments, "Name of the segments dataset")

@@ -30,10 +30,8 @@ std::vector<model::NamedArray> source_arrays(const model::TrainStep& ts, const f
     const model::Checkpoint c = model::read_checkpoint(path);
     check_same_layers(c, ts, "--init-from");
     const model::RunConfig saved = model::load_saved_config(c.get_string("config"), c.source + ":/strings/config");
+    // checkpoint_model checked /arrays/master against the model it describes.
     model::ParamBuffer src(checkpoint_model(c, saved), DType::f32, Device::cpu());
-    MF_CHECK(c.array("master").shape == Shape{src.size()},
-             "--init-from {}: /arrays/master holds {} values, its configuration's model has {}", c.source,
-             shape_numel(c.array("master").shape), src.size());
     c.read_into("master", src.master());
     return model::export_torch(src, src.master());
   }
@@ -99,6 +97,7 @@ LoadedModel load_model(const fs::path& checkpoint, const std::string& device, co
                        cudaStream_t stream) {
   const model::Checkpoint c = model::read_checkpoint(checkpoint);
   LoadedModel lm;
+  lm.source = c.source;
   lm.cfg = model::load_saved_config(c.get_string("config"), checkpoint.string() + ":/strings/config");
   try {
     model::validate(lm.cfg);  // every integer narrowed below (and by the callers) is then in range
@@ -136,7 +135,10 @@ std::shared_ptr<const io::Dataset> open_model_data(const LoadedModel& lm, const 
                                                    const std::string& what) {
   io::DatasetNames names = dataset_names(lm.cfg);
   // A classifier's data has the checkpoint's classes, matched by name; an
-  // embedding model's is other speakers (scored by trials).
+  // embedding model's is other speakers (scored by trials), as many as the
+  // file has. Neither takes its class count from the training configuration.
+  names.num_classes = 0;
+  names.classes_from = "checkpoint " + lm.source;
   if (lm.model.loss == model::LossType::softmax) names.classes = lm.class_names;
   auto ds = io::Dataset::open(path, names);  // its errors name the file
   const auto& info = ds->info();

@@ -20,6 +20,7 @@ namespace mf::train {
 
 // A model rebuilt from a checkpoint for inference/export.
 struct LoadedModel {
+  std::string source;  // the checkpoint's path, for messages
   model::RunConfig cfg;
   model::ModelConfig model;
   model::Precision precision = model::Precision::fp32;

@@ -10,6 +10,7 @@
 #include "engine/error.hpp"
 #include "engine/log.hpp"
 #include "engine/nvtx.hpp"
+#include "model/param_buffer.hpp"
 #include "train/run_setup.hpp"
 
 namespace fs = std::filesystem;
@@ -211,15 +212,34 @@ model::Precision checkpoint_precision(const model::Checkpoint& c) {
 }
 
 model::ModelConfig checkpoint_model(const model::Checkpoint& c, const model::RunConfig& cfg) {
-  constexpr std::int64_t kMaxInt = std::numeric_limits<int>::max();
-  const std::int64_t mels = c.get_int_in("in_mels", 1, kMaxInt), frames = c.get_int_in("in_frames", 1, kMaxInt);
-  const int classes = int(c.get_int_in("classes", 1, kMaxInt));
+  // The input and class counts are checked against plausible bounds, then the
+  // parameter count they imply against /arrays/master, before anything is
+  // sized from them: a damaged /ints/in_frames must not become a terabyte
+  // allocation (a CNN stack's parameters need not depend on the input size).
+  const std::int64_t mels = c.get_int_in("in_mels", 1, kMaxCheckpointInputSide);
+  const std::int64_t frames = c.get_int_in("in_frames", 1, kMaxCheckpointInputSide);
+  MF_CHECK(mels * frames <= kMaxCheckpointInputValues,
+           "checkpoint {}: /ints/in_mels = {} and /ints/in_frames = {} make segments of {} values: expected at most "
+           "{} (a damaged checkpoint?)", c.source, mels, frames, mels * frames, kMaxCheckpointInputValues);
+  const int classes = int(c.get_int_in("classes", 1, kMaxCheckpointClasses));
+  MF_CHECK(cfg.num_classes == 0 || cfg.num_classes == classes,
+           "checkpoint {}: its /strings/config says model.num_classes = {}, its /ints/classes = {} (a damaged or "
+           "edited checkpoint?)", c.source, cfg.num_classes, classes);
+  model::ModelConfig mc;
   try {
-    return model_config(cfg, mels, frames, classes);
+    mc = model_config(cfg, mels, frames, classes);
   } catch (const Error& e) {
     MF_THROW("checkpoint {}: the model of /ints/in_mels = {}, /ints/in_frames = {}, /ints/classes = {} and "
              "/strings/config is not valid: {}", c.source, mels, frames, classes, e.message());
   }
+  const std::int64_t expected = model::param_layout(mc).size;
+  const Shape& held = c.array("master").shape;
+  MF_CHECK(held == Shape{expected},
+           "checkpoint {}: /arrays/master holds {} values, but the model that /ints/in_mels = {}, /ints/in_frames = "
+           "{}, /ints/classes = {} and /strings/config describe has {} parameters (a damaged checkpoint?)",
+           c.source, held.size() == 1 ? fmt::format("{}", held[0]) : "shape " + shape_str(held), mels, frames,
+           classes, expected);
+  return mc;
 }
 
 std::vector<std::string> checkpoint_class_names(const model::Checkpoint& c, int classes) {

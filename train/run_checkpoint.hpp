@@ -86,6 +86,11 @@ void check_same_layers(const nlohmann::json& layers, const model::TrainStep& ts,
 // hand-edited file gets an error naming it, the entry, what was expected and
 // what was found.
 model::Precision checkpoint_precision(const model::Checkpoint& c);
+// checkpoint_model also checks the declared sizes against these bounds and the
+// parameter count they imply against /arrays/master before returning.
+inline constexpr std::int64_t kMaxCheckpointInputSide = std::int64_t(1) << 20;    // mel bins or frames
+inline constexpr std::int64_t kMaxCheckpointInputValues = std::int64_t(1) << 24;  // mels x frames of a segment
+inline constexpr std::int64_t kMaxCheckpointClasses = std::int64_t(1) << 24;
 model::ModelConfig checkpoint_model(const model::Checkpoint& c, const model::RunConfig& cfg);
 std::vector<std::string> checkpoint_class_names(const model::Checkpoint& c, int classes);
 

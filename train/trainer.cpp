@@ -97,15 +97,21 @@ struct RunData {
   int normal_class = 0;
 };
 
-RunData open_run_data(const RunConfig& cfg) {
-  const io::DatasetNames names = dataset_names(cfg);
+// `num_classes_from` says where model.num_classes came from, for messages.
+RunData open_run_data(const RunConfig& cfg, const std::string& num_classes_from) {
+  io::DatasetNames names = dataset_names(cfg);
+  names.num_classes_from = num_classes_from;
   RunData d;
   d.train = io::Dataset::open(cfg.train_path, names);
   const io::DatasetInfo& ti = d.train->info();
   // A classifier's validation and test data have the training set's classes,
   // matched by name; an embedding model's are other speakers (scored by trials).
   io::DatasetNames model_names = names;
-  if (cfg.loss_type == model::LossType::softmax) model_names.classes = ti.class_names;
+  model_names.classes_from = "the training set " + cfg.train_path;
+  if (cfg.loss_type == model::LossType::softmax)
+    model_names.classes = ti.class_names;
+  else
+    model_names.num_classes = 0;  // other speakers: as many as each file has
   auto open_compatible = [&](const std::string& path, const char* key) {
     auto ds = io::Dataset::open(path, model_names);  // its errors name the file
     const io::DatasetInfo& vi = ds->info();
@@ -237,7 +243,10 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
 
   // Data (validated at open: a bad file stops here, before anything is written).
   const auto load_t0 = Clock::now();
-  data_ = open_run_data(cfg_);
+  const bool num_classes_saved = resume_ && options_.given_keys &&
+                                 !std::ranges::count(*options_.given_keys, std::string("model.num_classes"));
+  data_ = open_run_data(cfg_, num_classes_saved ? fmt::format("model.num_classes (saved in {})", resume_->path.string())
+                                                : std::string("model.num_classes"));
   const io::DatasetInfo& ti = data_.train->info();
   resolve_heads(ti);
   resolve_frontend(cfg_, ti);

@@ -190,4 +190,15 @@ attr_case("class_names_2d", "class_names", np.array([[b"a", b"b"], [b"c", b"d"]]
 attr_case("class_names_int", "class_names", np.array([1, 2, 3], np.int32))
 attr_case("hop_length_huge", "hop_length", 1e300)
 attr_case("sample_rate_array", "sample_rate", np.array([16000, 22050], np.int32))
+# Names that are not UTF-8 (Latin-1 bytes, a lone 0xFF): refused where read.
+attr_case("class_names_not_utf8", "class_names", np.array([b"normal", b"caf\xe9", b"\xff"], dtype="S6"))
+
+
+def files_not_utf8(f):
+    f.create_dataset("segments", data=values((3, 2, 2, M, T), np.float32))
+    f.create_dataset("labels", data=np.array([0, 1, 2], np.int32))
+    f.create_dataset("files", data=np.array([b"a.wav", b"b.wav", b"\xc3(.wav"], dtype=h5py.string_dtype("ascii")))
+
+
+bad("files_not_utf8", files_not_utf8)
 print("h5_cases: wrote", out)

@@ -195,6 +195,8 @@ TEST_CASE("each malformed file fails at open with a message naming file, dataset
       {"bad_class_names_int.h5", {"attribute class_names", "expected strings, found 32-bit integer"}},
       {"bad_hop_length_huge.h5", {"attribute hop_length", "expected a whole number in [0, 2^53], found 1e+300"}},
       {"bad_sample_rate_array.h5", {"attribute sample_rate", "expected one number (a scalar), found shape [2]"}},
+      {"bad_class_names_not_utf8.h5", {"attribute class_names", "entry 1 is not UTF-8 text (byte 0xE9 at index 3)"}},
+      {"bad_files_not_utf8.h5", {"dataset /files", "entry 2 is not UTF-8 text (byte 0xC3 at index 0)"}},
   };
   for (const Bad& b : cases) {
     const std::string bfile = b.file;
@@ -338,8 +340,8 @@ TEST_CASE("DatasetNames::classes: labels are matched to the model's classes by n
   } catch (const Error& e) {
     msg = e.message();
   }
-  CHECK_MESSAGE(msg.find("its classes are [normal, valve], the model's [leak_low, leak_high, normal, pump]: class "
-                         "'valve' (label 1) is not one of the model's") != std::string::npos, msg);
+  CHECK_MESSAGE(msg.find("its classes (attribute class_names) are [normal, valve], the model has [leak_low, leak_high, "
+                         "normal, pump]: class 'valve' (label 1) is not one of them") != std::string::npos, msg);
   // A file that names no classes is taken index for index, within the model's count.
   const std::string unnamed = write("unnamed.h5", {3, 0}, {});
   CHECK(io::Dataset::open(unnamed, model)->info().labels == std::vector<std::int32_t>{3, 0});

@@ -1,5 +1,6 @@
 // RunConfig: TOML loading, --set overrides, validation messages, round trip.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <filesystem>
 #include <fstream>
@@ -92,10 +93,15 @@ TEST_CASE("string keys must be UTF-8 text (config.toml is TOML): other bytes are
   RunConfig c;
   set_key(c, "data.train", "donn\xc3\xa9" "es/train.h5");  // UTF-8: fine
   CHECK_NOTHROW(validate(c));
-  for (const char* bad : {"x\xee\xa3" "d.h5", "x\xc3.h5", "\xed\xa0\x80.h5", "\xc0\xaf.h5"}) {
+  const std::pair<const char*, const char*> cases[] = {{"x\xee\xa3" "d.h5", "byte 0xEE at index 1"},
+                                                      {"x\xc3.h5", "byte 0xC3 at index 1"},
+                                                      {"\xed\xa0\x80.h5", "byte 0xED at index 0"},
+                                                      {"\xc0\xaf.h5", "byte 0xC0 at index 0"}};
+  for (const auto& [bad, where] : cases) {
     CAPTURE(bad);
     set_key(c, "data.train", bad);
-    CHECK(error_of([&] { validate(c); }) == "data.train: expected UTF-8 text, found bytes that are not UTF-8");
+    CHECK(error_of([&] { validate(c); }) ==
+          fmt::format("data.train: expected UTF-8 text, found bytes that are not UTF-8 ({})", where));
   }
 }
 

@@ -362,12 +362,15 @@ TEST_CASE("classes are matched by name: a validation set or eval data with forei
   Result r = run(fmt::format("train --train {} --val {} --out {} --epochs 1 {}", d / "train.h5", d / "foreign.h5",
                              d / "run", kModel));
   CHECK(r.code == 1);
-  CHECK_MESSAGE(has(r, "its classes are [valve, pump, fan], the model's [normal, leak_low, leak_high]"), r.out);
+  CHECK_MESSAGE(has(r, "its classes (attribute class_names) are [valve, pump, fan], the training set " +
+                           (d / "train.h5") + " has [normal, leak_low, leak_high]"),
+                r.out);
   REQUIRE(run(fmt::format("train --train {} --out {} --epochs 1 {}", d / "train.h5", d / "run", kModel)).code == 0);
   const std::string ckpt = mf::model::CheckpointDir(d / "run/checkpoints", 1).list().front().string();
   r = run(fmt::format("eval --checkpoint {} --data {} --device cpu", ckpt, d / "foreign.h5"));
   CHECK(r.code == 1);
-  CHECK_MESSAGE(has(r, "class 'valve' (label 0) is not one of the model's"), r.out);
+  CHECK_MESSAGE(has(r, "checkpoint " + ckpt + " has [normal, leak_low, leak_high]: class 'valve' (label 0) is not "
+                       "one of them"), r.out);
   // predict names files as the data's /files does, and each segment's label by name too.
   write_easy(d / "named.h5", 3, 33, -1, {"normal", "leak_low", "leak_high"},
              {"site/a.wav", "site/b, with comma.wav", "site/c.wav"});

@@ -11,6 +11,7 @@
 
 #include "engine/error.hpp"
 #include "model/checkpoint.hpp"
+#include "model/param_buffer.hpp"
 #include "model/run_config.hpp"
 #include "train/perf.hpp"
 #include "train/plot.hpp"
@@ -18,6 +19,8 @@
 #include "train/run_log.hpp"
 #include "train/sysmon.hpp"
 #include "train/load_model.hpp"
+#include "train/run_checkpoint.hpp"
+#include "train/run_setup.hpp"
 
 namespace fs = std::filesystem;
 using namespace mf::train;
@@ -256,6 +259,10 @@ TEST_CASE("load_model: out-of-range model entries of a checkpoint are errors nam
     cfg.heads = mf::model::Heads::class_and_leak;  // a run records its heads resolved
     c.strings = {{"config", mf::model::to_toml(cfg)}, {"precision", "fp32"}, {"class_names", R"(["normal","leak"])"}};
     c.ints = {{"in_mels", 16}, {"in_frames", 32}, {"classes", 2}, {"normal_class", 0}, {"step", 1}};
+    // The parameters of the model these entries describe (zeros: only the count matters here).
+    const std::int64_t n = mf::model::param_layout(model_config(cfg, 16, 32, 2)).size;
+    const std::vector<float> master(std::size_t(n), 0.f);
+    c.put("master", std::span<const float>(master));
     return c;
   };
   struct Case {
@@ -264,9 +271,26 @@ TEST_CASE("load_model: out-of-range model entries of a checkpoint are errors nam
   };
   const std::vector<Case> cases = {
       {[](auto& c) { c.ints["classes"] = 4294967298; },  // was narrowed to 2 by int(...)
-       "/ints/classes: expected an integer in [1, 2147483647], found 4294967298"},
-      {[](auto& c) { c.ints["in_mels"] = -3; }, "/ints/in_mels: expected an integer in [1, 2147483647], found -3"},
-      {[](auto& c) { c.ints["in_frames"] = 0; }, "/ints/in_frames: expected an integer in [1, 2147483647], found 0"},
+       "/ints/classes: expected an integer in [1, 16777216], found 4294967298"},
+      {[](auto& c) { c.ints["in_mels"] = -3; }, "/ints/in_mels: expected an integer in [1, 1048576], found -3"},
+      {[](auto& c) { c.ints["in_frames"] = 0; }, "/ints/in_frames: expected an integer in [1, 1048576], found 0"},
+      // A declared size is checked before anything is sized from it (export
+      // once asked for 1 TB here).
+      {[](auto& c) { c.ints["in_frames"] = 2147483647; },
+       "/ints/in_frames: expected an integer in [1, 1048576], found 2147483647"},
+      {[](auto& c) { c.ints["in_mels"] = 32, c.ints["in_frames"] = 1 << 20; },
+       "/ints/in_mels = 32 and /ints/in_frames = 1048576 make segments of 33554432 values: expected at most 16777216"},
+      {[](auto& c) { c.ints["in_frames"] = 64; },  // within bounds, but LeakCNN's fc then has other inputs
+       "/arrays/master holds 355848 values, but the model that /ints/in_mels = 16, /ints/in_frames = 64, "
+       "/ints/classes = 2 and /strings/config describe has 617992 parameters"},
+      {[](auto& c) {
+         mf::model::RunConfig cfg;
+         cfg.train_path = "train.h5";
+         cfg.heads = mf::model::Heads::class_and_leak;
+         cfg.num_classes = 7;
+         c.strings["config"] = mf::model::to_toml(cfg);
+       },
+       "its /strings/config says model.num_classes = 7, its /ints/classes = 2"},
       {[](auto& c) { c.ints["classes"] = 1000; }, "/ints/classes = 1000 and /strings/config is not valid: model: "
                                                   "classes must be in [1, 256], found 1000"},
       {[](auto& c) { c.ints["normal_class"] = 2; }, "/ints/normal_class: expected an integer in [0, 1], found 2"},
