@@ -55,7 +55,8 @@ void Checkpoint::put(const std::string& name, const Tensor& t) {
 
 const HostArray& Checkpoint::array(const std::string& name) const {
   auto it = arrays.find(name);
-  MF_CHECK(it != arrays.end(), "checkpoint {}: no array '{}'", source, name);
+  MF_CHECK(it != arrays.end(), "checkpoint {}: /arrays/{} is missing (a damaged checkpoint, or not written by melforge?)", source,
+           name);
   return it->second;
 }
 
@@ -75,7 +76,8 @@ void Checkpoint::read_into(const std::string& name, Tensor& dst) const {
 
 std::int64_t Checkpoint::get_int(const std::string& name) const {
   auto it = ints.find(name);
-  MF_CHECK(it != ints.end(), "checkpoint {}: no integer '{}'", source, name);
+  MF_CHECK(it != ints.end(), "checkpoint {}: /ints/{} is missing (a damaged checkpoint, or not written by melforge?)", source,
+           name);
   return it->second;
 }
 std::int64_t Checkpoint::get_int_in(const std::string& name, std::int64_t lo, std::int64_t hi) const {
@@ -86,12 +88,14 @@ std::int64_t Checkpoint::get_int_in(const std::string& name, std::int64_t lo, st
 }
 double Checkpoint::get_float(const std::string& name) const {
   auto it = floats.find(name);
-  MF_CHECK(it != floats.end(), "checkpoint {}: no float '{}'", source, name);
+  MF_CHECK(it != floats.end(), "checkpoint {}: /floats/{} is missing (a damaged checkpoint, or not written by melforge?)", source,
+           name);
   return it->second;
 }
 const std::string& Checkpoint::get_string(const std::string& name) const {
   auto it = strings.find(name);
-  MF_CHECK(it != strings.end(), "checkpoint {}: no string '{}'", source, name);
+  MF_CHECK(it != strings.end(), "checkpoint {}: /strings/{} is missing (a damaged checkpoint, or not written by melforge?)", source,
+           name);
   return it->second;
 }
 bool Checkpoint::has(const std::string& name) const {

@@ -137,8 +137,13 @@ SafeTensors read_safetensors(const fs::path& path) {
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(h);
-  } catch (const nlohmann::json::exception& e) {
-    MF_THROW("{}: the header is not valid JSON ({})", ctx, e.what());
+  } catch (const nlohmann::json::parse_error& e) {
+    // The library's reason without its exception id or the raw bytes it last read.
+    std::string why = e.what();
+    if (const auto p = why.find("syntax error"); p != std::string::npos) why = why.substr(p);
+    if (const auto p = why.find("; last read"); p != std::string::npos) why.resize(p);
+    MF_THROW("{}: the header ({} bytes after its 8-byte length) is not valid JSON: at header byte {}: {}", ctx, n,
+             e.byte, why);
   }
   MF_CHECK(header.is_object(), "{}: the header is not a JSON object", ctx);
   const std::uint64_t data_size = size - 8 - n;
@@ -200,7 +205,8 @@ SafeTensors read_safetensors(const fs::path& path) {
     at = s.e;
     st.order.push_back(s.name);
   }
-  MF_CHECK(at == data_size, "{}: the tensors cover {} of {} data bytes", ctx, at, data_size);
+  MF_CHECK(at == data_size, "{}: the header's data_offsets cover {} of the {} data bytes after the header (the "
+           "tensors must fill them exactly)", ctx, at, data_size);
   return st;
 }
 

@@ -260,9 +260,9 @@ NameIndex index_names(std::span<const std::string> names) {
   NameIndex index;
   index.reserve(names.size());
   for (std::size_t i = 0; i < names.size(); ++i) {
-    MF_CHECK(!names[i].empty(), "trials: file {} has an empty name", i);
+    MF_CHECK(!names[i].empty(), "entry {} is an empty name: trial lists name each file", i);
     const auto [it, fresh] = index.emplace(names[i], std::int64_t(i));
-    MF_CHECK(fresh, "trials: files {} and {} have the same name {}; trial names must be unique", it->second, i,
+    MF_CHECK(fresh, "entries {} and {} are the same name {}: trial lists need unique names", it->second, i,
              shown(names[i]));
   }
   return index;

@@ -185,8 +185,18 @@ void register_verify(CLI::App& app) {
     const io::DatasetInfo& info = d.ds->info();
     const train::Embeddings files = train::file_embeddings(d.segments, info.segments_per_file);
     const std::vector<std::string> names = file_names(info);
-    const std::vector<model::Trial> trials = model::parse_trials(a.trials, model::index_names(names));
+    model::NameIndex index;
+    try {
+      index = model::index_names(names);
+    } catch (const Error& e) {
+      MF_THROW("{}: /files: {}", a.data, e.message());
+    }
+    const std::vector<model::Trial> trials = model::parse_trials(a.trials, index);
     MF_CHECK(!trials.empty(), "{}: no trials", a.trials);
+    const auto targets = std::ranges::count_if(trials, [](const model::Trial& t) { return t.label == 1; });
+    MF_CHECK(targets > 0 && targets < std::ssize(trials),
+             "{}: {} target and {} non-target trials: the error rates need both kinds (label 1 and label 0 lines)",
+             a.trials, targets, std::ssize(trials) - targets);
     const std::vector<float> raw = train::cosine_scores(files, trials, lm.ts->device(), stream.handle());
     const std::vector<std::int32_t> labels = model::trial_labels(trials);
     json j;

@@ -29,7 +29,7 @@ std::vector<model::NamedArray> source_arrays(const model::TrainStep& ts, const f
   if (path.extension() == ".h5") {
     const model::Checkpoint c = model::read_checkpoint(path);
     check_same_layers(c, ts, "--init-from");
-    const model::RunConfig saved = model::load_saved_config(c.get_string("config"), c.source + ":/strings/config");
+    const model::RunConfig saved = checkpoint_config(c);
     // checkpoint_model checked /arrays/master against the model it describes.
     model::ParamBuffer src(checkpoint_model(c, saved), DType::f32, Device::cpu());
     c.read_into("master", src.master());
@@ -98,7 +98,7 @@ LoadedModel load_model(const fs::path& checkpoint, const std::string& device, co
   const model::Checkpoint c = model::read_checkpoint(checkpoint);
   LoadedModel lm;
   lm.source = c.source;
-  lm.cfg = model::load_saved_config(c.get_string("config"), checkpoint.string() + ":/strings/config");
+  lm.cfg = checkpoint_config(c);
   try {
     model::validate(lm.cfg);  // every integer narrowed below (and by the callers) is then in range
   } catch (const Error& e) {

@@ -150,7 +150,7 @@ std::optional<model::FoundCheckpoint> find_resume_checkpoint(const model::RunCon
 
 model::RunConfig resumed_config(const model::FoundCheckpoint& found, const model::RunConfig& given,
                                 const std::vector<std::string>& given_keys) {
-  model::RunConfig cfg = model::load_saved_config(found.checkpoint.get_string("config"), found.path.string());
+  model::RunConfig cfg = checkpoint_config(found.checkpoint);
   for (const std::string& key : given_keys) model::copy_key(cfg, given, key);
   cfg.out = given.out;  // where the checkpoint was found
   cfg.resume = given.resume;
@@ -179,7 +179,7 @@ void check_same_model(const model::Checkpoint& c, const model::TrainStep& ts, co
 
 void check_same_layers(const model::Checkpoint& c, const model::TrainStep& ts, const std::string& what) {
   // LeakCNN against LeakCNN: the parameters' shapes say enough (unchanged).
-  const model::RunConfig saved = model::load_saved_config(c.get_string("config"), c.source + ":/strings/config");
+  const model::RunConfig saved = checkpoint_config(c);
   if (ts.config().model.arch == model::Arch::cnn || saved.arch == model::Arch::cnn)
     check_same_layers(saved_layers(saved), ts, what, c.source);
 }
@@ -209,6 +209,10 @@ model::Precision checkpoint_precision(const model::Checkpoint& c) {
   } catch (const Error&) {
     MF_THROW("checkpoint {}: /strings/precision: expected fp32, bf16 or fp16, found '{}'", c.source, p);
   }
+}
+
+model::RunConfig checkpoint_config(const model::Checkpoint& c) {
+  return model::load_saved_config(c.get_string("config"), c.source + ":/strings/config");
 }
 
 model::ModelConfig checkpoint_model(const model::Checkpoint& c, const model::RunConfig& cfg) {

@@ -85,6 +85,9 @@ void check_same_layers(const nlohmann::json& layers, const model::TrainStep& ts,
 // What a checkpoint says about its model, each value checked: a damaged or
 // hand-edited file gets an error naming it, the entry, what was expected and
 // what was found.
+// The configuration the checkpoint's run saved (/strings/config); its errors
+// name the checkpoint and the entry.
+model::RunConfig checkpoint_config(const model::Checkpoint& c);
 model::Precision checkpoint_precision(const model::Checkpoint& c);
 // checkpoint_model also checks the declared sizes against these bounds and the
 // parameter count they imply against /arrays/master before returning.

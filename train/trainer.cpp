@@ -230,7 +230,13 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
   resume_ = find_resume_checkpoint(cfg_, ckpt_dir_);  // before anything is written
   if (resume_ && options_.given_keys) cfg_ = resumed_config(*resume_, cfg_, *options_.given_keys);
   cfg_.resume.clear();  // config.toml and the checkpoints record the run, not how this process started
-  model::validate(cfg_);
+  try {
+    model::validate(cfg_);
+  } catch (const Error& e) {
+    if (!resume_) throw;
+    MF_THROW("{} (the configuration saved in {}:/strings/config, with this command's settings)", e.message(),
+             resume_->path.string());
+  }
   if (cfg_.fast_dev_run) {
     cfg_.epochs = 1;
     cfg_.limit_batches = 1;
@@ -314,7 +320,7 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
 // (runs saved before the key existed had both), whatever the data would say.
 void Trainer::Run::resolve_heads(const io::DatasetInfo& train) {
   if (cfg_.heads == model::Heads::automatic && resume_)
-    cfg_.heads = model::load_saved_config(resume_->checkpoint.get_string("config"), resume_->path.string()).heads;
+    cfg_.heads = checkpoint_config(resume_->checkpoint).heads;
   cfg_.heads = model::resolve_heads(cfg_, train);
   // A metric loss has no class head to score: it validates by the EER of
   // trials drawn from the validation set.
@@ -329,7 +335,7 @@ void Trainer::Run::restore_or_init() {
     const model::Checkpoint& c = resume_->checkpoint;
     check_same_model(c, *train_step_, "--resume");
     const std::vector<std::string> changed =
-        resume_differences(model::load_saved_config(c.get_string("config"), resume_->path.string()), cfg_);
+        resume_differences(checkpoint_config(c), cfg_);
     if (!changed.empty())
       log_warn("--resume: {} setting(s) differ from the run's: {}; the run continues with them (where they change "
                "the training, it will not match an uninterrupted run)", changed.size(), fmt::join(changed, ", "));

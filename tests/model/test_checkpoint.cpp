@@ -73,8 +73,8 @@ TEST_CASE("a checkpoint round-trips arrays of every dtype and the metadata, bit 
   check_same(c, r);
   CHECK(r.get_string("config") == "[optim]\nlr = 0.001\n");
   CHECK(r.get_string("empty").empty());
-  CHECK_THROWS_WITH_AS(r.get_int("nope"), doctest::Contains("no integer 'nope'"), Error);
-  CHECK_THROWS_WITH_AS(r.array("nope"), doctest::Contains("a.h5: no array 'nope'"), Error);
+  CHECK_THROWS_WITH_AS(r.get_int("nope"), doctest::Contains("/ints/nope is missing"), Error);
+  CHECK_THROWS_WITH_AS(r.array("nope"), doctest::Contains("a.h5: /arrays/nope is missing"), Error);
   Tensor t = Tensor::empty({4}, DType::f32);
   CHECK_THROWS_WITH_AS(r.read_into("perm", t), doctest::Contains("'perm' is i32[4], expected f32[4]"), Error);
   // No temporary file is left behind.

@@ -375,7 +375,7 @@ TEST_CASE("parse_trials reads the VoxCeleb format and names the line of an error
   CHECK(err("1 id1/a/1.wav id1/b/2.wav x\n").find("t.txt:1: expected 3 fields") != std::string::npos);
   CHECK(err3("0 id1/a/1.wav id9/z/9.wav\n") == "t.txt:3: the file 'id9/z/9.wav' is not in the data (3 files)");
   CHECK(testing::error_of([&] { index_names(std::vector<std::string>{"a", "b", "a"}); })
-            .find("files 0 and 2 have the same name 'a'") != std::string::npos);
+            .find("entries 0 and 2 are the same name 'a'") != std::string::npos);
   CHECK(testing::error_of([&] { parse_trials(std::filesystem::path("/nonexistent/trials.txt"), idx); })
             .find("cannot open /nonexistent/trials.txt") != std::string::npos);
 }

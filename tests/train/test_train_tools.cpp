@@ -292,7 +292,7 @@ TEST_CASE("load_model: out-of-range model entries of a checkpoint are errors nam
        },
        "its /strings/config says model.num_classes = 7, its /ints/classes = 2"},
       {[](auto& c) { c.ints["classes"] = 1000; }, "/ints/classes = 1000 and /strings/config is not valid: model: "
-                                                  "classes must be in [1, 256], found 1000"},
+                                                  "classes (model.num_classes, or the data's) must be in [1, 256], found 1000"},
       {[](auto& c) { c.ints["normal_class"] = 2; }, "/ints/normal_class: expected an integer in [0, 1], found 2"},
       {[](auto& c) { c.strings["precision"] = ""; }, "/strings/precision: expected fp32, bf16 or fp16, found ''"},
       {[](auto& c) { c.strings["class_names"] = R"([["normal"],"leak"])"; },
