@@ -60,8 +60,9 @@ struct DatasetNames {
   int normal_class = -1;
   // Number of classes. 0: len(class_names) when present, else max label + 1.
   int num_classes = 0;
-  // Where num_classes was set, for messages ("model.num_classes", "--classes").
+  // Where num_classes and normal_class were set, for messages ("model.num_classes", "--classes").
   std::string num_classes_from = "model.num_classes";
+  std::string normal_class_from = "data.normal_class";
   // The classes of the model the data is for, by name (the training set's, or
   // a checkpoint's), or empty: the file's own classes. When given, a file that
   // names its classes (the class_names attribute) has its labels mapped onto

@@ -165,7 +165,9 @@ void set_normal_class(const std::string& path, const DatasetNames& names, const 
   info.normal_class = names.normal_class;
   if (info.normal_class < 0) info.normal_class = std::max(0, find_normal_class(info.class_names));
   if (info.normal_class >= info.num_classes)
-    MF_THROW("{}: normal class {} is out of range: expected 0..{}", path, info.normal_class, info.num_classes - 1);
+    MF_THROW("{}: the normal class {} ({}) is out of range: expected 0..{} ({} classes)", path, info.normal_class,
+             names.normal_class >= 0 ? names.normal_class_from : "the class named normal", info.num_classes - 1,
+             info.num_classes);
   info.file_labels.resize(std::size_t(F));
   for (std::int64_t f = 0; f < F; ++f) info.file_labels[std::size_t(f)] = std::int32_t(raw_labels[std::size_t(f)]);
 }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <string_view>
+#include <unordered_map>
 
 #include "engine/error.hpp"
 #include "engine/isolate.hpp"
@@ -104,10 +106,25 @@ void read_frontend_attributes(hid_t dset, hid_t file, const std::string& path, D
   info.frames_attr = std::int64_t(v[3]);
 }
 
+// Classes are matched by name (a model's, another split's): each must be a
+// name, and a name must mean one class.
+void check_class_names(const std::vector<std::string>& names, const std::string& where) {
+  std::unordered_map<std::string_view, std::size_t> first;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    MF_CHECK(!names[i].empty(), "{}: entry {} is empty: every class needs a name", where, i);
+    const auto [it, fresh] = first.emplace(names[i], i);
+    MF_CHECK(fresh, "{}: entries {} and {} are both '{}': class names must be unique (classes are matched by name)",
+             where, it->second, i, names[i]);
+  }
+}
+
 // The optional attributes, on the segments dataset or the root group.
 void read_attributes(hid_t dset, hid_t file, const std::string& path, const std::string& seg, DatasetInfo& info) {
-  if (H5Id a = find_attr(dset, file, "class_names"); a.get() >= 0)
-    info.class_names = H5Value(std::move(a), path, fmt::format("attribute class_names (of {} or /)", seg)).read_strings();
+  if (H5Id a = find_attr(dset, file, "class_names"); a.get() >= 0) {
+    const H5Value v(std::move(a), path, fmt::format("attribute class_names (of {} or /)", seg));
+    info.class_names = v.read_strings();
+    check_class_names(info.class_names, v.where());
+  }
   if (H5Id a = find_attr(dset, file, "sample_rate"); a.get() >= 0)
     info.sample_rate = read_number_attr(std::move(a), path, "sample_rate");
   if (H5Id a = find_attr(dset, file, "hop_length"); a.get() >= 0) {

@@ -13,8 +13,6 @@ namespace mf::model {
 
 namespace {
 
-constexpr int kMaxChannels = 4096;
-
 struct TypeName {
   LayerType type;
   std::string_view name;

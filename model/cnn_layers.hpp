@@ -33,6 +33,9 @@
 
 namespace mf::model {
 
+// The most channels a conv layer (of a stack, or of LeakCNN's model.channels) may have.
+inline constexpr int kMaxChannels = 4096;
+
 enum class LayerType : std::uint8_t { conv, residual, global_avg_pool, attentive_stats_pool, dense, dropout };
 
 struct CnnLayer {

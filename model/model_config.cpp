@@ -34,7 +34,8 @@ void ModelConfig::validate() const {
   // Speaker sets have thousands of classes; the softmax heads' confusion
   // matrix and file vote are sized for a few hundred.
   const int max_classes = loss == LossType::softmax ? 256 : 65536;
-  MF_CHECK(classes >= 1 && classes <= max_classes, "model: classes (model.num_classes, or the data's) must be in [1, {}], found {}", max_classes, classes);
+  MF_CHECK(classes >= 1 && classes <= max_classes,
+           "model: classes (model.num_classes, or the data's) must be in [1, {}], found {}", max_classes, classes);
   MF_CHECK(embedding >= 0 && embedding <= 65536, "model.embedding: expected 0 (none) or a width in [1, 65536], found {}",
            embedding);
   MF_CHECK(loss == LossType::softmax || !leak_head,
@@ -46,17 +47,23 @@ void ModelConfig::validate() const {
     return;
   }
   MF_CHECK(!channels.empty(), "model.channels: at least one conv block is needed (found an empty list)");
-  MF_CHECK(pools.size() == channels.size(), "model.pools: {} pool sizes for {} blocks (model.channels): expected one per block",
-           pools.size(), channels.size());
-  MF_CHECK(kernel >= 1 && kernel % 2 == 1, "model.kernel: expected an odd integer >= 1, found {}", kernel);
+  MF_CHECK(pools.size() == channels.size(),
+           "model.pools: {} pool sizes for {} blocks (model.channels): expected one per block", pools.size(),
+           channels.size());
+  // The bounds of a CNN stack's layers (model/cnn_layers.hpp): beyond them a
+  // model is a damaged or mistyped setting, not a network to allocate.
+  MF_CHECK(kernel >= 1 && kernel <= 15 && kernel % 2 == 1, "model.kernel: expected an odd integer in [1, 15], found {}",
+           kernel);
   for (std::size_t i = 0; i < channels.size(); ++i) {
-    MF_CHECK(channels[i] >= 1, "model.channels[{}]: expected an integer >= 1, found {}", i, channels[i]);
-    MF_CHECK(pools[i] >= 1 && pools[i] <= 15, "model.pools[{}]: expected an integer in [1, 15], found {}", i, pools[i]);
+    MF_CHECK(channels[i] >= 1 && channels[i] <= kMaxChannels, "model.channels[{}]: expected an integer in [1, {}], "
+             "found {}", i, kMaxChannels, channels[i]);
+    MF_CHECK(pools[i] >= 1 && pools[i] <= 15, "model.pools[{}]: expected an integer in [1, 15], found {}", i,
+             pools[i]);
     MF_CHECK(out_h(int(i)) >= 1 && out_w(int(i)) >= 1,
              "model: input {} x {} is too small for the pools {} (block {} has no output)", in_mels, in_frames,
              fmt::join(pools, "/"), i);
   }
-  MF_CHECK(dense >= 1, "model.dense: expected an integer >= 1, found {}", dense);
+  MF_CHECK(dense >= 1 && dense <= 65536, "model.dense: expected an integer in [1, 65536], found {}", dense);
   MF_CHECK(dropout >= 0.f && dropout < 1.f, "model.dropout: expected a number in [0, 1), found {}", dropout);
 }
 

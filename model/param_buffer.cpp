@@ -103,6 +103,11 @@ ParamLayout param_layout(const ModelConfig& cfg) {
     if (group == 0) layout.decay_end = off;
   }
   layout.size = pad8(off);
+  // Master, gradient and two moments take 16 bytes a parameter: beyond the
+  // bound, a setting (or a damaged checkpoint) asks for gigabytes, not a model.
+  MF_CHECK(layout.size <= kMaxParameters,
+           "model: {} parameters, expected at most {} (2^28): check model.channels, model.dense, model.layers, "
+           "model.embedding and the input size ({} x {})", layout.size, kMaxParameters, cfg.in_mels, cfg.in_frames);
   return layout;
 }
 

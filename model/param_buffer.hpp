@@ -86,7 +86,10 @@ struct ParamLayout {
   std::vector<ParamInfo> params;
   std::int64_t size = 0, decay_end = 0;  // as ParamBuffer::size() and decay_end()
 };
-// Throws mf::Error (ModelConfig::validate) when the model is not valid.
+// The most parameters a model may have (its buffers then take 4 GiB).
+inline constexpr std::int64_t kMaxParameters = std::int64_t(1) << 28;
+// Throws mf::Error when the model is not valid (ModelConfig::validate) or has
+// more than kMaxParameters parameters.
 ParamLayout param_layout(const ModelConfig& cfg);
 
 class ParamBuffer {

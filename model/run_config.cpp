@@ -798,8 +798,8 @@ void validate(const RunConfig& cfg) {
   MF_CHECK(cfg.fe_sample_rate == 0 ? !fe_any
                                    : cfg.fe_n_fft && cfg.fe_hop_length && cfg.fe_n_mels && cfg.fe_frames &&
                                          cfg.fe_long && cfg.fe_short,
-           "frontend: sample_rate, n_fft, hop_length, n_mels, frames, long and short are set together (all > 0) "
-           "or not at all; found sample_rate {}, n_fft {}, hop_length {}, n_mels {}, frames {}, long {}, short {}",
+           "frontend.sample_rate, frontend.n_fft, frontend.hop_length, frontend.n_mels, frontend.frames, "
+           "frontend.long and frontend.short are set together (all > 0) or not at all; found sample_rate {}, n_fft {}, hop_length {}, n_mels {}, frames {}, long {}, short {}",
            cfg.fe_sample_rate, cfg.fe_n_fft, cfg.fe_hop_length, cfg.fe_n_mels, cfg.fe_frames, cfg.fe_long,
            cfg.fe_short);
 }

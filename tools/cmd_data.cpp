@@ -204,6 +204,7 @@ void register_data(CLI::App& app) {
   static std::string file;
   static io::DatasetNames names;
   names.num_classes_from = "--classes";
+  names.normal_class_from = "--normal-class";
   static bool no_scan = false;
   inspect->add_option("file", file, "HDF5 file")->required()->type_name("PATH");
   inspect->add_option("--segments", names.segments, "Name of the segments dataset")

@@ -113,13 +113,16 @@ void restore_run_checkpoint(model::TrainStep& ts, const model::Checkpoint& c, cu
 
 RunState run_state_of(const model::Checkpoint& c) {
   RunState s;
-  s.step = c.get_int("step");
-  s.epoch = c.get_int("epoch");
-  s.step_in_epoch = c.get_int("step_in_epoch");
-  s.samples = c.get_int("samples");
+  // Each range-checked: a damaged value is an error naming the entry, not a
+  // failure later in the reader or the schedule.
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max(), kMaxInt = std::numeric_limits<int>::max();
+  s.step = c.get_int_in("step", 0, kMax);
+  s.epoch = c.get_int_in("epoch", 0, kMaxInt);
+  s.step_in_epoch = c.get_int_in("step_in_epoch", 0, kMax);
+  s.samples = c.get_int_in("samples", 0, kMax);
   s.best.value = c.get_float("best_metric");
-  s.best.step = c.get_int("best_step");
-  s.best.bad_evals = c.get_int("bad_evals");
+  s.best.step = c.get_int_in("best_step", -1, kMax);
+  s.best.bad_evals = c.get_int_in("bad_evals", 0, kMax);
   s.elapsed_s = c.get_float("elapsed_s");
   return s;
 }
@@ -128,6 +131,10 @@ std::optional<model::FoundCheckpoint> find_resume_checkpoint(const model::RunCon
   std::optional<model::FoundCheckpoint> resume;
   if (cfg.resume == "auto") {
     resume = model::newest_good_checkpoint(ckpt_dir);
+    const std::size_t held = model::CheckpointDir(ckpt_dir, 1).list().size();
+    MF_CHECK(resume || held == 0,
+             "--resume auto: none of the {} checkpoint(s) in {} reads (each is named above with why); move them "
+             "away to start a new run there, or resume from a good copy with --resume PATH", held, ckpt_dir.string());
     if (!resume) log_info("--resume auto: no checkpoint in {}, starting a new run", ckpt_dir.string());
   } else if (!cfg.resume.empty()) {
     fs::path p(cfg.resume);
@@ -166,13 +173,15 @@ std::vector<std::string> resume_differences(const model::RunConfig& saved, const
 
 void check_same_model(const model::Checkpoint& c, const model::TrainStep& ts, const std::string& what) {
   const model::ModelConfig& mc = ts.config().model;
-  MF_CHECK(c.get_int("in_mels") == mc.in_mels && c.get_int("in_frames") == mc.in_frames &&
-               c.get_int("classes") == mc.classes,
-           "{} {}: its model takes {}x{} inputs and {} classes, this run's data {}x{} and {} classes", what, c.source,
-           c.get_int("in_mels"), c.get_int("in_frames"), c.get_int("classes"), mc.in_mels, mc.in_frames, mc.classes);
-  MF_CHECK(c.array("master").shape == Shape{ts.params().size()},
-           "{} {}: {} parameters, the configured model has {} ({} differ?)", what, c.source,
-           shape_numel(c.array("master").shape), ts.params().size(),
+  const std::int64_t mels = c.get_int("in_mels"), frames = c.get_int("in_frames"), classes = c.get_int("classes");
+  MF_CHECK(mels == mc.in_mels && frames == mc.in_frames && classes == mc.classes,
+           "{} {}: its model takes {}x{} inputs and {} classes (/ints/in_mels, /ints/in_frames, /ints/classes), this "
+           "run's data {}x{} and {} classes", what, c.source, mels, frames, classes, mc.in_mels, mc.in_frames,
+           mc.classes);
+  const Shape& held = c.array("master").shape;
+  MF_CHECK(held == Shape{ts.params().size()},
+           "{} {}: /arrays/master holds {} values, this run's model has {} parameters ({} differ?)", what, c.source,
+           held.size() == 1 ? fmt::format("{}", held[0]) : "shape " + shape_str(held), ts.params().size(),
            mc.arch == model::Arch::cnn ? "model.arch/layers" : "model.channels/pools/kernel/dense");
   check_same_layers(c, ts, what);
 }
@@ -230,13 +239,14 @@ model::ModelConfig checkpoint_model(const model::Checkpoint& c, const model::Run
            "checkpoint {}: its /strings/config says model.num_classes = {}, its /ints/classes = {} (a damaged or "
            "edited checkpoint?)", c.source, cfg.num_classes, classes);
   model::ModelConfig mc;
+  std::int64_t expected = 0;
   try {
     mc = model_config(cfg, mels, frames, classes);
+    expected = model::param_layout(mc).size;
   } catch (const Error& e) {
     MF_THROW("checkpoint {}: the model of /ints/in_mels = {}, /ints/in_frames = {}, /ints/classes = {} and "
              "/strings/config is not valid: {}", c.source, mels, frames, classes, e.message());
   }
-  const std::int64_t expected = model::param_layout(mc).size;
   const Shape& held = c.array("master").shape;
   MF_CHECK(held == Shape{expected},
            "checkpoint {}: /arrays/master holds {} values, but the model that /ints/in_mels = {}, /ints/in_frames = "
