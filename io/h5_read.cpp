@@ -191,9 +191,9 @@ std::vector<std::string> H5Value::read_strings() const {
   // where the file and the entry can be named, not when a run's outputs are written.
   for (std::size_t i = 0; i < out.size(); ++i)
     if (!is_utf8(out[i]))
-      MF_THROW("{}: {}is not UTF-8 text ({}); melforge writes names to UTF-8 files (report.json, CSV, TOML): "
-               "store them as UTF-8 (h5py: a list of str)",
-               where_, out.size() > 1 || !dims_.empty() ? fmt::format("entry {} ", i) : std::string(),
+      MF_THROW("{}: {} not UTF-8 text ({}); melforge writes the text it reads to UTF-8 files (report.json, CSV, "
+               "TOML): store it as UTF-8 (h5py: str, not bytes)",
+               where_, out.size() > 1 || !dims_.empty() ? fmt::format("entry {} is", i) : std::string("is"),
                invalid_utf8_desc(out[i]));
   return out;
 }
