@@ -428,17 +428,20 @@ fs::path CheckpointDir::save(const Checkpoint& c, std::int64_t step, bool best) 
   return path;
 }
 
-std::optional<FoundCheckpoint> newest_good_checkpoint(const fs::path& dir) {
+std::optional<FoundCheckpoint> newest_good_checkpoint(const fs::path& dir, std::vector<std::string>* skipped) {
   CheckpointDir d(dir, 1);
   for (const fs::path& p : d.list()) {
+    std::string why;
     try {
       Checkpoint c = read_checkpoint(p);
       return FoundCheckpoint{p, std::move(c)};
     } catch (const Error& e) {
-      log_warn("skipping checkpoint {}: {}", p.string(), e.message());
+      why = e.message();
     } catch (const std::exception& e) {  // not expected (reads check sizes first), but a damaged file must not stop --resume
-      log_warn("skipping checkpoint {}: {}", p.string(), e.what());
+      why = e.what();
     }
+    log_warn("skipping checkpoint {}: {}", p.string(), why);
+    if (skipped) skipped->push_back(why);
   }
   return std::nullopt;
 }

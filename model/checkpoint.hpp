@@ -89,12 +89,14 @@ class CheckpointDir {
 };
 
 // The newest checkpoint of `dir` that reads and verifies; each newer one that
-// does not is skipped with a warning naming it and why. nullopt when none.
+// does not is skipped with a warning naming it and why (also appended to
+// `skipped`, newest first, when given). nullopt when none.
 struct FoundCheckpoint {
   std::filesystem::path path;
   Checkpoint checkpoint;
 };
-std::optional<FoundCheckpoint> newest_good_checkpoint(const std::filesystem::path& dir);
+std::optional<FoundCheckpoint> newest_good_checkpoint(const std::filesystem::path& dir,
+                                                     std::vector<std::string>* skipped = nullptr);
 
 // CRC-32 (IEEE 802.3, as zlib's crc32).
 std::uint32_t crc32(const void* data, std::size_t n, std::uint32_t crc = 0);

@@ -191,7 +191,13 @@ void register_verify(CLI::App& app) {
     } catch (const Error& e) {
       MF_THROW("{}: /files: {}", a.data, e.message());
     }
-    const std::vector<model::Trial> trials = model::parse_trials(a.trials, index);
+    std::vector<model::Trial> trials;
+    try {
+      trials = model::parse_trials(a.trials, index);
+    } catch (const Error& e) {  // a name the data lacks may be the data's fault: say which names it has
+      MF_THROW("{}; the data {} names its files {}", e.message(), a.data,
+               info.file_names.empty() ? "#0, #1, ... (it has no /files)" : "by its /files");
+    }
     MF_CHECK(!trials.empty(), "{}: no trials", a.trials);
     const auto targets = std::ranges::count_if(trials, [](const model::Trial& t) { return t.label == 1; });
     MF_CHECK(targets > 0 && targets < std::ssize(trials),

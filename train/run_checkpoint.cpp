@@ -130,11 +130,12 @@ RunState run_state_of(const model::Checkpoint& c) {
 std::optional<model::FoundCheckpoint> find_resume_checkpoint(const model::RunConfig& cfg, const fs::path& ckpt_dir) {
   std::optional<model::FoundCheckpoint> resume;
   if (cfg.resume == "auto") {
-    resume = model::newest_good_checkpoint(ckpt_dir);
-    const std::size_t held = model::CheckpointDir(ckpt_dir, 1).list().size();
-    MF_CHECK(resume || held == 0,
-             "--resume auto: none of the {} checkpoint(s) in {} reads (each is named above with why); move them "
-             "away to start a new run there, or resume from a good copy with --resume PATH", held, ckpt_dir.string());
+    std::vector<std::string> skipped;  // each message names its file
+    resume = model::newest_good_checkpoint(ckpt_dir, &skipped);
+    MF_CHECK(resume || skipped.empty(),
+             "--resume auto: none of the {} checkpoint(s) in {} reads; the newest: {}. Move them away to start a new "
+             "run there, or resume from a good copy with --resume PATH", skipped.size(), ckpt_dir.string(),
+             skipped.empty() ? "" : skipped.front());
     if (!resume) log_info("--resume auto: no checkpoint in {}, starting a new run", ckpt_dir.string());
   } else if (!cfg.resume.empty()) {
     fs::path p(cfg.resume);

@@ -230,13 +230,17 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
   resume_ = find_resume_checkpoint(cfg_, ckpt_dir_);  // before anything is written
   if (resume_ && options_.given_keys) cfg_ = resumed_config(*resume_, cfg_, *options_.given_keys);
   cfg_.resume.clear();  // config.toml and the checkpoints record the run, not how this process started
-  try {
-    model::validate(cfg_);
-  } catch (const Error& e) {
-    if (!resume_) throw;
-    MF_THROW("{} (the configuration saved in {}:/strings/config, with this command's settings)", e.message(),
-             resume_->path.string());
-  }
+  // A resumed run's settings come from its checkpoint: their errors say so.
+  auto saved_settings = [&](auto&& check) {
+    try {
+      check();
+    } catch (const Error& e) {
+      if (!resume_) throw;
+      MF_THROW("{} (the configuration saved in {}:/strings/config, with this command's settings)", e.message(),
+               resume_->path.string());
+    }
+  };
+  saved_settings([&] { model::validate(cfg_); });
   if (cfg_.fast_dev_run) {
     cfg_.epochs = 1;
     cfg_.limit_batches = 1;
@@ -256,16 +260,19 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
   const io::DatasetInfo& ti = data_.train->info();
   resolve_heads(ti);
   resolve_frontend(cfg_, ti);
-  model_config_ = model_config(cfg_, ti.n_mels, ti.frames, data_.classes);
-  if (cfg_.batch_size == 0) {
-    cfg_.batch_size = auto_batch_size(ti.num_segments, cfg_.grad_accum, device_.is_cuda());
-    log_info("train.batch_size = auto: {} for {} training segments on the {}", cfg_.batch_size, ti.num_segments,
-             device_.is_cuda() ? "GPU" : "CPU");
-  }
-  MF_CHECK(!cfg_.drop_last || cfg_.per_class > 0 || ti.num_segments >= cfg_.batch_size,
-           "train.batch_size = {}: data.train {} has {} segments, fewer than one batch, and train.drop_last = true "
-           "drops a partial batch: use a smaller train.batch_size (or auto), or set train.drop_last = false",
-           cfg_.batch_size, ti.path, ti.num_segments);
+  saved_settings([&] {
+    model_config_ = model_config(cfg_, ti.n_mels, ti.frames, data_.classes);
+    (void)model::param_layout(model_config_);  // its size bound, before anything is allocated
+    if (cfg_.batch_size == 0) {
+      cfg_.batch_size = auto_batch_size(ti.num_segments, cfg_.grad_accum, device_.is_cuda());
+      log_info("train.batch_size = auto: {} for {} training segments on the {}", cfg_.batch_size, ti.num_segments,
+               device_.is_cuda() ? "GPU" : "CPU");
+    }
+    MF_CHECK(!cfg_.drop_last || cfg_.per_class > 0 || ti.num_segments >= cfg_.batch_size,
+             "train.batch_size = {}: data.train {} has {} segments, fewer than one batch, and train.drop_last = true "
+             "drops a partial batch: use a smaller train.batch_size (or auto), or set train.drop_last = false",
+             cfg_.batch_size, ti.path, ti.num_segments);
+  });
   stream_ = std::make_unique<Stream>(device_, "compute");
   train_reader_ = std::make_unique<io::BatchReader>(data_.train, reader_config(cfg_, device_, act_dtype_, true));
   // Opening the datasets and (resident mode) loading the training set: the
