@@ -96,6 +96,13 @@ Check int_range(std::int64_t RunConfig::*m, std::int64_t lo, std::int64_t hi) {
     return c.*m >= lo && c.*m <= hi ? std::string{} : fmt::format("an integer in [{}, {}]", lo, hi);
   };
 }
+// An HDF5 dataset's name or path: something other than slashes ("/" alone is the root group).
+Check dataset_name(std::string RunConfig::*m) {
+  return [m](const RunConfig& c) {
+    return (c.*m).find_first_not_of('/') != std::string::npos ? std::string{}
+                                                                : std::string("an HDF5 dataset name (not empty)");
+  };
+}
 Check positive_float(double RunConfig::*m) {
   return [m](const RunConfig& c) {
     return std::isfinite(c.*m) && c.*m > 0 ? std::string{} : std::string("a finite number > 0");
@@ -167,8 +174,10 @@ void data_fields(std::vector<Field>& v) {
   add(v, "data.train", &C::train_path, "a path to an HDF5 file", "training set (required)");
   add(v, "data.val", &C::val_path, "a path to an HDF5 file", "validation set (empty: no validation)");
   add(v, "data.test", &C::test_path, "a path to an HDF5 file", "test set, evaluated once at the end (optional)");
-  add(v, "data.segments", &C::segments_name, "an HDF5 dataset name", "name of the segments dataset");
-  add(v, "data.labels", &C::labels_name, "an HDF5 dataset name", "name of the labels dataset");
+  add(v, "data.segments", &C::segments_name, "an HDF5 dataset name", "name of the segments dataset",
+      dataset_name(&C::segments_name));
+  add(v, "data.labels", &C::labels_name, "an HDF5 dataset name", "name of the labels dataset",
+      dataset_name(&C::labels_name));
   add(v, "data.leak", &C::leak_name, "an HDF5 dataset name", "name of the optional 0/1 leak dataset");
   add(v, "data.normal_class", &C::normal_class, "an integer in [-1, 2147483647]",
       "class meaning 'no leak' when /leak is absent (-1: the class named normal, else 0)",

@@ -139,6 +139,10 @@ std::shared_ptr<const io::Dataset> open_model_data(const LoadedModel& lm, const 
   // file has. Neither takes its class count from the training configuration.
   names.num_classes = 0;
   names.classes_from = "checkpoint " + lm.source;
+  // The normal class is the checkpoint's (/ints/normal_class, an index into
+  // its classes), whatever its saved data.normal_class says.
+  names.normal_class = lm.model.loss == model::LossType::softmax ? lm.normal_class : -1;
+  names.normal_class_from = fmt::format("/ints/normal_class of {}", lm.source);
   if (lm.model.loss == model::LossType::softmax) names.classes = lm.class_names;
   auto ds = io::Dataset::open(path, names);  // its errors name the file
   const auto& info = ds->info();

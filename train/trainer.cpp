@@ -97,10 +97,12 @@ struct RunData {
   int normal_class = 0;
 };
 
-// `num_classes_from` says where model.num_classes came from, for messages.
-RunData open_run_data(const RunConfig& cfg, const std::string& num_classes_from) {
+// `num_classes_from` and `normal_class_from` say where model.num_classes and
+// data.normal_class came from, for messages.
+RunData open_run_data(const RunConfig& cfg, const std::string& num_classes_from, const std::string& normal_class_from) {
   io::DatasetNames names = dataset_names(cfg);
   names.num_classes_from = num_classes_from;
+  names.normal_class_from = normal_class_from;
   RunData d;
   d.train = io::Dataset::open(cfg.train_path, names);
   const io::DatasetInfo& ti = d.train->info();
@@ -153,6 +155,8 @@ class Trainer::Run {
 
  private:
   void resolve_heads(const io::DatasetInfo& train);
+  // `key`, or "key (saved in CHECKPOINT)" when a resumed run took it from its checkpoint: for messages.
+  std::string setting_origin(const std::string& key) const;
   void log_interval(std::int64_t step_in_epoch);
   void tick(std::int64_t step_in_epoch);
   void set_position(ProgressState& ps, std::int64_t step_in_epoch, double samples_per_s) const;
@@ -253,10 +257,7 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
 
   // Data (validated at open: a bad file stops here, before anything is written).
   const auto load_t0 = Clock::now();
-  const bool num_classes_saved = resume_ && options_.given_keys &&
-                                 !std::ranges::count(*options_.given_keys, std::string("model.num_classes"));
-  data_ = open_run_data(cfg_, num_classes_saved ? fmt::format("model.num_classes (saved in {})", resume_->path.string())
-                                                : std::string("model.num_classes"));
+  data_ = open_run_data(cfg_, setting_origin("model.num_classes"), setting_origin("data.normal_class"));
   const io::DatasetInfo& ti = data_.train->info();
   resolve_heads(ti);
   resolve_frontend(cfg_, ti);
@@ -335,6 +336,11 @@ void Trainer::Run::resolve_heads(const io::DatasetInfo& train) {
   model::validate(cfg_);  // with the heads known: a leak eval.metric needs the leak head
 }
 
+std::string Trainer::Run::setting_origin(const std::string& key) const {
+  const bool saved = resume_ && options_.given_keys && !std::ranges::count(*options_.given_keys, key);
+  return saved ? fmt::format("{} (saved in {})", key, resume_->path.string()) : key;
+}
+
 // ---- restore_or_init: the starting state ----------------------------------------------
 
 void Trainer::Run::restore_or_init() {
@@ -348,6 +354,12 @@ void Trainer::Run::restore_or_init() {
                "the training, it will not match an uninterrupted run)", changed.size(), fmt::join(changed, ", "));
     restore_run_checkpoint(*train_step_, c, *stream_);
     state_ = run_state_of(c);
+    // A finished epoch is saved as the next one's step 0: the step inside the
+    // epoch is below this run's steps per epoch (the same data and batching).
+    MF_CHECK(state_.step_in_epoch < steps_per_epoch_,
+             "--resume {}: /ints/step_in_epoch = {}, but an epoch of this run has {} optimizer steps (expected 0..{}; "
+             "data.train, train.batch_size, train.grad_accum and train.limit_batches set them)",
+             resume_->path.string(), state_.step_in_epoch, steps_per_epoch_, steps_per_epoch_ - 1);
     selection_ = EarlyStopping(selection_.goal(), state_.best);
     log_info("resuming from {} (step {}, epoch {}, step {} of the epoch)", resume_->path.string(), state_.step,
              state_.epoch + 1, state_.step_in_epoch);
