@@ -275,7 +275,9 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
              cfg_.batch_size, ti.path, ti.num_segments);
   });
   stream_ = std::make_unique<Stream>(device_, "compute");
-  train_reader_ = std::make_unique<io::BatchReader>(data_.train, reader_config(cfg_, device_, act_dtype_, true));
+  saved_settings([&] {
+    train_reader_ = std::make_unique<io::BatchReader>(data_.train, reader_config(cfg_, device_, act_dtype_, true));
+  });
   // Opening the datasets and (resident mode) loading the training set: the
   // "dataset load" that time-to-first-step figures leave out.
   dataset_load_s_ = seconds_since(load_t0);

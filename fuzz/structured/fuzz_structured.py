@@ -12,6 +12,8 @@
 # run is classified:
 #   accepted  exit 0
 #   crash     killed by a signal, or stderr has a sanitizer report, "terminate called", ...
+#             outside melforge's own error line (which may report, by design, that the
+#             HDF5 library crashed in the isolated child process that read the file)
 #   hang      still running after --timeout seconds (30; process group killed)
 #   clean     non-zero exit and the "melforge: error:" text names the mutated file (path or
 #             basename; for a config: the file or the mutated key) AND an entry (the mutated
@@ -249,10 +251,13 @@ def classify(rc, stderr, timed_out, names, entries, timeout, paths=()):
     "labels-..." does not count as naming /labels."""
     if timed_out:
         return "hang", "no exit after %d s" % timeout, last_line(stderr)
+    # Not in melforge's own error line: a damaged file that crashes the HDF5
+    # library in melforge's isolated child process is reported there by design
+    # ("... the HDF5 library crashed (Segmentation fault) on this file").
+    rest = [l for l in stderr.splitlines() if not l.startswith("melforge: error:")]
     for m in CRASH_MARKERS:
-        if m in stderr:
-            return "crash", "stderr has '%s'" % m, next(
-                (l for l in stderr.splitlines() if m in l), "")[:600]
+        if any(m in l for l in rest):
+            return "crash", "stderr has '%s'" % m, next((l for l in rest if m in l), "")[:600]
     if rc < 0:
         return "crash", "killed by signal %d" % -rc, last_line(stderr)
     if rc == 0:
