@@ -253,8 +253,16 @@ def classify(rc, stderr, timed_out, names, entries, timeout, paths=()):
         return "hang", "no exit after %d s" % timeout, last_line(stderr)
     # Not in melforge's own error line: a damaged file that crashes the HDF5
     # library in melforge's isolated child process is reported there by design
-    # ("... the HDF5 library crashed (Segmentation fault) on this file").
-    rest = [l for l in stderr.splitlines() if not l.startswith("melforge: error:")]
+    # ("... the HDF5 library crashed (Segmentation fault) on this file"). Under
+    # the sanitizers that child also prints its report before it dies: when
+    # melforge's error says its isolated call crashed or ended without an
+    # answer, the report is the child's (engine/isolate.hpp), not a finding.
+    lines = stderr.splitlines()
+    rest = [l for l in lines if not l.startswith("melforge: error:")]
+    err_line = next((l for l in reversed(lines) if l.startswith("melforge: error:")), "")
+    if rc > 0 and ("the HDF5 library crashed" in err_line or
+                   "the isolated call ended without an answer" in err_line):
+        rest = []
     for m in CRASH_MARKERS:
         if any(m in l for l in rest):
             return "crash", "stderr has '%s'" % m, next((l for l in rest if m in l), "")[:600]
