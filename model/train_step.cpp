@@ -69,7 +69,11 @@ TrainStep::TrainStep(const TrainConfig& cfg, Device device, cudaStream_t stream)
       std::fill_n(static_cast<std::uint8_t*>(mask.raw()) + p->offset, p->numel, std::uint8_t(1));
     frozen_ = mask.to(device, stream);
   }
-  if (K > 1) grad_scratch_ = make({params_->size()}, DType::f32, device, stream);
+  MF_CHECK(cfg_.world_size >= 1 && cfg_.world_rank >= 0 && cfg_.world_rank < cfg_.world_size,
+           "TrainStep: rank {} of {} processes", cfg_.world_rank, cfg_.world_size);
+  MF_CHECK(cfg_.world_size == 1 || (cfg_.gather_gradients && !device.is_cuda()),
+           "TrainStep: data parallelism needs gather_gradients and the CPU backend");
+  if (K > 1 || cfg_.world_size > 1) grad_scratch_ = make({params_->size()}, DType::f32, device, stream);
 
   in_x_ = make({K * B, mc.in_mels, mc.in_frames, 1}, dtype_, device, stream, Layout::nhwc);
   in_labels_ = make({K * B}, DType::i32, device, stream);
@@ -177,7 +181,10 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   ParamBuffer& pb = *params_;
   const std::int64_t B = cfg_.micro_batch;
   Tensor& work = pb.work();
-  Tensor& g = j == 0 ? pb.grad() : grad_scratch_;
+  const bool parallel = cfg_.world_size > 1;
+  // The step's micro-batch this is (TrainConfig::world_rank): its draws follow it.
+  const std::int64_t m = std::int64_t(j) * cfg_.world_size + cfg_.world_rank;
+  Tensor& g = j == 0 && !parallel ? pb.grad() : grad_scratch_;
   auto* st = static_cast<kernels::AdamWState*>(opt_state_.raw());
   Tensor x = in_x_.slice(j * B, (j + 1) * B);
   const Tensor labels = in_labels_.slice(j * B, (j + 1) * B);
@@ -190,8 +197,8 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
     ad.mels = mc.in_mels;
     ad.frames = mc.in_frames;
     ad.seed = augment_seed;  // not dropout's draws
-    ad.stream = std::uint32_t(j);
-    ad.first_sample = j * B;
+    ad.stream = std::uint32_t(m);
+    ad.first_sample = m * B;
     ops::augment(x, &st->iteration, ad, ad.noise_count ? &noise_ : nullptr, stream);
   }
   const bool mix = cfg_.mixup_alpha > 0.f;
@@ -202,8 +209,8 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
     md.elems = mc.in_mels * mc.in_frames;
     md.alpha = cfg_.mixup_alpha;
     md.seed = splitmix64_finalize(augment_seed);  // not augment's draws
-    md.stream = std::uint32_t(j);
-    md.first_sample = j * B;
+    md.stream = std::uint32_t(m);
+    md.first_sample = m * B;
     ops::mixup(x, labels, &st->iteration, md, mix_x_, mix_labels_b_, mix_lam_, mc.leak_head ? &leak : nullptr,
                mc.leak_head ? &mix_leak_ : nullptr, stream);
     x = mix_x_;
@@ -216,7 +223,7 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   }
 
   // Forward: the trunk, then the embedding layer when there is one.
-  const DropoutContext drop{cfg_.seed, std::uint32_t(j), &st->iteration};
+  const DropoutContext drop{cfg_.seed, std::uint32_t(m), &st->iteration};
   const Tensor* features = nullptr;
   if (stack_) {
     Phase ph(timer_, "fwd.layers", stream);
@@ -248,9 +255,36 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   } else {
     leakcnn_backward(x, g, drop, stream);
   }
-  if (j > 0) {
+  if (parallel) {
+    combine_gathered(j, stream);
+  } else if (j > 0) {
     Phase ph(timer_, "accumulate", stream);
     ops::accumulate(grad_scratch_, pb.grad(), stream);
+  }
+}
+
+void TrainStep::combine_gathered(int j, cudaStream_t stream) {
+  const std::int64_t n = params_->size();
+  std::vector<float> all;
+  {
+    Phase ph(timer_, "gather", stream);
+    all = cfg_.gather_gradients(grad_scratch_);
+  }
+  MF_CHECK(std::int64_t(all.size()) == n * cfg_.world_size, "TrainStep: gathered {} gradient values, expected {} x {}",
+           all.size(), cfg_.world_size, n);
+  Phase ph(timer_, "accumulate", stream);
+  Tensor& grad = params_->grad();
+  for (int r = 0; r < cfg_.world_size; ++r) {
+    // The step's micro-batch j * world_size + r: the first is the step's
+    // gradient as it stands (one process's backward writes it there), the
+    // others are added to it.
+    const float* row = all.data() + std::size_t(r) * std::size_t(n);
+    if (j == 0 && r == 0) {
+      std::copy(row, row + n, grad.data<float>());
+    } else {
+      std::copy(row, row + n, grad_scratch_.data<float>());
+      ops::accumulate(grad_scratch_, grad, stream);
+    }
   }
 }
 
@@ -261,7 +295,8 @@ void TrainStep::loss_and_heads(const Tensor& emb, const Tensor& labels, const Te
   Tensor& work = pb.work();
   auto* st = static_cast<kernels::AdamWState*>(opt_state_.raw());
   const std::int64_t B = cfg_.micro_batch;
-  const float grad_scale = 1.f / float(cfg_.accum_steps);
+  // The step's micro-batches over all processes: each one's loss is a share of the step's.
+  const float grad_scale = 1.f / float(cfg_.accum_steps * cfg_.world_size);
   Phase ph(timer_, "loss", stream);
   if (mc.loss == LossType::am_softmax || mc.loss == LossType::aam_softmax) {
     kernels::MarginSoftmaxArgs d;

@@ -26,6 +26,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,6 +76,17 @@ struct TrainConfig {
   // Batch norm's running statistics are not trained by AdamW: they follow
   // the batches whatever this says (PyTorch's requires_grad = False alike).
   std::vector<std::string> freeze;
+  // Data parallelism (train/, dist/): this process is rank `world_rank` of
+  // `world_size`, and runs accum_steps micro-batches of every step. Its local
+  // micro-batch j is the step's micro-batch m = j * world_size + world_rank:
+  // the augmentation, mixup and dropout draws follow m, as in one process
+  // running all world_size * accum_steps micro-batches. With world_size > 1,
+  // `gather_gradients` (required) returns every rank's gradient of their
+  // micro-batch j (f32, the flat layout), rank after rank; the step adds them
+  // in m's order, the order one process accumulates in, so every rank holds
+  // the same bits as that process. CPU only (the step is not graph-captured).
+  int world_rank = 0, world_size = 1;
+  std::function<std::vector<float>(const Tensor& micro_batch_gradient)> gather_gradients;
 };
 
 struct StepMetrics {
@@ -151,6 +163,9 @@ class TrainStep {
  private:
   void run_step(cudaStream_t stream);  // the captured body
   void micro_batch(int j, cudaStream_t stream);
+  // world_size > 1: every rank's gradient of local micro-batch j, added into
+  // the step's gradient in the order of the step's micro-batches.
+  void combine_gathered(int j, cudaStream_t stream);
   // The loss of the embeddings `emb` [B, E] (loss.type) and the heads'
   // backward: parameter gradients into g, emb's gradient into demb.
   void loss_and_heads(const Tensor& emb, const Tensor& labels, const Tensor& leak, Tensor& g, Tensor& demb, bool mix,

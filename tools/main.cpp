@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "dist/world.hpp"
 #include "engine/error.hpp"
 #include "engine/log.hpp"
 #include "tools/commands.hpp"
@@ -26,9 +27,14 @@ int main(int argc, char** argv) {
   app.add_flag("--verbose", verbose,
                "Errors also name the source line that raised them (so do MELFORGE_LOG=debug and debug builds)");
   try {
+    // Started by mpirun/srun as one of several processes: join the job first
+    // (dist/world.hpp); otherwise this does nothing.
+    mf::dist::World::get();
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int code = app.exit(e);
+    if (code != 0) mf::dist::end_job_after_error(code);
+    return code;
   } catch (const mf::Error& e) {
     // A user's message names files, keys and values; where in melforge it was
     // raised is for whoever debugs melforge.
@@ -39,9 +45,13 @@ int main(int argc, char** argv) {
 #endif
     const std::string suffix = where ? " [" + e.where() + "]" : "";
     std::fprintf(stderr, "melforge: error: %s%s\n", e.message().c_str(), suffix.c_str());
+    std::fflush(stderr);
+    mf::dist::end_job_after_error(1);  // a job's other processes must not wait for this one
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "melforge: error: %s\n", e.what());
+    std::fflush(stderr);
+    mf::dist::end_job_after_error(1);
     return 1;
   }
   return 0;

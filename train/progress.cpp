@@ -29,6 +29,10 @@ std::string progress_line(const ProgressState& s) {
 }
 
 Progress::Progress(model::ProgressMode mode, std::FILE* stream) : out_(stream) {
+  if (!stream) {  // silent: another process of the job reports
+    mode_ = Mode::off;
+    return;
+  }
   switch (mode) {
     case model::ProgressMode::off: mode_ = Mode::off; break;
     case model::ProgressMode::plain: mode_ = Mode::plain; break;
@@ -66,6 +70,7 @@ void Progress::log(const ProgressState& s) {
 }
 
 void Progress::message(const std::string& text) {
+  if (!out_) return;
   if (mode_ == Mode::tty && line_open_) std::fprintf(out_, "\r\033[2K");
   line_open_ = false;
   std::fprintf(out_, "%s\n", text.c_str());
@@ -74,6 +79,7 @@ void Progress::message(const std::string& text) {
 }
 
 void Progress::finish() {
+  if (!out_) return;
   if (mode_ == Mode::tty && line_open_) std::fprintf(out_, "\n");
   line_open_ = false;
   std::fflush(out_);

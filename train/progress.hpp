@@ -32,7 +32,8 @@ std::string progress_line(const ProgressState& s);
 class Progress {
  public:
   enum class Mode { tty, plain, off };
-  // "auto" picks tty when `stream` is a terminal, else plain.
+  // "auto" picks tty when `stream` is a terminal, else plain. A null stream:
+  // nothing is printed (the processes of a job other than rank 0).
   explicit Progress(model::ProgressMode mode, std::FILE* stream = stderr);
   ~Progress();
   Mode mode() const { return mode_; }

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/world.hpp"
 #include "engine/error.hpp"
 #include "engine/log.hpp"
 #include "engine/memory.hpp"
@@ -145,7 +146,7 @@ class Trainer::Run {
   Run(RunConfig cfg, TrainerOptions options);
 
   void restore_or_init();
-  bool epochs_left() const { return state_.epoch < cfg_.epochs && !stop_->requested() && !early_stopped_; }
+  bool epochs_left() { return state_.epoch < cfg_.epochs && !stop_requested() && !early_stopped_; }
   bool train_epoch();
   void report_epoch();
   bool validate();
@@ -155,6 +156,15 @@ class Trainer::Run {
 
  private:
   void resolve_heads(const io::DatasetInfo& train);
+  // Data parallelism: every rank runs the same configuration, data and
+  // melforge (else an error naming what differs), on the CPU, with a batch
+  // that splits evenly and no batch norm (not yet combined across ranks).
+  void check_job(const io::DatasetInfo& train) const;
+  // The step's gradient of this rank's micro-batch, every rank's (timed as communication).
+  std::vector<float> gather_gradients(const Tensor& g);
+  // Whether a stop was requested (SIGINT, SIGTERM, --stop-after-steps): on
+  // any rank, so every rank stops after the same step.
+  bool stop_requested();
   // `key`, or "key (saved in CHECKPOINT)" when a resumed run took it from its checkpoint: for messages.
   std::string setting_origin(const std::string& key) const;
   void log_interval(std::int64_t step_in_epoch);
@@ -170,6 +180,9 @@ class Trainer::Run {
   // Configuration and setup.
   RunConfig cfg_;
   TrainerOptions options_;
+  const dist::World& world_ = dist::World::get();  // the job's processes (one unless launched by mpirun/srun)
+  double comm_s_ = 0;                                // time in gather_gradients, this process
+  bool stop_agreed_ = false;
   Clock::time_point run_t0_ = Clock::now();
   Device device_;
   model::Precision precision_;  // train.precision resolved for the device
@@ -180,7 +193,7 @@ class Trainer::Run {
   model::ModelConfig model_config_;
   double dataset_load_s_ = 0;
   std::int64_t accum_steps_ = 1;  // micro-batches per optimizer step (train.grad_accum)
-  std::int64_t micro_batch_ = 1;  // samples per micro-batch (train.batch_size, resolved)
+  std::int64_t micro_batch_ = 1;  // samples per micro-batch of this process (train.batch_size / world size)
   std::int64_t steps_per_epoch_ = 0, total_steps_ = 0;
   std::string device_name_;
   std::optional<PeakTflops> device_peak_;  // the GPU's dense peak, when known
@@ -228,6 +241,8 @@ class Trainer::Run {
 // ---- setup --------------------------------------------------------------------------
 
 Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)), options_(options) {
+  // Rank 0 tells the job's story; the others speak only of trouble.
+  if (!world_.is_root() && log_level() < LogLevel::warn) set_log_level(LogLevel::warn);
   out_dir_ = fs::path(cfg_.out);
   ckpt_dir_ = out_dir_ / "checkpoints";
   MF_CHECK(!cfg_.out.empty(), "run.out: expected a non-empty directory path, found ''");
@@ -266,8 +281,16 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
     (void)model::param_layout(model_config_);  // its size bound, before anything is allocated
     if (cfg_.batch_size == 0) {
       cfg_.batch_size = auto_batch_size(ti.num_segments, cfg_.grad_accum, device_.is_cuda());
+      const std::int64_t w = world_.size();
+      cfg_.batch_size = std::max(w, cfg_.batch_size / w * w);  // splits evenly over the processes
       log_info("train.batch_size = auto: {} for {} training segments on the {}", cfg_.batch_size, ti.num_segments,
                device_.is_cuda() ? "GPU" : "CPU");
+    }
+    if (cfg_.batch_size % world_.size() != 0 && world_.distributed()) {
+      const std::int64_t w = world_.size(), lo = cfg_.batch_size / w * w;
+      MF_THROW("train.batch_size = {} does not split over {} processes: use {} or {} (a multiple of {}; each "
+               "process then takes {} or {} per micro-batch)", cfg_.batch_size, w, std::max(lo, w), lo + w, w,
+               std::max(lo, w) / w, lo / w + 1);
     }
     MF_CHECK(!cfg_.drop_last || cfg_.per_class > 0 || ti.num_segments >= cfg_.batch_size,
              "train.batch_size = {}: data.train {} has {} segments, fewer than one batch, and train.drop_last = true "
@@ -275,16 +298,22 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
              cfg_.batch_size, ti.path, ti.num_segments);
   });
   stream_ = std::make_unique<Stream>(device_, "compute");
+  if (world_.distributed()) check_job(ti);
   saved_settings([&] {
-    train_reader_ = std::make_unique<io::BatchReader>(data_.train, reader_config(cfg_, device_, act_dtype_, true));
+    // Every process reads the step's batches (of batch_size / world size) and
+    // keeps its own: the order of one process running micro-batches of
+    // batch_size / world size with world size times the accumulation.
+    io::ReaderConfig rc = reader_config(cfg_, device_, act_dtype_, true);
+    rc.batch_size = cfg_.batch_size / world_.size();
+    train_reader_ = std::make_unique<io::BatchReader>(data_.train, rc);
   });
   // Opening the datasets and (resident mode) loading the training set: the
   // "dataset load" that time-to-first-step figures leave out.
   dataset_load_s_ = seconds_since(load_t0);
 
   accum_steps_ = cfg_.grad_accum;
-  micro_batch_ = cfg_.batch_size;
-  steps_per_epoch_ = train_reader_->batches_per_epoch() / accum_steps_;
+  micro_batch_ = cfg_.batch_size / world_.size();
+  steps_per_epoch_ = train_reader_->batches_per_epoch() / (accum_steps_ * world_.size());
   MF_CHECK(steps_per_epoch_ > 0,
            "data.train {}: {} segments make {} batches of {} (train.batch_size), fewer than train.grad_accum={}",
            ti.path, ti.num_segments, train_reader_->batches_per_epoch(), micro_batch_, accum_steps_);
@@ -297,6 +326,10 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
 
   model::TrainConfig tc = step_config(cfg_, model_config_, precision_, total_steps_);
   set_augmentation(tc, cfg_, ti);
+  tc.micro_batch = micro_batch_;
+  tc.world_rank = world_.rank();
+  tc.world_size = world_.size();
+  if (world_.distributed()) tc.gather_gradients = [this](const Tensor& g) { return gather_gradients(g); };
   train_step_ = std::make_unique<model::TrainStep>(tc, device_, *stream_);
   if (!train_step_->frozen_params().empty()) {
     std::vector<std::string> names;
@@ -322,7 +355,8 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
   if (cfg_.fast_dev_run) eval_options_.max_segments = micro_batch_;
   selection_ = EarlyStopping(MetricGoal{cfg_.metric_higher_is_better(), cfg_.min_delta, cfg_.patience});
   sysmon_ = std::make_unique<SystemMonitor>(device_.is_cuda() ? device_.index : -1);
-  progress_ = std::make_unique<Progress>(cfg_.progress);
+  // Rank 0 alone reports (progress, metrics, checkpoints, report.json, plots).
+  progress_ = std::make_unique<Progress>(cfg_.progress, world_.is_root() ? stderr : nullptr);
 }
 
 // model.heads = auto becomes class or class+leak, recorded resolved in
@@ -336,6 +370,62 @@ void Trainer::Run::resolve_heads(const io::DatasetInfo& train) {
   // trials drawn from the validation set.
   if (cfg_.metric == "auto") cfg_.metric = cfg_.loss_type == model::LossType::softmax ? "val.file.macro_f1" : "val.eer";
   model::validate(cfg_);  // with the heads known: a leak eval.metric needs the leak head
+}
+
+// ---- data parallelism ------------------------------------------------------------------
+
+namespace {
+
+// What identifies a file across processes: its path, size and modification time.
+std::string file_identity(const std::string& path) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  const auto mtime = fs::last_write_time(path, ec);
+  return fmt::format("{} ({} bytes, modified {})", path, ec ? 0 : size,
+                     ec ? 0 : mtime.time_since_epoch().count());
+}
+
+}  // namespace
+
+void Trainer::Run::check_job(const io::DatasetInfo& train) const {
+  const std::string mine = model::to_toml(cfg_);
+  const std::string root = world_.broadcast(mine, "comparing the processes' configurations");
+  if (root != mine) {
+    RunConfig theirs;
+    model::load_toml_string(theirs, root, "rank 0's configuration");
+    MF_THROW("rank {}: its configuration differs from rank 0's: {} (rank 0's value first); every process of a job "
+             "must run the same command", world_.rank(), fmt::join(model::config_differences(theirs, cfg_), "; "));
+  }
+  const auto agree = [&](const std::string& what, const std::string& value) {
+    const std::string r = world_.broadcast(value, "comparing the processes' " + what);
+    MF_CHECK(r == value, "rank {}: its {} is {}, rank 0's {}; every process of a job must run the same melforge on "
+             "the same files", world_.rank(), what, value, r);
+  };
+  agree("melforge binary", file_identity(fs::read_symlink("/proc/self/exe").string()));
+  agree("data.train", file_identity(train.path));
+  if (!cfg_.val_path.empty()) agree("data.val", file_identity(cfg_.val_path));
+  MF_CHECK(!device_.is_cuda(), "train.device = {}: data-parallel training runs on CPUs for now (--device cpu); the "
+           "GPU path (NCCL) is not built yet", device_.str());
+  const bool batch_norm = std::ranges::any_of(model_config_.layers, [](const model::CnnLayer& l) {
+    return l.batch_norm || l.type == model::LayerType::residual;
+  });
+  MF_CHECK(!batch_norm, "model.layers: batch norm (conv layers with batch_norm, residual blocks) is not yet combined "
+           "across processes: train this model in one process");
+  MF_CHECK(cfg_.overfit_batches == 0, "train.overfit_batches: not available with data-parallel training");
+}
+
+std::vector<float> Trainer::Run::gather_gradients(const Tensor& g) {
+  const auto t0 = Clock::now();
+  std::vector<float> all =
+      world_.allgather(std::span<const float>(g.data<float>(), std::size_t(g.numel())), "gathering the gradients");
+  comm_s_ += seconds_since(t0);
+  return all;
+}
+
+bool Trainer::Run::stop_requested() {
+  if (!world_.distributed()) return stop_->requested();
+  stop_agreed_ = stop_agreed_ || world_.any(stop_->requested(), "agreeing on a stop request");
+  return stop_agreed_;
 }
 
 std::string Trainer::Run::setting_origin(const std::string& key) const {
@@ -377,9 +467,11 @@ void Trainer::Run::restore_or_init() {
   std::error_code ec;
   fs::create_directories(out_dir_, ec);
   MF_CHECK(!ec, "run.out: cannot create {}: {}", out_dir_.string(), ec.message());
-  write_text_atomic(out_dir_ / "config.toml", model::to_toml(cfg_));
-  if (!resume_) fs::remove(out_dir_ / "metrics.jsonl", ec);
-  metrics_log_ = std::make_unique<JsonlWriter>(out_dir_ / "metrics.jsonl", resume_ ? state_.step : -1);
+  if (world_.is_root()) {
+    write_text_atomic(out_dir_ / "config.toml", model::to_toml(cfg_));
+    if (!resume_) fs::remove(out_dir_ / "metrics.jsonl", ec);
+    metrics_log_ = std::make_unique<JsonlWriter>(out_dir_ / "metrics.jsonl", resume_ ? state_.step : -1);
+  }
   checkpoints_ = std::make_unique<model::CheckpointDir>(ckpt_dir_, cfg_.keep_last);
   stop_.emplace();
 
@@ -413,10 +505,14 @@ void Trainer::Run::save(bool best, std::int64_t epoch_of_next_step) {
   s.epoch = epoch_of_next_step;
   s.best = selection_.state();
   s.elapsed_s += seconds_since(run_t0_);
-  const io::ReaderState rs{s.epoch, s.step_in_epoch * accum_steps_};
+  const io::ReaderState rs{s.epoch, s.step_in_epoch * accum_steps_ * world_.size()};
+  saved_step_ = state_.step;
+  if (!world_.is_root()) {  // every rank holds the same state: rank 0 writes it
+    if (best) best_written_ = true;
+    return;
+  }
   const auto c = make_run_checkpoint(*train_step_, cfg_, s, rs, data_.class_names, data_.normal_class, *stream_);
   const fs::path p = checkpoints_->save(c, state_.step, best);
-  saved_step_ = state_.step;
   if (best) best_written_ = true;
   progress_->message(fmt::format("checkpoint {}{}", p.string(), best ? " (best so far)" : ""));
 }
@@ -433,7 +529,7 @@ void Trainer::Run::checkpoint_after_epoch(bool best) {
 // step it stopped at.
 void Trainer::Run::finish_training() {
   progress_->finish();
-  if (!stop_->requested()) return;
+  if (!stop_requested()) return;
   interrupted_ = true;
   const bool asked = options_.stop_after_steps >= 0 && state_.step >= options_.stop_after_steps;
   progress_->message(asked ? fmt::format("--stop-after-steps {}: stopping after step {}", options_.stop_after_steps,
@@ -450,7 +546,11 @@ void Trainer::Run::feed_step(std::int64_t j) {
   {
     MF_NVTX_RANGE("data_wait");
     const auto w0 = Clock::now();
-    last_batch_ = train_reader_->next(*stream_);
+    // The step's next world-size batches: this process's is the one of its rank.
+    for (int r = 0; r < world_.size(); ++r) {
+      io::Batch b = train_reader_->next(*stream_);
+      if (r == world_.rank()) last_batch_ = std::move(b);
+    }
     wait_ms_ += 1000.0 * seconds_since(w0);
   }
   MF_NVTX_RANGE("h2d_input");
@@ -464,7 +564,7 @@ void Trainer::Run::feed_step(std::int64_t j) {
 
 bool Trainer::Run::train_epoch() {
   MF_NVTX_RANGE("epoch");
-  const io::ReaderState want{state_.epoch, start_step_ * accum_steps_};
+  const io::ReaderState want{state_.epoch, start_step_ * accum_steps_ * world_.size()};
   if (!(train_reader_->state() == want)) train_reader_->restore(want);
   timer_->reset();
   wait_ms_ = 0;
@@ -472,7 +572,7 @@ bool Trainer::Run::train_epoch() {
   const auto epoch_t0 = Clock::now();
   interval_t0_ = epoch_t0;
   std::int64_t s = start_step_;
-  while (s < steps_per_epoch_ && !stop_->requested()) {
+  while (s < steps_per_epoch_ && !stop_requested()) {
     if (profiling_ && state_.step == cfg_.profile_begin()) {
       MF_CUDA_CHECK(cudaProfilerStart());
       progress_->message(fmt::format("profiler capture on at step {}", state_.step));
@@ -490,9 +590,10 @@ bool Trainer::Run::train_epoch() {
     ++s;
     ++state_.step;
     state_.step_in_epoch = s;
-    state_.samples += accum_steps_ * micro_batch_;
-    epoch_samples_ += accum_steps_ * micro_batch_;
-    interval_samples_ += accum_steps_ * micro_batch_;
+    const std::int64_t step_samples = accum_steps_ * micro_batch_ * world_.size();  // over all processes
+    state_.samples += step_samples;
+    epoch_samples_ += step_samples;
+    interval_samples_ += step_samples;
     if (profiling_ && state_.step == cfg_.profile_end()) {
       MF_CUDA_CHECK(cudaProfilerStop());
       progress_->message(fmt::format("profiler capture off after step {}", state_.step - 1));
@@ -522,7 +623,7 @@ void Trainer::Run::set_position(ProgressState& ps, std::int64_t step_in_epoch, d
   ps.steps_per_epoch = steps_per_epoch_;
   ps.global_step = state_.step;
   ps.samples_per_s = samples_per_s;
-  const double remaining = double(total_steps_ - state_.step) * double(accum_steps_ * micro_batch_);
+  const double remaining = double(total_steps_ - state_.step) * double(accum_steps_ * micro_batch_ * world_.size());
   ps.eta_s = samples_per_s > 0 ? remaining / samples_per_s : -1;
 }
 
@@ -577,7 +678,7 @@ void Trainer::Run::log_interval(std::int64_t step_in_epoch) {
     line["gpu_util_pct"] = sys.gpu_util_pct;
     line["gpu_mem_gib"] = ps.gpu_mem_gib;
   }
-  metrics_log_->write(line);
+  if (metrics_log_) metrics_log_->write(line);
 }
 
 // Between log intervals the live line advances the step and keeps the last
@@ -635,7 +736,7 @@ void Trainer::Run::report_epoch() {
                {"cpu_pct", sys.cpu_pct},
                {"peak_rss_mib", double(sys.peak_rss_bytes) / 1048576.0}};
   if (peak_tflops_ > 0) line["share_of_peak"] = r.achieved_tflops / peak_tflops_;
-  metrics_log_->write(line);
+  if (metrics_log_) metrics_log_->write(line);
   std::string speed;
   if (device_.is_cuda()) {
     speed = fmt::format(", {:.1f} TFLOP/s", r.achieved_tflops);
@@ -665,7 +766,7 @@ bool Trainer::Run::validate() {
   j["epoch"] = state_.epoch + 1;
   j["step"] = state_.step;
   j["eval_s"] = eval_s;
-  metrics_log_->write(j);
+  if (metrics_log_) metrics_log_->write(j);
   last_eval_ = j;
 
   const double v = model::metric_value(ev.result, cfg_.metric);
@@ -723,7 +824,7 @@ json Trainer::Run::test_with_best_weights(json& report) {
   j["type"] = "eval";
   j["split"] = "test";
   j["step"] = state_.step;
-  metrics_log_->write(j);
+  if (metrics_log_) metrics_log_->write(j);
   return j;
 }
 
@@ -765,7 +866,7 @@ json Trainer::Run::report_json() {
     for (std::size_t i = skip; i < epoch_times_s_.size(); ++i) t += epoch_times_s_[i];
     const double n = double(epoch_times_s_.size() - skip);
     report["epoch_time_s"] = t / n;
-    report["steady_samples_per_s"] = double(steps_per_epoch_ * accum_steps_ * micro_batch_) / (t / n);
+    report["steady_samples_per_s"] = double(steps_per_epoch_ * accum_steps_ * micro_batch_ * world_.size()) / (t / n);
   }
   report["gpu_util_mean_pct"] = gpu_util_samples_ ? json(gpu_util_sum_ / double(gpu_util_samples_)) : json(nullptr);
   report["peak_device_memory_bytes"] = device_.is_cuda() ? json(device_pool_stats(device_.index).high_water) : json(nullptr);
@@ -773,6 +874,7 @@ json Trainer::Run::report_json() {
 }
 
 void Trainer::Run::report() {
+  if (!world_.is_root()) return;  // the others hold the same weights and metrics
   const json report = report_json();
   write_json_atomic(out_dir_ / "report.json", report);
   std::vector<fs::path> plots;

@@ -1,0 +1,136 @@
+// Data-parallel training, as a user runs it: `mpirun -np 2 melforge train`
+// on this machine's CPUs (loopback, oversubscribed, as root), against one
+// process. The guarantee checked: ordered gradients make a run on W processes
+// bit-identical to one process running the same step as W times the
+// micro-batches (train.batch_size / W, train.grad_accum x W): weights, AdamW
+// moments and state, with dropout, augmentation and speaker-balanced metric
+// losses; resuming across world sizes continues bit for bit; a job whose
+// processes disagree, or whose batch does not split, is refused with the
+// reason; a killed process ends the job.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "model/checkpoint.hpp"
+#include "tests/support/cli.hpp"
+#include "tests/support/temp_dir.hpp"
+
+using namespace mf::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string mpirun(int np) {
+  const char* m = std::getenv("MELFORGE_MPIRUN");
+  REQUIRE_MESSAGE(m != nullptr, "MELFORGE_MPIRUN is not set (run the test through ctest)");
+  // Loopback only; more processes than cores on CI; CI runs as root.
+  return fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader,tcp "
+                     "OMPI_MCA_btl_tcp_if_include=lo {} -np {} --oversubscribe {}", m, np, binary());
+}
+
+// Every array of two checkpoints (master, AdamW moments, the optimizer state) bit for bit.
+void check_same_state(const fs::path& a, const fs::path& b) {
+  const mf::model::Checkpoint x = mf::model::read_checkpoint(a), y = mf::model::read_checkpoint(b);
+  for (const char* name : {"master", "adam_m", "adam_v", "adamw_state"}) {
+    CAPTURE(name);
+    REQUIRE(x.array(name).bytes.size() == y.array(name).bytes.size());
+    CHECK(std::memcmp(x.array(name).bytes.data(), y.array(name).bytes.data(), x.array(name).bytes.size()) == 0);
+  }
+  CHECK(x.get_int("step") == y.get_int("step"));
+  CHECK(x.get_int("samples") == y.get_int("samples"));
+}
+
+const char* kLeak =
+    "--device cpu --progress off --seed 5 --set model.channels=[4,8] --set model.pools=[2,2] "
+    "--set model.dense=16 --set model.dropout=0.3 --set augment.time_masks=1 --set augment.time_mask_width=3 "
+    "--set reader.threads=1";
+
+struct LeakData {
+  TempDir d{"dist"};
+  std::string base, common;  // common: base for 2 epochs
+  LeakData() {
+    REQUIRE(run_cli(fmt::format("data synth --out {} --files 40 --classes 3 --mels 16 --frames 16 --long 1 "
+                                "--short 2", d / "data")).code == 0);
+    base = fmt::format("train --train {} --val {} {}", d / "data/train.h5", d / "data/val.h5", kLeak);
+    common = base + " --epochs 2";
+  }
+};
+
+}  // namespace
+
+TEST_CASE("dist: 2 processes are bit-identical to one with grad_accum 2 (LeakCNN, dropout, augmentation)") {
+  LeakData L;
+  const CliResult one = run_cli(fmt::format("{} --out {} --batch-size 8 --grad-accum 2", L.common, L.d / "one"));
+  REQUIRE_MESSAGE(one.code == 0, one.out);
+  const CliResult two = sh(fmt::format("{} {} --out {} --batch-size 16", mpirun(2), L.common, L.d / "two"));
+  REQUIRE_MESSAGE(two.code == 0, two.out);
+  check_same_state(L.d / "one/checkpoints/ckpt-0000000006.h5", L.d / "two/checkpoints/ckpt-0000000006.h5");
+  // Rank 0 alone reports: one summary, one report.
+  CHECK(two.out.find("melforge train: 6 steps, 96 samples") != std::string::npos);
+  CHECK(two.out.find("melforge train: 6 steps") == two.out.rfind("melforge train: 6 steps"));
+  CHECK(fs::exists(L.d / "two/report.json"));
+
+  // Resume across world sizes: from 2 processes at 1, and from 1 at 2, bit for bit.
+  const std::string a = L.d / "a", b = L.d / "b", full = L.d / "one/checkpoints/ckpt-0000000006.h5";
+  REQUIRE(sh(fmt::format("{} {} --out {} --batch-size 16 --stop-after-steps 4", mpirun(2), L.common, a)).code == 0);
+  REQUIRE(run_cli(fmt::format("{} --out {} --batch-size 8 --grad-accum 2 --resume auto", L.common, a)).code == 0);
+  check_same_state(full, a + "/checkpoints/ckpt-0000000006.h5");
+  REQUIRE(run_cli(fmt::format("{} --out {} --batch-size 8 --grad-accum 2 --stop-after-steps 4", L.common, b)).code == 0);
+  const CliResult r =
+      sh(fmt::format("{} {} --out {} --batch-size 16 --grad-accum 1 --resume auto", mpirun(2), L.common, b));
+  REQUIRE_MESSAGE(r.code == 0, r.out);
+  check_same_state(full, b + "/checkpoints/ckpt-0000000006.h5");
+}
+
+TEST_CASE("dist: aam_softmax with speaker-balanced batches (data.per_class) is bit-identical too") {
+  TempDir d("dist_spk");
+  REQUIRE(run_cli(fmt::format("data synth --out {} --speakers 12 --files-per-speaker 4 --mels 16 --frames 16 "
+                              "--long 1 --short 2", d / "data")).code == 0);
+  const std::string common = fmt::format(
+      "train --train {} --epochs 2 --device cpu --progress off --seed 3 --set model.channels=[4,8] "
+      "--set model.pools=[2,2] --set model.dense=16 --set model.embedding=8 --set loss.type=aam_softmax "
+      "--set model.heads=class --set data.per_class=2 --set reader.threads=1", d / "data/train.h5");
+  REQUIRE(run_cli(fmt::format("{} --out {} --batch-size 4 --grad-accum 2", common, d / "one")).code == 0);
+  const CliResult two = sh(fmt::format("{} {} --out {} --batch-size 8", mpirun(2), common, d / "two"));
+  REQUIRE_MESSAGE(two.code == 0, two.out);
+  const auto last = [](const fs::path& dir) { return mf::model::CheckpointDir(dir, 1).list().front(); };
+  REQUIRE(last(d / "one/checkpoints").filename() == last(d / "two/checkpoints").filename());
+  check_same_state(last(d / "one/checkpoints"), last(d / "two/checkpoints"));
+}
+
+TEST_CASE("dist: a job is refused when its processes disagree, its batch does not split, or its model needs more") {
+  LeakData L;
+  // Different settings per process (mpirun's MPMD form): the key is named.
+  CliResult r = sh(fmt::format("{} {} --out {} --batch-size 16 : -np 1 {} {} --out {} --batch-size 16 --lr 0.002",
+                               mpirun(1), L.common, L.d / "x", binary(), L.common, L.d / "x"));
+  CHECK(r.code != 0);
+  CHECK_MESSAGE(has(r, "rank 1: its configuration differs from rank 0's: optim.lr: 0.001 -> 0.002"), r.out);
+  r = sh(fmt::format("{} {} --out {} --batch-size 15", mpirun(2), L.common, L.d / "y"));
+  CHECK(r.code != 0);
+  CHECK_MESSAGE(has(r, "train.batch_size = 15 does not split over 2 processes: use 14 or 16"), r.out);
+  r = sh(fmt::format("{} {} --out {} --batch-size 16 --set model.arch=cnn --set "
+                     "'model.layers=[{{type=\"conv\",k=3,cout=4,batch_norm=true}},{{type=\"global_avg_pool\"}}]'",
+                     mpirun(2), L.common, L.d / "z"));
+  CHECK(r.code != 0);
+  CHECK_MESSAGE(has(r, "batch norm (conv layers with batch_norm, residual blocks) is not yet combined"), r.out);
+}
+
+TEST_CASE("dist: a killed process ends the whole job, naming it, within seconds") {
+  LeakData L;
+  // A run long enough to be in the middle of its steps when one process is
+  // killed from outside (the newest melforge of the job).
+  const std::string out = L.d / "k";
+  const std::string cmd = fmt::format("{} {} --out {} --batch-size 16 --epochs 100000 & JOB=$!; sleep 3; "
+                                      "kill -9 $(pgrep -n -f 'melforge train .*--out {}'); wait $JOB",
+                                      mpirun(2), L.base, out, out);
+  const auto t0 = std::chrono::steady_clock::now();
+  const CliResult r = sh("(" + cmd + ")");  // the whole job's output, not only wait's
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(r.code != 0);
+  CHECK_MESSAGE(s < 60, "the job took ", s, " s to end");
+  CHECK_MESSAGE(has(r, "exited on signal 9"), r.out);
+}
