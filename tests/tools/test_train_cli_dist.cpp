@@ -134,3 +134,17 @@ TEST_CASE("dist: a killed process ends the whole job, naming it, within seconds"
   CHECK_MESSAGE(s < 60, "the job took ", s, " s to end");
   CHECK_MESSAGE(has(r, "exited on signal 9"), r.out);
 }
+
+TEST_CASE("dist: SIGTERM to the job's processes stops every one after the same step: one checkpoint, exit 0") {
+  LeakData L;
+  const std::string out = L.d / "t";
+  // The processes are mpirun's children (scancel signals Slurm's tasks the same way).
+  const CliResult r = sh(fmt::format("({} {} --out {} --batch-size 16 --epochs 100000 & JOB=$!; sleep 3; "
+                                     "pkill -TERM -P $JOB; wait $JOB)", mpirun(2), L.base, out));
+  REQUIRE_MESSAGE(r.code == 0, r.out);
+  CHECK(has(r, "SIGTERM: stopping after step"));
+  const auto saved = mf::model::CheckpointDir(out + "/checkpoints", 1).list();
+  REQUIRE(!saved.empty());
+  const std::int64_t step = mf::model::read_checkpoint(saved.front()).get_int("step");
+  CHECK_MESSAGE(has(r, fmt::format("melforge train: {} steps", step)), r.out);
+}
