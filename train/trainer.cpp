@@ -851,6 +851,14 @@ json Trainer::Run::report_json() {
   if (device_peak_) report["peak_tflops"] = {{"value", peak_tflops_}, {"source", device_peak_->source}, {"table_entry", device_peak_->device}};
   if (data_.test && !interrupted_) report["test"] = test_with_best_weights(report);
   report["elapsed_s"] = state_.elapsed_s + seconds_since(run_t0_);
+  // Data parallelism: the processes, and rank 0's time in the gradients'
+  // exchange (per optimizer step, and its share of the training time).
+  report["world_size"] = world_.size();
+  const std::int64_t first_step = resume_ ? run_state_of(resume_->checkpoint).step : 0;
+  const double steps_here = double(std::max<std::int64_t>(1, state_.step - first_step));
+  report["communication_s_per_step"] = world_.distributed() ? json(comm_s_ / steps_here) : json(nullptr);
+  report["communication_share"] =
+      world_.distributed() && train_wall_s_ > 0 ? json(comm_s_ / train_wall_s_) : json(nullptr);
   // Top-level figures for side-by-side comparisons (bench/compare_torch.py).
   // Steady throughput leaves out the first epoch (graph capture, warm-up)
   // when there is more than one.
