@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <string>
@@ -67,6 +71,8 @@ World::World() {
   MPI_Comm_rank(node, &local_rank_);
   MPI_Comm_size(node, &local_size_);
   MPI_Comm_free(&node);
+  if (const char* t = std::getenv("MELFORGE_DIST_TIMEOUT"); t && std::atof(t) > 0) timeout_s_ = std::atof(t);
+  if (size_ > 1) watchdog_ = std::thread([this] { watch(); });
 #else
   MF_THROW("a launcher started this melforge as one of {} processes, but it was built without MPI "
            "(MELFORGE_MPI=OFF, or no MPI library was found): install libopenmpi-dev (tools/deps.sh) and rebuild, "
@@ -74,7 +80,52 @@ World::World() {
 #endif
 }
 
+namespace {
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+void World::set_timeout(double seconds) {
+  if (!std::getenv("MELFORGE_DIST_TIMEOUT") && seconds > 0) timeout_s_ = seconds;
+}
+
+World::Waiting::Waiting(const World& w, std::string_view what) : w_(w) {
+  {
+    std::lock_guard lock(w_.what_mutex_);
+    w_.waiting_for_ = what;
+  }
+  w_.waiting_since_ms_ = now_ms();
+}
+
+World::Waiting::~Waiting() { w_.waiting_since_ms_ = 0; }
+
+void World::watch() {
+  while (!stop_watch_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const std::int64_t since = waiting_since_ms_.load();
+    if (since == 0 || double(now_ms() - since) < 1000.0 * timeout_s_.load()) continue;
+    std::string what;
+    {
+      std::lock_guard lock(what_mutex_);
+      what = waiting_for_;
+    }
+    // The main thread is blocked inside MPI: this thread cannot call it
+    // (MPI_THREAD_FUNNELED). Exiting ends the job: the launcher sees a
+    // process fail and stops the others.
+    std::fprintf(stderr,
+                 "melforge: error: rank %d: no answer from the other processes for %.0f s while %s (dist.timeout; a "
+                 "process hangs or a node stopped answering): ending the job\n",
+                 rank_, timeout_s_.load(), what.c_str());
+    std::fflush(stderr);
+    ::_exit(1);
+  }
+}
+
 World::~World() {
+  stop_watch_ = true;
+  if (watchdog_.joinable()) watchdog_.join();
 #ifdef MELFORGE_WITH_MPI
   int finalized = 0;
   if (mpi_ && MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Finalize();
@@ -96,7 +147,10 @@ std::string World::engine() const {
 
 void World::barrier(std::string_view what) const {
 #ifdef MELFORGE_WITH_MPI
-  if (distributed()) check(MPI_Barrier(MPI_COMM_WORLD), rank_, what);
+  if (distributed()) {
+    const Waiting waiting(*this, what);
+    check(MPI_Barrier(MPI_COMM_WORLD), rank_, what);
+  }
 #else
   (void)what;
 #endif
@@ -105,6 +159,7 @@ void World::barrier(std::string_view what) const {
 std::string World::broadcast(const std::string& text, std::string_view what) const {
 #ifdef MELFORGE_WITH_MPI
   if (!distributed()) return text;
+  const Waiting waiting(*this, what);
   unsigned long long n = text.size();
   check(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD), rank_, what);
   std::string out = is_root() ? text : std::string(n, '\0');
@@ -130,7 +185,10 @@ static std::vector<T> allgather_as(const World& w, std::span<const T> mine, MPI_
 
 std::vector<float> World::allgather(std::span<const float> mine, std::string_view what) const {
 #ifdef MELFORGE_WITH_MPI
-  if (distributed()) return allgather_as(*this, mine, MPI_FLOAT, what);
+  if (distributed()) {
+    const Waiting waiting(*this, what);
+    return allgather_as(*this, mine, MPI_FLOAT, what);
+  }
 #endif
   (void)what;
   return {mine.begin(), mine.end()};
@@ -138,7 +196,10 @@ std::vector<float> World::allgather(std::span<const float> mine, std::string_vie
 
 std::vector<double> World::allgather(std::span<const double> mine, std::string_view what) const {
 #ifdef MELFORGE_WITH_MPI
-  if (distributed()) return allgather_as(*this, mine, MPI_DOUBLE, what);
+  if (distributed()) {
+    const Waiting waiting(*this, what);
+    return allgather_as(*this, mine, MPI_DOUBLE, what);
+  }
 #endif
   (void)what;
   return {mine.begin(), mine.end()};
@@ -147,6 +208,7 @@ std::vector<double> World::allgather(std::span<const double> mine, std::string_v
 bool World::any(bool flag, std::string_view what) const {
 #ifdef MELFORGE_WITH_MPI
   if (!distributed()) return flag;
+  const Waiting waiting(*this, what);
   int in = flag ? 1 : 0, out = 0;
   check(MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), rank_, what);
   return out != 0;

@@ -15,8 +15,12 @@
 // (end_job_after_error), so a failed rank never leaves the others waiting.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
+#include <mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <string_view>
 #include <vector>
 
@@ -48,14 +52,39 @@ class World {
   // The sum of every rank's `v`, added in rank order: the same bits on every rank.
   double ordered_sum(double v, std::string_view what) const;
 
+  // The longest a collective may wait for the other ranks (dist.timeout;
+  // MELFORGE_DIST_TIMEOUT, in seconds, when set, wins; default 300 s). A rank
+  // that waits longer prints "rank R: no answer from the other processes for
+  // N s while WHAT" and exits with status 1, which ends the job: a process
+  // that hangs (or a node that stops answering) never leaves the job waiting.
+  void set_timeout(double seconds);
+  double timeout() const { return timeout_s_.load(); }
+
   ~World();
   World(const World&) = delete;
   World& operator=(const World&) = delete;
 
  private:
   World();
+  // Marks this rank as waiting in a collective for `what` until destroyed.
+  class Waiting {
+   public:
+    Waiting(const World& w, std::string_view what);
+    ~Waiting();
+
+   private:
+    const World& w_;
+  };
+  void watch();  // the watchdog thread's loop
+
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   bool mpi_ = false;  // MPI initialised by this process
+  std::atomic<double> timeout_s_{300};
+  mutable std::atomic<std::int64_t> waiting_since_ms_{0};  // 0: not in a collective
+  mutable std::mutex what_mutex_;
+  mutable std::string waiting_for_;
+  std::atomic<bool> stop_watch_{false};
+  std::thread watchdog_;
 };
 
 // Whether this melforge was built with MPI (MELFORGE_WITH_MPI).

@@ -288,6 +288,9 @@ void train_fields(std::vector<Field>& v) {
         const bool ok = std::none_of(c.freeze.begin(), c.freeze.end(), [](const std::string& e) { return e.empty(); });
         return ok ? std::string{} : std::string("a list of non-empty parameter names or prefixes");
       });
+  add(v, "dist.timeout", &C::dist_timeout, "a finite number > 0",
+      "seconds a process of a data-parallel job (mpirun, srun) waits for the others in one exchange before it ends "
+      "the job, naming what it waited for", positive_float(&C::dist_timeout));
 }
 
 // The keys of the optimizer and the loss ([optim]), in help order.

@@ -95,6 +95,9 @@ struct RunConfig {
   // Parameter names or prefixes that do not train (model/param_buffer.hpp's
   // name_matches; checked against the model when it is built); empty: none.
   std::vector<std::string> freeze;
+  // dist.timeout: seconds a process of a data-parallel job waits for the
+  // others in one exchange before it ends the job (dist/world.hpp).
+  double dist_timeout = 300;
 
   // [optim]
   double lr = 1e-3;

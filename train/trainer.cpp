@@ -298,6 +298,7 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
              cfg_.batch_size, ti.path, ti.num_segments);
   });
   stream_ = std::make_unique<Stream>(device_, "compute");
+  dist::World::get().set_timeout(cfg_.dist_timeout);
   if (world_.distributed()) check_job(ti);
   saved_settings([&] {
     // Every process reads the step's batches (of batch_size / world size) and

@@ -148,3 +148,16 @@ TEST_CASE("dist: SIGTERM to the job's processes stops every one after the same s
   const std::int64_t step = mf::model::read_checkpoint(saved.front()).get_int("step");
   CHECK_MESSAGE(has(r, fmt::format("melforge train: {} steps", step)), r.out);
 }
+
+TEST_CASE("dist: a process that stops answering ends the job after dist.timeout, naming what was awaited") {
+  LeakData L;
+  const std::string out = L.d / "h";
+  // SIGSTOP: the process is alive but never answers (a hung process, a node gone quiet).
+  const auto t0 = std::chrono::steady_clock::now();
+  const CliResult r = sh(fmt::format("({} {} --out {} --batch-size 16 --epochs 100000 --set dist.timeout=4 & JOB=$!; "
+                                     "sleep 3; kill -STOP $(pgrep -n -P $JOB); wait $JOB)", mpirun(2), L.base, out));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(r.code != 0);
+  CHECK_MESSAGE(s < 40, "the job took ", s, " s to end");
+  CHECK_MESSAGE(has(r, "no answer from the other processes for 4 s while"), r.out);
+}
