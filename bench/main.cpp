@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "bench/suites.hpp"
+#include "dist/world.hpp"
 #include "engine/device.hpp"
 #include "engine/error.hpp"
 
@@ -27,12 +28,15 @@ int main(int argc, char** argv) {
   mf::bench::register_reader(app);
   mf::bench::register_verify(app);
   mf::bench::register_logmel(app);
+  mf::bench::register_allreduce(app);
   try {
+    mf::dist::World::get();  // started by mpirun as one of several processes: join the job
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const std::exception& e) {
     fmt::print(stderr, "melforge-bench: error: {}\n", e.what());
+    mf::dist::end_job_after_error(1);
     return 1;
   }
   return 0;

@@ -17,5 +17,6 @@ void register_conv(CLI::App& app);
 void register_reader(CLI::App& app);
 void register_verify(CLI::App& app);  // speaker verification: extraction and scoring
 void register_logmel(CLI::App& app);  // the audio front-end's log-mel op
+void register_allreduce(CLI::App& app);  // data parallelism's collectives (MPI)
 
 }  // namespace mf::bench

@@ -205,6 +205,20 @@ std::vector<double> World::allgather(std::span<const double> mine, std::string_v
   return {mine.begin(), mine.end()};
 }
 
+void World::allreduce_sum(std::span<float> values, std::string_view what) const {
+#ifdef MELFORGE_WITH_MPI
+  if (!distributed()) return;
+  MF_CHECK(values.size() <= std::size_t(std::numeric_limits<int>::max()), "rank {}: {}: {} values are too many for "
+           "one MPI call", rank_, what, values.size());
+  const Waiting waiting(*this, what);
+  check(MPI_Allreduce(MPI_IN_PLACE, values.data(), int(values.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), rank_,
+        what);
+#else
+  (void)values;
+  (void)what;
+#endif
+}
+
 bool World::any(bool flag, std::string_view what) const {
 #ifdef MELFORGE_WITH_MPI
   if (!distributed()) return flag;

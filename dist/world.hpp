@@ -47,6 +47,10 @@ class World {
   // Every rank's `mine` (the same length on each) concatenated in rank order.
   std::vector<float> allgather(std::span<const float> mine, std::string_view what) const;
   std::vector<double> allgather(std::span<const double> mine, std::string_view what) const;
+  // The element-wise sum over ranks of `values`, in place on every rank: the
+  // MPI library's all-reduce (its order of additions is its own: the same
+  // bits for the same world size and library, not those of one process).
+  void allreduce_sum(std::span<float> values, std::string_view what) const;
   // Whether `flag` is true on any rank.
   bool any(bool flag, std::string_view what) const;
   // The sum of every rank's `v`, added in rank order: the same bits on every rank.
