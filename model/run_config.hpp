@@ -41,6 +41,15 @@ inline constexpr NamedEnum<kernels::LrSchedule> kLrScheduleNames[] = {{kernels::
                                                                       {kernels::LrSchedule::linear, "linear"},
                                                                       {kernels::LrSchedule::constant, "constant"}};
 // log.progress (train/progress.hpp): auto is a live line on a terminal, plain lines otherwise.
+// dist.reduce: how a data-parallel job combines its processes' gradients
+// (docs/training.md, "Several processes"): `ordered`, every micro-batch's
+// gradient gathered and added in one process's order (bit-identical to one
+// process); `fast`, each process's accumulated gradient summed by the
+// library's all-reduce (fewer bytes; the same bits run to run at one world
+// size, not one process's).
+enum class DistReduce : std::uint8_t { ordered, fast };
+inline constexpr NamedEnum<DistReduce> kDistReduceNames[] = {{DistReduce::ordered, "ordered"},
+                                                            {DistReduce::fast, "fast"}};
 enum class ProgressMode : std::uint8_t { automatic, tty, plain, off };
 inline constexpr NamedEnum<ProgressMode> kProgressModeNames[] = {
     {ProgressMode::automatic, "auto"}, {ProgressMode::tty, "tty"}, {ProgressMode::plain, "plain"},
@@ -98,6 +107,7 @@ struct RunConfig {
   // dist.timeout: seconds a process of a data-parallel job waits for the
   // others in one exchange before it ends the job (dist/world.hpp).
   double dist_timeout = 300;
+  DistReduce dist_reduce = DistReduce::ordered;
 
   // [optim]
   double lr = 1e-3;

@@ -71,8 +71,8 @@ TrainStep::TrainStep(const TrainConfig& cfg, Device device, cudaStream_t stream)
   }
   MF_CHECK(cfg_.world_size >= 1 && cfg_.world_rank >= 0 && cfg_.world_rank < cfg_.world_size,
            "TrainStep: rank {} of {} processes", cfg_.world_rank, cfg_.world_size);
-  MF_CHECK(cfg_.world_size == 1 || (cfg_.gather_gradients && !device.is_cuda()),
-           "TrainStep: data parallelism needs gather_gradients and the CPU backend");
+  MF_CHECK(cfg_.world_size == 1 || ((cfg_.gather_gradients || cfg_.allreduce_gradients) && !device.is_cuda()),
+           "TrainStep: data parallelism needs gather_gradients or allreduce_gradients, and the CPU backend");
   if (K > 1 || cfg_.world_size > 1) grad_scratch_ = make({params_->size()}, DType::f32, device, stream);
 
   in_x_ = make({K * B, mc.in_mels, mc.in_frames, 1}, dtype_, device, stream, Layout::nhwc);
@@ -181,7 +181,7 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   ParamBuffer& pb = *params_;
   const std::int64_t B = cfg_.micro_batch;
   Tensor& work = pb.work();
-  const bool parallel = cfg_.world_size > 1;
+  const bool parallel = cfg_.world_size > 1 && cfg_.gather_gradients;  // the ordered reduction
   // The step's micro-batch this is (TrainConfig::world_rank): its draws follow it.
   const std::int64_t m = std::int64_t(j) * cfg_.world_size + cfg_.world_rank;
   Tensor& g = j == 0 && !parallel ? pb.grad() : grad_scratch_;
@@ -407,6 +407,10 @@ void TrainStep::leakcnn_backward(const Tensor& x, Tensor& g, const DropoutContex
 void TrainStep::run_step(cudaStream_t stream) {
   for (int j = 0; j < cfg_.accum_steps; ++j) micro_batch(j, stream);
   ParamBuffer& pb = *params_;
+  if (cfg_.world_size > 1 && !cfg_.gather_gradients) {
+    Phase ph(timer_, "allreduce", stream);
+    cfg_.allreduce_gradients(pb.grad());
+  }
   Tensor* work = dtype_ == DType::f32 ? nullptr : &pb.work();
   Phase ph(timer_, "optimizer", stream);
   ops::adamw_step(pb.master(), pb.grad(), pb.m(), pb.v(), opt_state_, cfg_.optim, pb.decay_end(), work,

@@ -85,8 +85,12 @@ struct TrainConfig {
   // micro-batch j (f32, the flat layout), rank after rank; the step adds them
   // in m's order, the order one process accumulates in, so every rank holds
   // the same bits as that process. CPU only (the step is not graph-captured).
+  // Without gather_gradients (the `fast` reduction), `allreduce_gradients`
+  // (required then) sums the process's accumulated gradient over the ranks
+  // after its micro-batches, in the library's order.
   int world_rank = 0, world_size = 1;
   std::function<std::vector<float>(const Tensor& micro_batch_gradient)> gather_gradients;
+  std::function<void(Tensor& gradient)> allreduce_gradients;
 };
 
 struct StepMetrics {

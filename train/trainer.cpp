@@ -162,6 +162,9 @@ class Trainer::Run {
   void check_job(const io::DatasetInfo& train) const;
   // The step's gradient of this rank's micro-batch, every rank's (timed as communication).
   std::vector<float> gather_gradients(const Tensor& g);
+  // Every rank's weights (CRC-32 of the master) against rank 0's, before a
+  // checkpoint: an error names the ranks that differ.
+  void check_same_weights() const;
   // Whether a stop was requested (SIGINT, SIGTERM, --stop-after-steps): on
   // any rank, so every rank stops after the same step.
   bool stop_requested();
@@ -330,7 +333,14 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
   tc.micro_batch = micro_batch_;
   tc.world_rank = world_.rank();
   tc.world_size = world_.size();
-  if (world_.distributed()) tc.gather_gradients = [this](const Tensor& g) { return gather_gradients(g); };
+  if (world_.distributed() && cfg_.dist_reduce == model::DistReduce::ordered)
+    tc.gather_gradients = [this](const Tensor& g) { return gather_gradients(g); };
+  if (world_.distributed() && cfg_.dist_reduce == model::DistReduce::fast)
+    tc.allreduce_gradients = [this](Tensor& g) {
+      const auto t0 = Clock::now();
+      world_.allreduce_sum(std::span<float>(g.data<float>(), std::size_t(g.numel())), "summing the gradients");
+      comm_s_ += seconds_since(t0);
+    };
   train_step_ = std::make_unique<model::TrainStep>(tc, device_, *stream_);
   if (!train_step_->frozen_params().empty()) {
     std::vector<std::string> names;
@@ -423,6 +433,19 @@ std::vector<float> Trainer::Run::gather_gradients(const Tensor& g) {
   return all;
 }
 
+void Trainer::Run::check_same_weights() const {
+  const Tensor& master = train_step_->params().master();
+  const double mine = model::crc32(master.raw(), master.nbytes());
+  const std::vector<double> all = world_.allgather(std::span<const double>(&mine, 1), "comparing the weights");
+  std::vector<int> differ;
+  for (int r = 1; r < world_.size(); ++r)
+    if (all[std::size_t(r)] != all[0]) differ.push_back(r);
+  MF_CHECK(differ.empty(), "step {}: the weights of rank(s) {} differ from rank 0's (CRC-32 {:08x} against {:08x}): "
+           "the processes no longer train the same model; stopping before a checkpoint is written", state_.step,
+           fmt::join(differ, ", "), std::uint32_t(all[std::size_t(differ.empty() ? 0 : differ[0])]),
+           std::uint32_t(all[0]));
+}
+
 bool Trainer::Run::stop_requested() {
   if (!world_.distributed()) return stop_->requested();
   stop_agreed_ = stop_agreed_ || world_.any(stop_->requested(), "agreeing on a stop request");
@@ -508,6 +531,7 @@ void Trainer::Run::save(bool best, std::int64_t epoch_of_next_step) {
   s.elapsed_s += seconds_since(run_t0_);
   const io::ReaderState rs{s.epoch, s.step_in_epoch * accum_steps_ * world_.size()};
   saved_step_ = state_.step;
+  if (world_.distributed()) check_same_weights();
   if (!world_.is_root()) {  // every rank holds the same state: rank 0 writes it
     if (best) best_written_ = true;
     return;

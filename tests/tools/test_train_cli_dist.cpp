@@ -10,7 +10,9 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -160,4 +162,26 @@ TEST_CASE("dist: a process that stops answering ends the job after dist.timeout,
   CHECK(r.code != 0);
   CHECK_MESSAGE(s < 40, "the job took ", s, " s to end");
   CHECK_MESSAGE(has(r, "no answer from the other processes for 4 s while"), r.out);
+}
+
+TEST_CASE("dist: dist.reduce = fast repeats its bits and stays within rounding of ordered") {
+  LeakData L;
+  // 2 processes x 2 micro-batches: fast adds (g0 + g2) + (g1 + g3), ordered ((g0 + g1) + g2) + g3.
+  const auto train = [&](const std::string& name, const std::string& reduce) {
+    const CliResult r = sh(fmt::format("{} {} --out {} --batch-size 8 --grad-accum 2 --set dist.reduce={}", mpirun(2),
+                                       L.common, L.d / name, reduce));
+    REQUIRE_MESSAGE(r.code == 0, r.out);
+    return mf::model::read_checkpoint(L.d / name + "/checkpoints/ckpt-0000000006.h5");
+  };
+  const mf::model::Checkpoint f1 = train("f1", "fast"), f2 = train("f2", "fast"), o = train("o", "ordered");
+  const auto& a = f1.array("master").bytes;
+  CHECK(std::memcmp(a.data(), f2.array("master").bytes.data(), a.size()) == 0);
+  const auto* x = reinterpret_cast<const float*>(a.data());
+  const auto* y = reinterpret_cast<const float*>(o.array("master").bytes.data());
+  float worst = 0, scale = 0;
+  for (std::size_t i = 0; i < a.size() / sizeof(float); ++i) {
+    worst = std::max(worst, std::fabs(x[i] - y[i]));
+    scale = std::max(scale, std::fabs(y[i]));
+  }
+  CHECK_MESSAGE(worst <= 1e-5f * scale, "max |fast - ordered| ", worst, " for weights up to ", scale);
 }
