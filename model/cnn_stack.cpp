@@ -18,7 +18,6 @@ namespace {
 
 // PyTorch's BatchNorm2d defaults.
 constexpr float kBnEps = 1e-5f;
-constexpr float kBnMomentum = 0.1f;
 
 Shape act_shape(std::int64_t n, const ActShape& s) {
   return s.spatial ? Shape{n, s.h, s.w, s.c} : Shape{n, s.c};
@@ -167,7 +166,7 @@ void bn_forward(const Params& P, const std::string& name, const Tensor& x, BnSav
                 bool relu, Tensor& y, bool train, Tensor* scratch, cudaStream_t st) {
   Tensor rm = P.stat(name + ".running_mean"), rv = P.stat(name + ".running_var");
   if (train)
-    ops::batch_norm_train_forward(x, P.w(name + ".weight"), P.w(name + ".bias"), rm, rv, kBnEps, kBnMomentum,
+    ops::batch_norm_train_forward(x, P.w(name + ".weight"), P.w(name + ".bias"), rm, rv, kBnEps, kBatchNormMomentum,
                                   relu, saved.mean, saved.invstd, y, residual, scratch, st);
   else
     ops::batch_norm_eval_forward(x, P.w(name + ".weight"), P.w(name + ".bias"), rm, rv, kBnEps, relu, y, residual,

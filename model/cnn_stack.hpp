@@ -29,6 +29,9 @@
 
 namespace mf::model {
 
+// Batch norm's running-statistics momentum (PyTorch's default): r = m s + (1 - m) r.
+inline constexpr float kBatchNormMomentum = 0.1f;
+
 // What the training forward's dropout layers draw from (kernels/dropout.hpp):
 // the run's seed, the micro-batch (stream) and the optimizer iteration counter
 // in the tensors' memory.

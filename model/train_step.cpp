@@ -71,9 +71,13 @@ TrainStep::TrainStep(const TrainConfig& cfg, Device device, cudaStream_t stream)
   }
   MF_CHECK(cfg_.world_size >= 1 && cfg_.world_rank >= 0 && cfg_.world_rank < cfg_.world_size,
            "TrainStep: rank {} of {} processes", cfg_.world_rank, cfg_.world_size);
-  MF_CHECK(cfg_.world_size == 1 || ((cfg_.gather_gradients || cfg_.allreduce_gradients) && !device.is_cuda()),
-           "TrainStep: data parallelism needs gather_gradients or allreduce_gradients, and the CPU backend");
+  MF_CHECK(cfg_.world_size == 1 ||
+               (cfg_.gather && (cfg_.reduce_in_order || cfg_.allreduce) && !device.is_cuda()),
+           "TrainStep: data parallelism needs gather (and allreduce for the fast reduction), and the CPU backend");
   if (K > 1 || cfg_.world_size > 1) grad_scratch_ = make({params_->size()}, DType::f32, device, stream);
+  for (const ParamInfo& p : params_->params())
+    if (p.kind == ParamKind::running_mean || p.kind == ParamKind::running_var)
+      stat_ranges_.emplace_back(p.offset, p.numel);
 
   in_x_ = make({K * B, mc.in_mels, mc.in_frames, 1}, dtype_, device, stream, Layout::nhwc);
   in_labels_ = make({K * B}, DType::i32, device, stream);
@@ -181,7 +185,7 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   ParamBuffer& pb = *params_;
   const std::int64_t B = cfg_.micro_batch;
   Tensor& work = pb.work();
-  const bool parallel = cfg_.world_size > 1 && cfg_.gather_gradients;  // the ordered reduction
+  const bool parallel = cfg_.world_size > 1 && cfg_.reduce_in_order;  // the ordered reduction
   // The step's micro-batch this is (TrainConfig::world_rank): its draws follow it.
   const std::int64_t m = std::int64_t(j) * cfg_.world_size + cfg_.world_rank;
   Tensor& g = j == 0 && !parallel ? pb.grad() : grad_scratch_;
@@ -190,6 +194,8 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   const Tensor labels = in_labels_.slice(j * B, (j + 1) * B);
   Tensor leak = in_leak_.slice(j * B, (j + 1) * B);
   const std::uint64_t augment_seed = splitmix64_finalize(cfg_.seed ^ 0x6175676d656e74ull);  // "augment"
+  const bool replay_stats = cfg_.world_size > 1 && !stat_ranges_.empty();
+  if (replay_stats) hold_running_stats();
   if (cfg_.augment.any()) {  // training batches only: forward_eval never comes here
     Phase ph(timer_, "augment", stream);
     kernels::AugmentArgs ad = cfg_.augment;
@@ -255,6 +261,7 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   } else {
     leakcnn_backward(x, g, drop, stream);
   }
+  if (replay_stats) replay_running_stats();
   if (parallel) {
     combine_gathered(j, stream);
   } else if (j > 0) {
@@ -263,12 +270,43 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   }
 }
 
+void TrainStep::hold_running_stats() {
+  float* master = params_->master().data<float>();
+  held_stats_.clear();
+  for (const auto& [off, n] : stat_ranges_) {
+    held_stats_.insert(held_stats_.end(), master + off, master + off + n);
+    std::fill(master + off, master + off + n, 0.f);
+  }
+}
+
+void TrainStep::replay_running_stats() {
+  float* master = params_->master().data<float>();
+  // This micro-batch's terms (momentum x its batch statistics), every rank's.
+  std::vector<float> mine;
+  for (const auto& [off, n] : stat_ranges_) mine.insert(mine.end(), master + off, master + off + n);
+  const std::vector<float> all =
+      cfg_.gather(Tensor::from_floats(mine, {std::int64_t(mine.size())}));
+  MF_CHECK(all.size() == mine.size() * std::size_t(cfg_.world_size), "TrainStep: gathered {} statistics, expected "
+           "{} x {}", all.size(), cfg_.world_size, mine.size());
+  // The forward's update, r = momentum * s + (1 - momentum) * r, rank after
+  // rank: its first product is the gathered term itself.
+  const float keep = 1.f - kBatchNormMomentum;
+  std::size_t i = 0;
+  for (const auto& [off, n] : stat_ranges_) {
+    for (std::int64_t e = 0; e < n; ++e, ++i) {
+      float r = held_stats_[i];
+      for (int k = 0; k < cfg_.world_size; ++k) r = all[std::size_t(k) * mine.size() + i] + keep * r;
+      master[off + e] = r;
+    }
+  }
+}
+
 void TrainStep::combine_gathered(int j, cudaStream_t stream) {
   const std::int64_t n = params_->size();
   std::vector<float> all;
   {
     Phase ph(timer_, "gather", stream);
-    all = cfg_.gather_gradients(grad_scratch_);
+    all = cfg_.gather(grad_scratch_);
   }
   MF_CHECK(std::int64_t(all.size()) == n * cfg_.world_size, "TrainStep: gathered {} gradient values, expected {} x {}",
            all.size(), cfg_.world_size, n);
@@ -407,9 +445,9 @@ void TrainStep::leakcnn_backward(const Tensor& x, Tensor& g, const DropoutContex
 void TrainStep::run_step(cudaStream_t stream) {
   for (int j = 0; j < cfg_.accum_steps; ++j) micro_batch(j, stream);
   ParamBuffer& pb = *params_;
-  if (cfg_.world_size > 1 && !cfg_.gather_gradients) {
+  if (cfg_.world_size > 1 && !cfg_.reduce_in_order) {
     Phase ph(timer_, "allreduce", stream);
-    cfg_.allreduce_gradients(pb.grad());
+    cfg_.allreduce(pb.grad());
   }
   Tensor* work = dtype_ == DType::f32 ? nullptr : &pb.work();
   Phase ph(timer_, "optimizer", stream);

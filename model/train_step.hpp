@@ -81,16 +81,19 @@ struct TrainConfig {
   // micro-batch j is the step's micro-batch m = j * world_size + world_rank:
   // the augmentation, mixup and dropout draws follow m, as in one process
   // running all world_size * accum_steps micro-batches. With world_size > 1,
-  // `gather_gradients` (required) returns every rank's gradient of their
-  // micro-batch j (f32, the flat layout), rank after rank; the step adds them
-  // in m's order, the order one process accumulates in, so every rank holds
-  // the same bits as that process. CPU only (the step is not graph-captured).
-  // Without gather_gradients (the `fast` reduction), `allreduce_gradients`
-  // (required then) sums the process's accumulated gradient over the ranks
-  // after its micro-batches, in the library's order.
+  // `gather` (required) returns every rank's values of a tensor (f32), rank
+  // after rank. With `reduce_in_order` (dist.reduce = ordered) the step
+  // gathers every micro-batch's gradient and adds them in m's order, the
+  // order one process accumulates in, so every rank holds that process's
+  // bits; otherwise (fast) each rank adds up its own micro-batches and
+  // `allreduce` (required then) sums that over the ranks, in the library's
+  // order. Batch norm's running statistics are replayed in m's order either
+  // way (each micro-batch's update gathered, then applied in turn), so every
+  // rank keeps one process's statistics. CPU only (no graph capture).
   int world_rank = 0, world_size = 1;
-  std::function<std::vector<float>(const Tensor& micro_batch_gradient)> gather_gradients;
-  std::function<void(Tensor& gradient)> allreduce_gradients;
+  bool reduce_in_order = true;
+  std::function<std::vector<float>(const Tensor& values)> gather;
+  std::function<void(Tensor& gradient)> allreduce;
 };
 
 struct StepMetrics {
@@ -170,6 +173,13 @@ class TrainStep {
   // world_size > 1: every rank's gradient of local micro-batch j, added into
   // the step's gradient in the order of the step's micro-batches.
   void combine_gathered(int j, cudaStream_t stream);
+  // world_size > 1 with batch norm: before a micro-batch, keeps the running
+  // statistics and zeroes them (the forward then leaves momentum x the batch
+  // statistics there, exactly the term its update adds); after it, gathers
+  // every rank's terms and applies them to the kept statistics in the order
+  // of the step's micro-batches, with the forward's own float expression.
+  void hold_running_stats();
+  void replay_running_stats();
   // The loss of the embeddings `emb` [B, E] (loss.type) and the heads'
   // backward: parameter gradients into g, emb's gradient into demb.
   void loss_and_heads(const Tensor& emb, const Tensor& labels, const Tensor& leak, Tensor& g, Tensor& demb, bool mix,
@@ -185,6 +195,10 @@ class TrainStep {
   DType dtype_;
   std::unique_ptr<ParamBuffer> params_;
   Tensor grad_scratch_;  // micro-batches after the first (k > 1)
+  // Batch norm's running statistics in the master buffer (offset, count), and
+  // their values held across a micro-batch (data parallelism).
+  std::vector<std::pair<std::int64_t, std::int64_t>> stat_ranges_;
+  std::vector<float> held_stats_;
   Tensor in_x_, in_labels_, in_leak_;
   std::unique_ptr<CnnStack> stack_;        // model.arch = cnn (else null and the LeakCNN buffers below)
   // LeakCNN's buffers (empty for a CNN stack). Per conv block: its output,

@@ -160,8 +160,9 @@ class Trainer::Run {
   // melforge (else an error naming what differs), on the CPU, with a batch
   // that splits evenly and no batch norm (not yet combined across ranks).
   void check_job(const io::DatasetInfo& train) const;
-  // The step's gradient of this rank's micro-batch, every rank's (timed as communication).
-  std::vector<float> gather_gradients(const Tensor& g);
+  // A tensor's values (the gradient of this rank's micro-batch, batch
+  // norm's updates), every rank's (timed as communication).
+  std::vector<float> gather_floats(const Tensor& g);
   // Every rank's weights (CRC-32 of the master) against rank 0's, before a
   // checkpoint: an error names the ranks that differ.
   void check_same_weights() const;
@@ -184,7 +185,7 @@ class Trainer::Run {
   RunConfig cfg_;
   TrainerOptions options_;
   const dist::World& world_ = dist::World::get();  // the job's processes (one unless launched by mpirun/srun)
-  double comm_s_ = 0;                                // time in gather_gradients, this process
+  double comm_s_ = 0;                                // time in gather_floats and the all-reduce, this process
   bool stop_agreed_ = false;
   Clock::time_point run_t0_ = Clock::now();
   Device device_;
@@ -333,10 +334,10 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
   tc.micro_batch = micro_batch_;
   tc.world_rank = world_.rank();
   tc.world_size = world_.size();
-  if (world_.distributed() && cfg_.dist_reduce == model::DistReduce::ordered)
-    tc.gather_gradients = [this](const Tensor& g) { return gather_gradients(g); };
-  if (world_.distributed() && cfg_.dist_reduce == model::DistReduce::fast)
-    tc.allreduce_gradients = [this](Tensor& g) {
+  tc.reduce_in_order = cfg_.dist_reduce == model::DistReduce::ordered;
+  if (world_.distributed()) tc.gather = [this](const Tensor& g) { return gather_floats(g); };
+  if (world_.distributed() && !tc.reduce_in_order)
+    tc.allreduce = [this](Tensor& g) {
       const auto t0 = Clock::now();
       world_.allreduce_sum(std::span<float>(g.data<float>(), std::size_t(g.numel())), "summing the gradients");
       comm_s_ += seconds_since(t0);
@@ -417,15 +418,10 @@ void Trainer::Run::check_job(const io::DatasetInfo& train) const {
   if (!cfg_.val_path.empty()) agree("data.val", file_identity(cfg_.val_path));
   MF_CHECK(!device_.is_cuda(), "train.device = {}: data-parallel training runs on CPUs for now (--device cpu); the "
            "GPU path (NCCL) is not built yet", device_.str());
-  const bool batch_norm = std::ranges::any_of(model_config_.layers, [](const model::CnnLayer& l) {
-    return l.batch_norm || l.type == model::LayerType::residual;
-  });
-  MF_CHECK(!batch_norm, "model.layers: batch norm (conv layers with batch_norm, residual blocks) is not yet combined "
-           "across processes: train this model in one process");
   MF_CHECK(cfg_.overfit_batches == 0, "train.overfit_batches: not available with data-parallel training");
 }
 
-std::vector<float> Trainer::Run::gather_gradients(const Tensor& g) {
+std::vector<float> Trainer::Run::gather_floats(const Tensor& g) {
   const auto t0 = Clock::now();
   std::vector<float> all =
       world_.allgather(std::span<const float>(g.data<float>(), std::size_t(g.numel())), "gathering the gradients");
