@@ -186,6 +186,7 @@ class Trainer::Run {
   TrainerOptions options_;
   const dist::World& world_ = dist::World::get();  // the job's processes (one unless launched by mpirun/srun)
   double comm_s_ = 0;                                // time in gather_floats and the all-reduce, this process
+  double epoch_comm_s0_ = 0;                         // comm_s_ when the epoch started
   bool stop_agreed_ = false;
   Clock::time_point run_t0_ = Clock::now();
   Device device_;
@@ -592,6 +593,7 @@ bool Trainer::Run::train_epoch() {
   epoch_samples_ = interval_samples_ = 0;
   const auto epoch_t0 = Clock::now();
   interval_t0_ = epoch_t0;
+  epoch_comm_s0_ = comm_s_;
   std::int64_t s = start_step_;
   while (s < steps_per_epoch_ && !stop_requested()) {
     if (profiling_ && state_.step == cfg_.profile_begin()) {
@@ -757,12 +759,24 @@ void Trainer::Run::report_epoch() {
                {"cpu_pct", sys.cpu_pct},
                {"peak_rss_mib", double(sys.peak_rss_bytes) / 1048576.0}};
   if (peak_tflops_ > 0) line["share_of_peak"] = r.achieved_tflops / peak_tflops_;
+  // Data parallelism: rank 0's time exchanging gradients this epoch.
+  const double comm = comm_s_ - epoch_comm_s0_;
+  const double comm_share = epoch_wall_s_ > 0 ? comm / epoch_wall_s_ : 0.0;
+  const double comm_ms_per_step = 1e3 * comm / double(std::max<std::int64_t>(1, epoch_steps_done_));
+  line["world_size"] = world_.size();
+  if (world_.distributed()) {
+    line["communication_s_per_step"] = comm_ms_per_step / 1e3;
+    line["communication_share"] = comm_share;
+  }
   if (metrics_log_) metrics_log_->write(line);
   std::string speed;
   if (device_.is_cuda()) {
     speed = fmt::format(", {:.1f} TFLOP/s", r.achieved_tflops);
     if (peak_tflops_ > 0) speed += fmt::format(" ({:.0f}% of {} peak)", 100 * r.achieved_tflops / peak_tflops_, device_peak_->device);
   }
+  if (world_.distributed())
+    speed += fmt::format(" over {} processes (communication {:.1f}% of the epoch, {:.2f} ms/step)", world_.size(),
+                         100 * comm_share, comm_ms_per_step);
   progress_->message(fmt::format("epoch {}/{}: {:.0f} samples/s{}; {}", state_.epoch + 1, cfg_.epochs, r.samples_per_s,
                              speed, r.bottleneck.line()));
 }

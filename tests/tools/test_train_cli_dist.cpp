@@ -17,6 +17,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "model/checkpoint.hpp"
@@ -73,8 +75,17 @@ TEST_CASE("dist: 2 processes are bit-identical to one with grad_accum 2 (LeakCNN
   const CliResult two = sh(fmt::format("{} {} --out {} --batch-size 16", mpirun(2), L.common, L.d / "two"));
   REQUIRE_MESSAGE(two.code == 0, two.out);
   check_same_state(L.d / "one/checkpoints/ckpt-0000000006.h5", L.d / "two/checkpoints/ckpt-0000000006.h5");
-  // Rank 0 alone reports: one summary, one report.
+  // Rank 0 alone reports: one summary, one report; the epoch line names the processes.
   CHECK(two.out.find("melforge train: 6 steps, 96 samples") != std::string::npos);
+  CHECK(has(two, "over 2 processes (communication "));
+  // Validation (every process evaluates the same weights): the single process's metrics.
+  const auto val_metrics = [](const std::string& report) {
+    std::ifstream in(report);
+    nlohmann::json v = nlohmann::json::parse(in)["val"];
+    for (const char* timing : {"eval_s", "files_per_s", "segments_per_s"}) v.erase(timing);
+    return v;
+  };
+  CHECK(val_metrics(L.d / "one/report.json") == val_metrics(L.d / "two/report.json"));
   CHECK(two.out.find("melforge train: 6 steps") == two.out.rfind("melforge train: 6 steps"));
   CHECK(fs::exists(L.d / "two/report.json"));
 
