@@ -460,8 +460,19 @@ void Trainer::Run::restore_or_init() {
   if (resume_) {
     const model::Checkpoint& c = resume_->checkpoint;
     check_same_model(c, *train_step_, "--resume");
-    const std::vector<std::string> changed =
-        resume_differences(checkpoint_config(c), cfg_);
+    const model::RunConfig saved = checkpoint_config(c);
+    std::vector<std::string> changed = resume_differences(saved, cfg_);
+    // Another world size with the same micro-batches (batch_size / processes)
+    // and as many of them per step is the same training: not a change.
+    const std::int64_t was = c.has("world_size") ? c.get_int_in("world_size", 1, 1 << 20) : 1;
+    const std::int64_t w = world_.size();
+    if (was != w && saved.batch_size * w == cfg_.batch_size * was && saved.grad_accum * was == cfg_.grad_accum * w) {
+      std::erase_if(changed, [](const std::string& d) {
+        return d.starts_with("train.batch_size:") || d.starts_with("train.grad_accum:");
+      });
+      log_info("--resume: {} process(es), the checkpoint's run {}: the same {} micro-batches of {} a step", w, was,
+               cfg_.grad_accum * w, cfg_.batch_size / w);
+    }
     if (!changed.empty())
       log_warn("--resume: {} setting(s) differ from the run's: {}; the run continues with them (where they change "
                "the training, it will not match an uninterrupted run)", changed.size(), fmt::join(changed, ", "));
@@ -533,7 +544,8 @@ void Trainer::Run::save(bool best, std::int64_t epoch_of_next_step) {
     if (best) best_written_ = true;
     return;
   }
-  const auto c = make_run_checkpoint(*train_step_, cfg_, s, rs, data_.class_names, data_.normal_class, *stream_);
+  auto c = make_run_checkpoint(*train_step_, cfg_, s, rs, data_.class_names, data_.normal_class, *stream_);
+  c.ints["world_size"] = world_.size();  // how the step was split (a resume at another world size compares it)
   const fs::path p = checkpoints_->save(c, state_.step, best);
   if (best) best_written_ = true;
   progress_->message(fmt::format("checkpoint {}{}", p.string(), best ? " (best so far)" : ""));

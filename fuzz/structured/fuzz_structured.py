@@ -31,7 +31,7 @@
 # Usage (Python 3 with h5py and numpy; tomllib or tomli):
 #   fuzz/structured/fuzz_structured.py --melforge build/tools/melforge --work /tmp/fz \
 #       --inputs 200 --seed 1 [--kinds dataset,checkpoint,safetensors,config,trials] \
-#       [--jobs 1] [--save-findings DIR]
+#       [--jobs 1] [--save-findings DIR] [--mpirun /usr/bin/mpirun]
 #     -> one line per unclear/crash/hang, a table per kind and command, WORK/results.jsonl
 #        (one record per input), WORK/summary.json; exit 1 when any unclear/crash/hang.
 #   fuzz/structured/fuzz_structured.py --melforge build/tools/melforge --work /tmp/fz \
@@ -94,6 +94,11 @@ CKPT_ENTRIES = ["/arrays", "/ints", "/floats", "/strings", "melforge_checkpoint"
                 r"line \d+", "tensor '"]
 ST_ENTRIES = ["header", "tensor '", "__metadata__", "data_offsets", "dtype", "shape", "data bytes"]
 
+# A command template that starts with this runs as a job of 2 processes under
+# the launcher given by --mpirun (commands_of leaves it out without one).
+MPIRUN_2 = "{mpirun -np 2}"
+MPIRUN = ""  # --mpirun
+
 # The tiny model every train command uses (the fixture checkpoints' shape).
 TINY = ["--set", "model.channels=[4]", "--set", "model.pools=[2]", "--set", "model.dense=8",
         "--set", "train.batch_size=8", "--set", "reader.threads=1"]
@@ -155,6 +160,11 @@ COMMANDS = {
         ("train-config", ["train", "--config", "{input}", "--train", "{train}", "--val", "{val}",
                           "--out", "{out}/run", "--stop-after-steps", "3"] + TRAIN_TAIL,
          ["config"], None),
+        # The same as a job of 2 processes (data parallelism: dist.* keys, the
+        # batch split, the processes' agreement); only with --mpirun.
+        ("train-config-2proc", [MPIRUN_2, "train", "--config", "{input}", "--train", "{train}", "--val", "{val}",
+                                "--out", "{out}/run", "--stop-after-steps", "3"] + TRAIN_TAIL,
+         ["config"], None),
     ],
     "trials": [
         ("verify", ["verify", "--checkpoint", "{speaker_checkpoint}", "--data", "{speaker_data}",
@@ -164,6 +174,11 @@ COMMANDS = {
 
 
 # ----------------------------------------------------------------------------- helpers
+
+def commands_of(kind):
+    """The kind's commands this run can drive (the 2-process ones need --mpirun)."""
+    return [c for c in COMMANDS[kind] if MPIRUN or not c[1] or c[1][0] != MPIRUN_2]
+
 
 def B(x):
     """A description's byte string: plain text, or {"hex": ...} for bytes that are not UTF-8."""
@@ -206,7 +221,18 @@ def run_melforge(melforge, args, cwd, timeout, mem_mb):
                 "LC_ALL": "C.UTF-8"})
     # mem_mb 0: no limit (AddressSanitizer reserves terabytes of address space).
     limit = 'ulimit -v %d 2>/dev/null; ' % (mem_mb * 1024) if mem_mb > 0 else ''
-    argv = ["/bin/sh", "-c", limit + 'exec "$@"', "sh", melforge] + args
+    prefix = [melforge]
+    if args and args[0] == MPIRUN_2:
+        # Open MPI on loopback, as root, more processes than cores; without
+        # leak detection under AddressSanitizer (Open MPI's own leaks, from
+        # components it unloads, cannot be named for a suppression).
+        prefix = [MPIRUN, "-np", "2", "--oversubscribe", melforge]
+        args = args[1:]
+        env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                    "OMPI_MCA_btl": "self,vader,tcp", "OMPI_MCA_btl_tcp_if_include": "lo"})
+        if "ASAN_OPTIONS" in env:
+            env["ASAN_OPTIONS"] += ":detect_leaks=0"
+    argv = ["/bin/sh", "-c", limit + 'exec "$@"', "sh"] + prefix + args
     t0 = time.monotonic()
     with tempfile.TemporaryFile(dir=cwd) as err:
         p = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -1374,7 +1400,7 @@ def plan_inputs(n, seed, kinds, fx_paths):
         kind = kinds[i % len(kinds)]
         j = per_kind[kind]
         per_kind[kind] += 1
-        cmds = COMMANDS[kind]
+        cmds = commands_of(kind)
         name, tmpl, bases, place = cmds[j % len(cmds)]
         base = bases[(j // len(cmds)) % len(bases)]
         r = rng_for(seed, kind, j)
@@ -1454,7 +1480,7 @@ class Runner:
 
     def run_planned(self, p):
         kind = p["kind"]
-        name, tmpl, bases, place = next(c for c in COMMANDS[kind] if c[0] == p["command"])
+        name, tmpl, bases, place = next(c for c in commands_of(kind) if c[0] == p["command"])
         case_dir = os.path.join(self.a.work, "runs", "mut-%s-%04d" % (kind, p["j"]))
         try:
             res = self.run_case(kind, tmpl, p["mutation"], self.fx[p["base"]], case_dir, place)
@@ -1494,7 +1520,7 @@ def table(records, kinds):
     cols = ["accepted", "clean", "unclear", "crash", "hang"]
     rows = []
     for kind in kinds:
-        for name, *_ in COMMANDS[kind]:
+        for name, *_ in commands_of(kind):
             rs = [r for r in records if r["kind"] == kind and r["command"] == name]
             if rs:
                 rows.append((kind, name, len(rs)) + tuple(sum(r["outcome"] == c for r in rs)
@@ -1517,7 +1543,7 @@ def self_check(runner, kinds, work):
     """Every command on its unmutated fixture must be accepted."""
     bad = []
     for kind in kinds:
-        for name, tmpl, bases, place in COMMANDS[kind]:
+        for name, tmpl, bases, place in commands_of(kind):
             for base in bases:
                 d = os.path.join(work, "selfcheck", "%s-%s-%s" % (kind, name, base))
                 res = runner.run_case(kind, tmpl, {"op": "identity"}, runner.fx[base], d, place,
@@ -1556,6 +1582,8 @@ def main():
     ap = argparse.ArgumentParser(description="Structure-aware fuzzer of melforge's file inputs "
                                  "(see the comment at the top of this file and docs/fuzzing.md).")
     ap.add_argument("--melforge", required=True, help="the melforge binary")
+    ap.add_argument("--mpirun", default="", help="an MPI launcher (Open MPI's mpirun): configurations also run as "
+                    "jobs of 2 processes (a melforge built with MPI)")
     ap.add_argument("--work", required=True, help="work folder (fixtures, results.jsonl, summary.json)")
     ap.add_argument("--inputs", type=int, default=200, help="inputs, spread evenly over the kinds")
     ap.add_argument("--seed", type=int, default=1, help="the same seed makes the same inputs")
@@ -1568,6 +1596,8 @@ def main():
     ap.add_argument("--no-self-check", action="store_true",
                     help="skip running every command on its unmutated fixture first")
     args = ap.parse_args()
+    global MPIRUN
+    MPIRUN = args.mpirun
     args.melforge = os.path.abspath(args.melforge)
     args.work = os.path.abspath(args.work)
     if args.save_findings:

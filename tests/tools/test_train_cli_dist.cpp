@@ -92,7 +92,11 @@ TEST_CASE("dist: 2 processes are bit-identical to one with grad_accum 2 (LeakCNN
   // Resume across world sizes: from 2 processes at 1, and from 1 at 2, bit for bit.
   const std::string a = L.d / "a", b = L.d / "b", full = L.d / "one/checkpoints/ckpt-0000000006.h5";
   REQUIRE(sh(fmt::format("{} {} --out {} --batch-size 16 --stop-after-steps 4", mpirun(2), L.common, a)).code == 0);
-  REQUIRE(run_cli(fmt::format("{} --out {} --batch-size 8 --grad-accum 2 --resume auto", L.common, a)).code == 0);
+  const CliResult at1 = run_cli(fmt::format("{} --out {} --batch-size 8 --grad-accum 2 --resume auto", L.common, a));
+  REQUIRE_MESSAGE(at1.code == 0, at1.out);
+  // The same step split another way is no change of settings.
+  CHECK_MESSAGE(has(at1, "the checkpoint's run 2: the same 2 micro-batches of 8 a step"), at1.out);
+  CHECK_MESSAGE(!has(at1, "differ from the run's"), at1.out);
   check_same_state(full, a + "/checkpoints/ckpt-0000000006.h5");
   REQUIRE(run_cli(fmt::format("{} --out {} --batch-size 8 --grad-accum 2 --stop-after-steps 4", L.common, b)).code == 0);
   const CliResult r =
