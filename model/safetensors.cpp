@@ -144,6 +144,12 @@ SafeTensors read_safetensors(const fs::path& path) {
     if (const auto p = why.find("; last read"); p != std::string::npos) why.resize(p);
     MF_THROW("{}: the header ({} bytes after its 8-byte length) is not valid JSON: at header byte {}: {}", ctx, n,
              e.byte, why);
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for any type (out_of_range.406)
+    std::string why = e.what();
+    if (const auto p = why.find("] "); why.rfind("[json.exception", 0) == 0 && p != std::string::npos)
+      why = why.substr(p + 2);
+    if (why.size() > 120) why = why.substr(0, 120) + "...";
+    MF_THROW("{}: the header ({} bytes after its 8-byte length) is not valid JSON: {}", ctx, n, why);
   }
   MF_CHECK(header.is_object(), "{}: the header is not a JSON object", ctx);
   const std::uint64_t data_size = size - 8 - n;
