@@ -56,7 +56,7 @@ for bin in $BINS; do
   ldd "$bin" | awk '/=> \//{print $3}'
 done | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
-    libcuda.so*|libcudart*|libcublas*|libcudnn*|libnvidia*|libnvrtc*|libnvJitLink*) ;;  # the GPU machine's own
+    libcuda.so*|libcudart*|libcublas*|libcudnn*|libcufft*|libcurand*|libnccl*|libnvidia*|libnvrtc*|libnvJitLink*) ;;  # the GPU machine's own
     libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libresolv.so*|libutil.so*|libanl.so*|ld-linux*) ;;  # glibc
     *) cp -L "$lib" .carry/lib/ ;;
   esac

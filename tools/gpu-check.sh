@@ -5,7 +5,7 @@
 # within a time budget; a summary table is printed last.
 #
 #   tools/gpu-check.sh [--out DIR] [--carried DIR] [--work DIR] [--budget S]
-#                      [--steps tests,sanitizer,bench,compare] [--compare-args "..."]
+#                      [--steps LIST] [--compare-args "..."]
 #     --out DIR      what comes back, flat, 4 files (default gpu-check-out):
 #                    summary.txt, gpu.txt, results.json (every JSON written,
 #                    merged, keyed by path) and logs.tar.gz (logs and JSON)
@@ -16,7 +16,12 @@
 #     --budget S     seconds for everything (default 540: the device tool
 #                    stops a command at 600); a step that would outrun it is
 #                    cut short or reported as not run
-#     --steps LIST   which steps (default all four)
+#     --steps LIST   which steps, run in this order whatever the list's
+#                    (default all): tests, memcheck (step and conv suites),
+#                    conv (ceilings; conv bf16 b=8192), step (bf16 b=8192),
+#                    compare (PyTorch), more (verify, logmel, augment,
+#                    resnet34se-light, adamw, reader), sanitizer (the rest:
+#                    memcheck, racecheck, synccheck), bench (full sweeps)
 #     --compare-args extra arguments for bench/compare_torch.py (default
 #                    "--epochs 3")
 # Exit status: 0 when no step failed, timed out or found errors (skipped ones
@@ -32,7 +37,7 @@ OUT=gpu-check-out
 CARRIED=""
 WORK=""
 BUDGET=540
-STEPS=tests,sanitizer,bench,compare
+STEPS=tests,memcheck,conv,step,compare,more,sanitizer,bench
 COMPARE_ARGS="--epochs 3"
 while (($#)); do
   case "$1" in
@@ -199,13 +204,65 @@ chmod +x "$WORK/melforge"
 MELFORGE_PYTHON=$(command -v python3 || echo /usr/bin/python3)
 export MELFORGE_PYTHON
 
+# One compute-sanitizer tool over the given test binaries (environment as
+# under ctest), each capped at CAP seconds; LABEL names the summary line.
+sanitize() {
+  local tool=$1 cap=$2 label=$3; shift 3
+  local clean=0 errs="" skipped=0 other="" notrun=0 t name lim rc res
+  for t in "$@"; do
+    name=$(basename "$t")
+    lim=$(limit "$cap")
+    if ((lim == 0)); then notrun=$((notrun + 1)); continue; fi
+    (cd "$WORK" && MELFORGE_BIN=$MELFORGE MELFORGE_BENCH_BIN=$BENCH mfenv timeout "$lim" \
+       compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 100 "$t") \
+      >"$WORK/sanitizer-$tool-$name.log" 2>&1
+    rc=$?
+    case $rc in
+      0) clean=$((clean + 1)) ;;
+      77) skipped=$((skipped + 1)) ;;
+      99) errs="$errs $name" ;;
+      124) other="$other $name(timed out after ${lim}s)" ;;
+      *) other="$other $name(rc $rc)" ;;
+    esac
+  done
+  res="$clean clean"
+  ((skipped)) && res="$res, $skipped skipped (no GPU)"
+  [ -n "$errs" ] && res="ERRORS in$errs; $res"
+  [ -n "$other" ] && res="$res; FAILED:$other"
+  ((notrun)) && res="$res; $notrun not run (time budget)"
+  record "$label" "$res"
+}
+
+# One melforge-bench run, capped at CAP seconds: bench_run NAME CAP ARGS...
+# (JSON into WORK/bench, log into WORK/bench-NAME.log).
+bench_run() {
+  local name=$1 cap=$2 lim rc; shift 2
+  lim=$(limit "$cap")
+  if ((lim == 0)); then record "bench $name" "not run (time budget)"; return; fi
+  mkdir -p "$WORK/bench"
+  mfenv timeout "$lim" "$BENCH" --out-dir "$WORK/bench" "$@" >"$WORK/bench-$name.log" 2>&1
+  rc=$?
+  if ((rc == 124)); then record "bench $name" "TIMED OUT after $lim s"
+  elif ((rc != 0)); then record "bench $name" "FAILED rc $rc (see bench-$name.log)"
+  elif grep -q 'no GPU' "$WORK/bench-$name.log"; then record "bench $name" "no GPU (CPU figures only, if any)"
+  else record "bench $name" "ok ($(grep -c . "$WORK/bench-$name.log") lines)"; fi
+}
+
+# The binaries of the GPU suites whose names match a pattern.
+gpu_tests_matching() { printf '%s\n' $GPU_TESTS | grep -E "$1"; }
+
+# The steps, most valuable first (a lent GPU's time is short): the suites,
+# memcheck of the step and conv suites, the conv and step benchmarks at
+# LeakCNN-64 bf16 b=8192, the PyTorch side by side, the other GPU benchmarks,
+# then the rest of the sanitizers and the full benchmark sweeps.
+
 # 1. GPU test suites.
 if step tests; then
-  t=$(limit 300)
+  t=$(limit 150)
   if ((t == 0)); then
     record "ctest -L gpu" "not run (time budget)"
   else
-    (cd "$CTEST_DIR" && mfenv timeout "$t" ctest -L gpu --output-on-failure) >"$WORK/ctest-gpu.log" 2>&1
+    (cd "$CTEST_DIR" && mfenv timeout "$t" ctest -L gpu --output-on-failure --timeout 60) >"$WORK/ctest-gpu.log" 2>&1
     rc=$?
     log=$WORK/ctest-gpu.log
     n=$(grep -cE 'Test +#[0-9]+: ' "$log")
@@ -219,73 +276,66 @@ if step tests; then
   fi
 fi
 
-# 2. compute-sanitizer over each GPU test binary (environment as under ctest).
-if step sanitizer; then
-  if ! command -v compute-sanitizer >/dev/null; then
-    record "compute-sanitizer" "not found"
-  else
-    for tool in memcheck racecheck synccheck; do
-      clean=0 errs="" skipped=0 other="" notrun=0
-      for t in $GPU_TESTS; do
-        name=$(basename "$t")
-        lim=$(limit 120)
-        if ((lim == 0)); then notrun=$((notrun + 1)); continue; fi
-        (cd "$WORK" && MELFORGE_BIN=$MELFORGE MELFORGE_BENCH_BIN=$BENCH mfenv timeout "$lim" \
-           compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 100 "$t") \
-          >"$WORK/sanitizer-$tool-$name.log" 2>&1
-        rc=$?
-        case $rc in
-          0) clean=$((clean + 1)) ;;
-          77) skipped=$((skipped + 1)) ;;
-          99) errs="$errs $name" ;;
-          124) other="$other $name(timed out after ${lim}s)" ;;
-          *) other="$other $name(rc $rc)" ;;
-        esac
-      done
-      res="$clean clean"
-      ((skipped)) && res="$res, $skipped skipped (no GPU)"
-      [ -n "$errs" ] && res="ERRORS in$errs; $res"
-      [ -n "$other" ] && res="$res; FAILED:$other"
-      ((notrun)) && res="$res; $notrun not run (time budget)"
-      record "compute-sanitizer $tool" "$res"
-    done
-  fi
+HAVE_SANITIZER=1
+command -v compute-sanitizer >/dev/null || { HAVE_SANITIZER=0; record "compute-sanitizer" "not found"; }
+FIRST_SANITIZED=$(gpu_tests_matching 'test_(train_step|conv_relu_pool|conv2d)_gpu$')
+
+# 2. memcheck on the training-step and conv suites.
+if step memcheck && ((HAVE_SANITIZER)); then
+  # shellcheck disable=SC2086
+  sanitize memcheck 60 "compute-sanitizer memcheck (step, conv)" $FIRST_SANITIZED
 fi
 
-# 3. Benchmarks: every suite melforge-bench lists (each validates before
-# timing; JSON into WORK/bench).
-if step bench; then
-  SUITES=$(mfenv "$BENCH" --help 2>/dev/null | awk '/^Subcommands:/{f=1; next} f && /^  [a-z]/{print $1}')
-  [ -n "$SUITES" ] || record "bench" "FAILED: melforge-bench --help lists no suites"
-  mkdir -p "$WORK/bench"
-  for suite in $SUITES; do
-    lim=$(limit 180)
-    if ((lim == 0)); then record "bench $suite" "not run (time budget)"; continue; fi
-    mfenv timeout "$lim" "$BENCH" --out-dir "$WORK/bench" "$suite" >"$WORK/bench-$suite.log" 2>&1
-    rc=$?
-    if ((rc == 124)); then record "bench $suite" "TIMED OUT after $lim s"
-    elif ((rc != 0)); then record "bench $suite" "FAILED rc $rc (see bench-$suite.log)"
-    elif grep -q 'no GPU' "$WORK/bench-$suite.log"; then record "bench $suite" "no GPU (CPU figures only, if any)"
-    else record "bench $suite" "ok"; fi
-  done
+# 3-4. The roofline, the conv kernels against cuDNN and the graphed step at
+# LeakCNN-64, bf16, batch 8192.
+if step conv; then
+  bench_run ceilings 30 ceilings
+  bench_run conv-bf16-8192 100 conv --batch 8192 --dtype bf16
+fi
+if step step; then
+  bench_run step-bf16-8192 60 step --batch 8192 --precision bf16
 fi
 
-# 4. Side by side with PyTorch (python3 here is the one with torch); each of its
-# runs (melforge, then the PyTorch variants) gets a quarter of what is left.
+# 5. Side by side with PyTorch (python3 here is the one with torch); each of its
+# runs (melforge, then the PyTorch variants) gets a quarter of its time.
 if step compare; then
-  lim=$(limit 600)
+  lim=$(limit 150)
   if ((lim < 60)); then
     record "compare with PyTorch" "not run (time budget)"
   else
     # shellcheck disable=SC2086
     timeout "$lim" python3 bench/compare_torch.py --melforge "$WORK/melforge" --out "$WORK/compare" \
-      --timeout "$((lim / 4 > 60 ? lim / 4 : 60))" $COMPARE_ARGS >"$WORK/compare.log" 2>&1
+      --timeout "$((lim / 4 > 40 ? lim / 4 : 40))" $COMPARE_ARGS >"$WORK/compare.log" 2>&1
     rc=$?
     if ((rc == 124)); then record "compare with PyTorch" "TIMED OUT after $lim s (see compare.log)"
     elif ((rc != 0)); then record "compare with PyTorch" "FAILED rc $rc (see compare.log)"
     elif grep -q 'no GPU here' "$WORK/compare.log"; then record "compare with PyTorch" "no GPU: ran the CPU dry mode"
     else record "compare with PyTorch" "ok"; fi
   fi
+fi
+
+# 6. Trial scoring and extraction, log-mel, augmentation's cost, the speaker stack.
+if step more; then
+  bench_run verify-cuda 40 verify --device cuda
+  bench_run logmel-cuda 30 logmel --device cuda
+  bench_run step-augment 50 step --batch 8192 --precision bf16 --augment
+  bench_run step-resnet34se-light 50 step --arch resnet34se-light --batch 256 --precision bf16
+  bench_run adamw 30 adamw
+  bench_run reader 40 reader
+fi
+
+# 7. What is left of the time: every sanitizer over every suite, the sweeps.
+if step sanitizer && ((HAVE_SANITIZER)); then
+  # shellcheck disable=SC2086
+  sanitize memcheck 60 "compute-sanitizer memcheck (others)" $(printf '%s\n' $GPU_TESTS | grep -vxF "$FIRST_SANITIZED")
+  for tool in racecheck synccheck; do
+    # shellcheck disable=SC2086
+    sanitize "$tool" 60 "compute-sanitizer $tool" $GPU_TESTS
+  done
+fi
+if step bench; then
+  bench_run conv-all 120 conv
+  bench_run step-all 120 step
 fi
 
 finish
