@@ -20,6 +20,7 @@
 // --peak-fp32-tflops, else the newest `melforge-bench ceilings` JSON in
 // --out-dir (d2d_copy_GBps, bf16_gemm_TFLOPs; FP32 has no measured ceiling and
 // needs the flag).
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -28,6 +29,8 @@
 #endif
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -248,6 +251,22 @@ class CudnnLayer {
     }
     // Does the fused conv + bias + ReLU accept the algorithm cuDNN found?
     fused_ok_ = try_fused_forward() == CUDNN_STATUS_SUCCESS;
+    // cuDNN's bias gradient has no bf16 kernel (CUDNN_STATUS_NOT_SUPPORTED on
+    // an H200, cuDNN 9); PyTorch sums the gradient with its own reduction
+    // then. The stand-in here is cuBLAS: db (f32) = dact^T (C x NHW) * ones.
+    const float one = 1.f, zero = 0.f;
+    const cudnnStatus_t bias_status = cudnnConvolutionBackwardBias(h_, &one, c_, dact(), &zero, b_, db_t_.raw());
+    if (bias_status != CUDNN_STATUS_SUCCESS) {
+      MF_CHECK(bias_status == CUDNN_STATUS_NOT_SUPPORTED, "cuDNN's bias gradient failed: {}",
+               cudnnGetErrorString(bias_status));
+      const std::int64_t rows = d.n * d.h * d.w;
+      MF_CHECK(rows <= std::numeric_limits<int>::max(), "conv: {} rows are too many for cuBLAS's bias sum", rows);
+      MF_CUBLAS_CHECK(cublasCreate(&cublas_));
+      MF_CUBLAS_CHECK(cublasSetStream(cublas_, s));
+      ones_ = Tensor::empty({rows}, dt, Device::cuda(0), Layout::plain, s);
+      ones_.fill(1.f, s);
+      db_f32_ = Tensor::empty({d.cout}, DType::f32, Device::cuda(0), Layout::plain, s);
+    }
     MF_CUDA_CHECK(cudaStreamSynchronize(s));
   }
   ~CudnnLayer() {
@@ -259,6 +278,7 @@ class CudnnLayer {
     cudnnDestroyConvolutionDescriptor(conv_);
     cudnnDestroyActivationDescriptor(act_);
     cudnnDestroyPoolingDescriptor(pool_);
+    if (cublas_) cublasDestroy(cublas_);
   }
   CudnnLayer(const CudnnLayer&) = delete;
   CudnnLayer& operator=(const CudnnLayer&) = delete;
@@ -284,7 +304,7 @@ class CudnnLayer {
                                         dact()));
     MF_CUDNN_CHECK(cudnnActivationBackward(h_, act_, &one, c_, act_t_.raw(), c_, dact(), c_, act_t_.raw(), &zero, c_,
                                            dact()));
-    MF_CUDNN_CHECK(cudnnConvolutionBackwardBias(h_, &one, c_, dact(), &zero, b_, db_t_.raw()));
+    bias_backward();
     MF_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h_, &one, x_, B_.x.raw(), c_, dact(), conv_, bwd_filter_algo_,
                                                   ws_.raw(), ws_bytes_, &zero, w_, dw_t_.raw()));
     if (d_.cin > 1)
@@ -293,8 +313,9 @@ class CudnnLayer {
   }
 
   std::string algos() const {
-    return fmt::format("fwd {}{} wgrad {} dgrad {}", int(fwd_algo_), fused_ok_ ? " fused" : "", int(bwd_filter_algo_),
-                       d_.cin > 1 ? std::to_string(int(bwd_data_algo_)) : "-");
+    return fmt::format("fwd {}{} wgrad {} dgrad {} bgrad {}", int(fwd_algo_), fused_ok_ ? " fused" : "",
+                       int(bwd_filter_algo_), d_.cin > 1 ? std::to_string(int(bwd_data_algo_)) : "-",
+                       cublas_ ? "cublas" : "cudnn");
   }
 
  private:
@@ -311,6 +332,20 @@ class CudnnLayer {
                                                  act_t_.raw());
   }
   void* dact() { return dact_.raw(); }
+  void bias_backward() {
+    const float one = 1.f, zero = 0.f;
+    if (!cublas_) {
+      MF_CUDNN_CHECK(cudnnConvolutionBackwardBias(h_, &one, c_, dact(), &zero, b_, db_t_.raw()));
+      return;
+    }
+    // dact is NHWC, so column-major it is C x NHW with leading dimension C.
+    const int c = int(d_.cout), rows = int(ones_.numel());
+    const cudaDataType_t t = ones_.dtype() == DType::bf16 ? CUDA_R_16BF
+                             : ones_.dtype() == DType::f16 ? CUDA_R_16F
+                                                           : CUDA_R_32F;
+    MF_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, c, 1, rows, &one, dact(), t, c, ones_.raw(), t,
+                                 rows, &zero, db_f32_.raw(), CUDA_R_32F, c, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
 
   cudnnHandle_t h_;
   kernels::ConvReluPoolDims d_;
@@ -321,6 +356,8 @@ class CudnnLayer {
   cudnnActivationDescriptor_t act_{};
   cudnnPoolingDescriptor_t pool_{};
   Tensor pre_, act_t_, dact_, dw_t_, db_t_, ws_;
+  cublasHandle_t cublas_ = nullptr;  // set only where cuDNN has no bias gradient
+  Tensor ones_, db_f32_;
   std::size_t ws_bytes_ = 0;
   cudnnConvolutionFwdAlgo_t fwd_algo_{};
   cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo_{};

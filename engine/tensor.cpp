@@ -134,8 +134,10 @@ void Tensor::copy_from(const Tensor& src, cudaStream_t stream) {
   const cudaMemcpyKind kind = src.device_.is_cpu() ? cudaMemcpyHostToDevice
                               : device_.is_cpu()   ? cudaMemcpyDeviceToHost
                                                    : cudaMemcpyDeviceToDevice;
+  if (stream == nullptr) MF_CUDA_CHECK(cudaDeviceSynchronize());  // producers on any stream
   MF_CUDA_CHECK(cudaMemcpyAsync(raw(), src.raw(), nbytes(), kind, stream));
-  if (device_.is_cpu()) MF_CUDA_CHECK(cudaStreamSynchronize(stream));  // host reads follow
+  // Host reads follow; with no stream, consumers on any stream may follow.
+  if (device_.is_cpu() || stream == nullptr) MF_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 Tensor Tensor::to(Device device, cudaStream_t stream) const {
@@ -146,8 +148,13 @@ Tensor Tensor::to(Device device, cudaStream_t stream) const {
 
 void Tensor::fill_bytes(unsigned char byte, cudaStream_t stream) {
   if (nbytes() == 0) return;
-  if (device_.is_cuda()) MF_CUDA_CHECK(cudaMemsetAsync(raw(), byte, nbytes(), stream));
-  else std::memset(raw(), byte, nbytes());
+  if (device_.is_cpu()) {
+    std::memset(raw(), byte, nbytes());
+    return;
+  }
+  if (stream == nullptr) MF_CUDA_CHECK(cudaDeviceSynchronize());  // see copy_from
+  MF_CUDA_CHECK(cudaMemsetAsync(raw(), byte, nbytes(), stream));
+  if (stream == nullptr) MF_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 void Tensor::fill(float value, cudaStream_t stream) {

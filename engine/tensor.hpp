@@ -89,7 +89,11 @@ class Tensor {
   Tensor slice(std::int64_t begin, std::int64_t end) const;
 
   // Copies `src` into this tensor (same shape and dtype, any devices). Async on
-  // `stream` when a GPU is involved; pageable host memory makes it synchronous.
+  // `stream` when a GPU is involved; a copy to host memory returns once done.
+  // With no stream (nullptr) a copy or fill that involves a GPU is synchronous
+  // with the whole device: it waits for the work queued on every stream (our
+  // streams are non-blocking, so the legacy default stream would not), and is
+  // complete when it returns.
   void copy_from(const Tensor& src, cudaStream_t stream = nullptr);
   // A copy on `device`.
   Tensor to(Device device, cudaStream_t stream = nullptr) const;

@@ -3,9 +3,10 @@
 // which one a shape gets). Layouts (kernels/conv_relu_pool.hpp): x NHWC
 // [N,H,W,Cin], w OHWI [Cout,k,k,Cin], y and code [N,PH,PW,Cout], dw f32 OHWI,
 // db f32 [Cout].
-// Router (conv_relu_pool_algo(), MELFORGE_CONV_ALGO): resident only when asked
-// for; automatic tries cin1 (Cin = 1), then mma (bf16/f16), then tiled, then
-// direct. A variant that refuses (shape, alignment, GPU) passes to the next.
+// Router (conv_relu_pool_algo(), MELFORGE_CONV_ALGO): automatic tries resident
+// (bf16/f16), then cin1 (Cin = 1), then mma (bf16/f16), then tiled, then
+// direct (the H200 measurement behind this order: docs/decisions.md). A variant
+// that refuses (shape, alignment, GPU) passes to the next.
 // Precision (every variant): T operands widened to f32 and multiplied-
 // accumulated in f32, each output rounded to T once; no TF32 (FP32 runs on
 // CUDA cores in full f32, bf16/f16 is where tensor cores are used).
@@ -278,8 +279,9 @@ template <class T>
 void forward_t(const ConvReluPoolDims& d, const void* x, const void* w, const void* b, void* y,
                std::uint8_t* code, cudaStream_t stream) {
   const ConvAlgo algo = conv_relu_pool_algo();
-  if (algo == ConvAlgo::resident && resident_cin1_forward<T>(d, x, w, b, y, code, stream)) return;
-  if (algo == ConvAlgo::resident && resident_forward<T>(d, x, w, b, y, code, stream)) return;
+  const bool resident = algo == ConvAlgo::automatic || algo == ConvAlgo::resident;
+  if (resident && resident_cin1_forward<T>(d, x, w, b, y, code, stream)) return;
+  if (resident && resident_forward<T>(d, x, w, b, y, code, stream)) return;
   const bool cin1 = algo == ConvAlgo::automatic || algo == ConvAlgo::cin1 || algo == ConvAlgo::resident;
   if (cin1 && cin1_forward<T>(d, x, w, b, y, code, stream)) return;
   const bool tensor_cores = algo == ConvAlgo::automatic || algo == ConvAlgo::mma || algo == ConvAlgo::resident;
@@ -293,10 +295,11 @@ template <class T>
 void backward_t(const ConvReluPoolDims& d, const void* x, const void* w, const void* dy,
                 const std::uint8_t* code, void* dx, float* dw, float* db, cudaStream_t stream) {
   const ConvAlgo algo = conv_relu_pool_algo();
+  const bool resident = algo == ConvAlgo::automatic || algo == ConvAlgo::resident;
   // The Cin = 1 layer (the first: no dx): dw/db on tensor cores. A Cin = 1
   // layer that wants dx falls back to cin1, which computes both.
-  if (algo == ConvAlgo::resident && !dx && resident_cin1_dw<T>(d, x, dy, code, dw, db, stream)) return;
-  if (algo == ConvAlgo::resident && resident_can_run(d, dtype_of_v<T>)) {
+  if (resident && !dx && resident_cin1_dw<T>(d, x, dy, code, dw, db, stream)) return;
+  if (resident && resident_can_run(d, dtype_of_v<T>)) {
     // dx and dw are separate kernels here, and a part the variant refuses (its
     // shared-memory budget, alignment) falls back alone: dx to mma's dx, dw to
     // the chain below (which skips a null dx).
@@ -320,7 +323,7 @@ void backward_t(const ConvReluPoolDims& d, const void* x, const void* w, const v
 ConvAlgo conv_relu_pool_resolve_algo(const ConvReluPoolDims& d, DType dtype, ConvAlgo requested) {
   const bool any = requested == ConvAlgo::automatic;
   // resident's launchers may still refuse a part (alignment, shared memory), which then falls back to mma.
-  if (requested == ConvAlgo::resident && (resident_can_run(d, dtype) || resident_cin1_can_run(d, dtype)))
+  if ((any || requested == ConvAlgo::resident) && (resident_can_run(d, dtype) || resident_cin1_can_run(d, dtype)))
     return ConvAlgo::resident;
   // cin1 also needs 16-byte aligned y/code/dy (true for device_alloc'd tensors); it is not checked here.
   if ((any || requested == ConvAlgo::cin1 || requested == ConvAlgo::resident) && cin1_can_run(d))

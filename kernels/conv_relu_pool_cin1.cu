@@ -1,8 +1,8 @@
 // conv_relu_pool variant 4, "cin1": the single-channel input layer (LeakCNN's
 // 1 -> 32 at 64 x 64), on CUDA cores, any T (f32, bf16, f16), f32 accumulation
 // (FMA-contracted, like the other CUDA variants; no TF32).
-// Router: the first choice of `automatic` (and of cin1 / resident when
-// resident refuses). Runs when Cin == 1, k == 3, pool in {1, 2}, Cout a power
+// Router: `automatic` and cin1 (and resident when resident refuses: f32, or
+// a Cin = 1 layer that wants dx). Runs when Cin == 1, k == 3, pool in {1, 2}, Cout a power
 // of two in [16, 256], y/code (forward) and dy/code (backward) 16-byte aligned
 // and N * tiles < 2^31; anything else falls back to mma / tiled (then direct).
 //   cin1_forward_kernel  x [N,H,W,1] -> y, code [N,PH,PW,Cout]: a block per

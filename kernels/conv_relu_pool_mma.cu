@@ -1,7 +1,7 @@
 // conv_relu_pool variant 3, "mma": BF16/FP16 implicit GEMM on tensor cores
 // (mma.sync.m16n8k16, f32 accumulation; sm_80 and newer). Products of bf16/f16
 // operands are exact in f32; sums are f32; outputs rounded once.
-// Router: `automatic`'s choice for bf16/f16 after cin1; runs when T is
+// Router: `automatic`'s choice for bf16/f16 after resident and cin1; runs when T is
 // bf16/f16, k in {1, 3}, pool in {1, 2}, Cin and Cout multiples of 16,
 // 16-byte aligned tensors and an sm_80+ GPU; anything else falls back to the
 // tiled variant (Cin = 1, the input layer, always does).

@@ -2,7 +2,7 @@
 // implicit GEMM, mma.sync.m16n8k16, f32 accumulation, sm_80+); dw/db are in
 // conv_relu_pool_resident_dw.cu. Shaped for LeakCNN-64's layers 2/3 at a large
 // batch: tiny weights, kept resident in shared memory, a huge batch.
-// Router: only when asked for (ConvAlgo::resident) and resident_can_run (bf16/
+// Router: `automatic`'s first choice (and ConvAlgo::resident) when resident_can_run (bf16/
 // f16, k 1 or 3, pool 1 or 2, Cin and Cout multiples of 16, sm_80+); a part it
 // refuses (shared memory, 16-byte alignment) falls back to the mma variant.
 // resident_kernel<D, K, P, NT, Mode> runs both directions as a forward-style

@@ -1,7 +1,7 @@
 // conv_relu_pool variant 5, "resident", for the Cin = 1 input layer (LeakCNN's
 // 1 -> 32 at 64 x 64, k = 3, pool 2): the 3 x 3 taps as the K = 16 of one
 // mma.m16n8k16 (taps 9..15 zero), bf16/f16 operands, f32 accumulation, sm_80+.
-// Router: only when asked for (ConvAlgo::resident), tried first. Runs when T is
+// Router: `automatic` and ConvAlgo::resident, tried first. Runs when T is
 // bf16/f16, Cin == 1, k == 3, pool in {1, 2}, Cout a multiple of 16 in
 // [16, 256] that splits into at most 8 warp slices of 16/32/48/64 channels
 // (every multiple of 16 but 176 and 208), y/code (forward) and dy (backward)

@@ -5,7 +5,7 @@
 //   db[co]           = sum over q of g[q][co]
 // where g is the gradient routed through the 2x2 max and the ReLU: dy of the
 // pool window where the 1-byte code names q's position, else 0.
-// Router: ConvAlgo::resident and resident_can_run (bf16/f16, k 1 or 3, pool 1
+// Router: `automatic` or ConvAlgo::resident, and resident_can_run (bf16/f16, k 1 or 3, pool 1
 // or 2, Cin and Cout multiples of 16, sm_80+); refused (shared memory,
 // alignment), the caller's chain (mma, tiled, direct) computes dw.
 // resident_dw_kernel<D, K, P>: one GEMM per tap, M = 64 Cout x N = 32 Cin, the

@@ -120,25 +120,28 @@ __global__ void __launch_bounds__(kFwdThreads) forward_kernel(MarginSoftmaxArgs 
   }
   const float s = d.scale;
   const MarginTarget mt = margin_target(d.type, d.margin, k, cos[y]);
+  // Each logit is one rounded product (__fmul_rn: nvcc must not fuse it into
+  // `z - mx`), so the largest one gives exp(0) = 1 exactly, as on the CPU twin;
+  // with one class the gradient is then exactly 0.
+  auto logit = [&](int c) { return __fmul_rn(s, c == y ? mt.f : cos[c]); };
   float mx = -INFINITY;
-  for (int c = threadIdx.x; c < C; c += kFwdThreads) mx = fmaxf(mx, c == y ? s * mt.f : s * cos[c]);
+  for (int c = threadIdx.x; c < C; c += kFwdThreads) mx = fmaxf(mx, logit(c));
   mx = block_reduce<kFwdThreads>(mx, shv, cuda::FMax{});  // NaN reaches se and the loss
   float se = 0.f;
-  for (int c = threadIdx.x; c < C; c += kFwdThreads) se += expf((c == y ? s * mt.f : s * cos[c]) - mx);
+  for (int c = threadIdx.x; c < C; c += kFwdThreads) se += expf(logit(c) - mx);
   se = block_reduce<kFwdThreads>(se, shv, Add{});
   const float lse = mx + logf(se);
   const float gs = (loss_scale ? *loss_scale : 1.f) * d.grad_scale / nvalid;
   float t = 0.f;
   for (int c = threadIdx.x; c < C; c += kFwdThreads) {
-    const float z = c == y ? s * mt.f : s * cos[c];
-    const float p = expf(z - lse);
+    const float p = expf(logit(c) - lse);
     const float gc = c == y ? s * (p - 1.f) * mt.df * gs : s * p * gs;
     g[c] = gc;
     t += gc * cos[c];
   }
   t = block_reduce<kFwdThreads>(t, shv, Add{});
   if (threadIdx.x == 0) {
-    sc.sample[3 * b] = lse - s * mt.f;
+    sc.sample[3 * b] = lse - logit(y);
     sc.sample[3 * b + 1] = float(pred);
     sc.sample[3 * b + 2] = t;
   }

@@ -4,6 +4,10 @@
 #include <cuda_runtime.h>
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
 #include "engine/memory.hpp"
 #include "engine/stream.hpp"
 #include "engine/tensor.hpp"
@@ -26,6 +30,31 @@ TEST_CASE("host -> device -> host round trip through pinned and pageable memory"
   MF_CUDA_CHECK(cudaMemcpyAsync(pinned.data(), d2.raw(), h.nbytes(), cudaMemcpyDeviceToHost, s));
   s.synchronize();
   CHECK(std::memcmp(pinned.data(), h.raw(), h.nbytes()) == 0);
+}
+
+TEST_CASE("a copy or fill with no stream waits for the work queued on a non-blocking stream") {
+  // Stream is non-blocking, so the legacy default stream does not wait for it:
+  // Tensor::to / to_floats / fill_bytes with no stream must wait themselves
+  // (found on the first H200 run: readbacks raced the kernels). About 20 ms
+  // of queued memsets make a race show every time.
+  Stream s(Device::cuda(0), "test");
+  const std::int64_t n = testing::emu_scaled(64 << 20, 1 << 20);
+  Tensor d = Tensor::empty({n}, DType::u8, Device::cuda(0), Layout::plain, s);
+  for (int i = 0; i < 300; ++i) d.fill_bytes(static_cast<unsigned char>(i & 0x3f), s);
+  d.fill_bytes(0x5a, s);
+  const Tensor h = d.to(Device::cpu());
+  const auto* p = static_cast<const std::uint8_t*>(h.raw());
+  CHECK(std::all_of(p, p + n, [](std::uint8_t b) { return b == 0x5a; }));
+  // And the other way: a stream-less fill is complete before work on `s` reads it.
+  Tensor e = Tensor::empty({n}, DType::u8, Device::cuda(0), Layout::plain, s);
+  for (int i = 0; i < 300; ++i) e.fill_bytes(0x11, s);
+  e.fill_bytes(0x22);
+  Tensor f = Tensor::empty({n}, DType::u8, Device::cuda(0), Layout::plain, s);
+  f.copy_from(e, s);
+  s.synchronize();
+  const Tensor hf = f.to(Device::cpu());
+  const auto* q = static_cast<const std::uint8_t*>(hf.raw());
+  CHECK(std::all_of(q, q + n, [](std::uint8_t b) { return b == 0x22; }));
 }
 
 TEST_CASE("the stream-ordered pool reuses freed memory instead of growing") {
