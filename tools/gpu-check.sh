@@ -297,15 +297,16 @@ if step step; then
 fi
 
 # 5. Side by side with PyTorch (python3 here is the one with torch); each of its
-# runs (melforge, then the PyTorch variants) gets a quarter of its time.
+# runs (melforge, then the PyTorch variants) may take half of its time:
+# torch.compile's max-autotune compile alone outran 40 s on an H200.
 if step compare; then
-  lim=$(limit 150)
+  lim=$(limit 240)
   if ((lim < 60)); then
     record "compare with PyTorch" "not run (time budget)"
   else
     # shellcheck disable=SC2086
     timeout "$lim" python3 bench/compare_torch.py --melforge "$WORK/melforge" --out "$WORK/compare" \
-      --timeout "$((lim / 4 > 40 ? lim / 4 : 40))" $COMPARE_ARGS >"$WORK/compare.log" 2>&1
+      --timeout "$((lim / 2 > 40 ? lim / 2 : 40))" $COMPARE_ARGS >"$WORK/compare.log" 2>&1
     rc=$?
     if ((rc == 124)); then record "compare with PyTorch" "TIMED OUT after $lim s (see compare.log)"
     elif ((rc != 0)); then record "compare with PyTorch" "FAILED rc $rc (see compare.log)"
