@@ -64,21 +64,27 @@ class World {
   void set_timeout(double seconds);
   double timeout() const { return timeout_s_.load(); }
 
+  // Marks this rank as waiting for the others (for `what`) until destroyed:
+  // the watchdog ends the job when that lasts longer than the timeout. Every
+  // collective here holds one; so does a wait for another library's
+  // collective (NCCL's, on a stream).
+  class Waiting {
+   public:
+    Waiting(const World& w, std::string_view what);
+    ~Waiting();
+    Waiting(const Waiting&) = delete;
+    Waiting& operator=(const Waiting&) = delete;
+
+   private:
+    const World& w_;
+  };
+
   ~World();
   World(const World&) = delete;
   World& operator=(const World&) = delete;
 
  private:
   World();
-  // Marks this rank as waiting in a collective for `what` until destroyed.
-  class Waiting {
-   public:
-    Waiting(const World& w, std::string_view what);
-    ~Waiting();
-
-   private:
-    const World& w_;
-  };
   void watch();  // the watchdog thread's loop
 
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;

@@ -93,8 +93,10 @@ __global__ void stats_finalize(BatchNormArgs d, std::int64_t chunk_rows, std::in
   const float mean = am + cuda::load_f32(x[c]);  // the partials are of x - row 0
   save_mean[c] = mean;
   save_invstd[c] = 1.f / sqrtf(aq / fm + d.eps);
-  running_mean[c] = mom * mean + (1.f - mom) * running_mean[c];
-  running_var[c] = mom * (aq / (fm - 1.f)) + (1.f - mom) * running_var[c];
+  // Each product rounded, then the sum (no FMA): the CPU twin's expression,
+  // which data parallelism replays term by term (model/train_step.cpp).
+  running_mean[c] = __fadd_rn(__fmul_rn(mom, mean), __fmul_rn(1.f - mom, running_mean[c]));
+  running_var[c] = __fadd_rn(__fmul_rn(mom, aq / (fm - 1.f)), __fmul_rn(1.f - mom, running_var[c]));
 }
 
 // y = act(gamma * (x - mean) * invstd + beta + residual); invstd is stat[c],

@@ -294,6 +294,9 @@ void train_fields(std::vector<Field>& v) {
   add_choice(v, "dist.reduce", choice<DistReduce>(&C::dist_reduce, kDistReduceNames),
              "how a data-parallel job combines gradients: ordered (bit-identical to one process accumulating the "
              "same micro-batches) or fast (the library's all-reduce of each process's sum)");
+  add_choice(v, "dist.transport", choice<DistTransport>(&C::dist_transport, kDistTransportNames),
+             "how GPU processes exchange gradients: auto (NCCL where built and each process has its own GPU, else MPI "
+             "through host memory), nccl or mpi; CPU processes always use MPI");
 }
 
 // The keys of the optimizer and the loss ([optim]), in help order.

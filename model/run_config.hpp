@@ -50,6 +50,12 @@ inline constexpr NamedEnum<kernels::LrSchedule> kLrScheduleNames[] = {{kernels::
 enum class DistReduce : std::uint8_t { ordered, fast };
 inline constexpr NamedEnum<DistReduce> kDistReduceNames[] = {{DistReduce::ordered, "ordered"},
                                                             {DistReduce::fast, "fast"}};
+// dist.transport: how GPU processes exchange gradients (dist/collectives.hpp):
+// `auto`, NCCL where built and each process has its own GPU, else MPI through
+// host memory; `nccl`; `mpi`. CPU processes always use MPI.
+enum class DistTransport : std::uint8_t { automatic, nccl, mpi };
+inline constexpr NamedEnum<DistTransport> kDistTransportNames[] = {
+    {DistTransport::automatic, "auto"}, {DistTransport::nccl, "nccl"}, {DistTransport::mpi, "mpi"}};
 enum class ProgressMode : std::uint8_t { automatic, tty, plain, off };
 inline constexpr NamedEnum<ProgressMode> kProgressModeNames[] = {
     {ProgressMode::automatic, "auto"}, {ProgressMode::tty, "tty"}, {ProgressMode::plain, "plain"},
@@ -108,6 +114,7 @@ struct RunConfig {
   // others in one exchange before it ends the job (dist/world.hpp).
   double dist_timeout = 300;
   DistReduce dist_reduce = DistReduce::ordered;
+  DistTransport dist_transport = DistTransport::automatic;
 
   // [optim]
   double lr = 1e-3;

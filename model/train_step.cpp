@@ -71,10 +71,11 @@ TrainStep::TrainStep(const TrainConfig& cfg, Device device, cudaStream_t stream)
   }
   MF_CHECK(cfg_.world_size >= 1 && cfg_.world_rank >= 0 && cfg_.world_rank < cfg_.world_size,
            "TrainStep: rank {} of {} processes", cfg_.world_rank, cfg_.world_size);
-  MF_CHECK(cfg_.world_size == 1 ||
-               (cfg_.gather && (cfg_.reduce_in_order || cfg_.allreduce) && !device.is_cuda()),
-           "TrainStep: data parallelism needs gather (and allreduce for the fast reduction), and the CPU backend");
+  MF_CHECK(cfg_.world_size == 1 || (cfg_.gather && (cfg_.reduce_in_order || cfg_.allreduce)),
+           "TrainStep: data parallelism needs gather (and allreduce for the fast reduction)");
   if (K > 1 || cfg_.world_size > 1) grad_scratch_ = make({params_->size()}, DType::f32, device, stream);
+  if (cfg_.world_size > 1 && cfg_.reduce_in_order)
+    gathered_ = make({cfg_.world_size * params_->size()}, DType::f32, device, stream);
   for (const ParamInfo& p : params_->params())
     if (p.kind == ParamKind::running_mean || p.kind == ParamKind::running_var)
       stat_ranges_.emplace_back(p.offset, p.numel);
@@ -195,7 +196,7 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   Tensor leak = in_leak_.slice(j * B, (j + 1) * B);
   const std::uint64_t augment_seed = splitmix64_finalize(cfg_.seed ^ 0x6175676d656e74ull);  // "augment"
   const bool replay_stats = cfg_.world_size > 1 && !stat_ranges_.empty();
-  if (replay_stats) hold_running_stats();
+  if (replay_stats) hold_running_stats(stream);
   if (cfg_.augment.any()) {  // training batches only: forward_eval never comes here
     Phase ph(timer_, "augment", stream);
     kernels::AugmentArgs ad = cfg_.augment;
@@ -261,7 +262,7 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   } else {
     leakcnn_backward(x, g, drop, stream);
   }
-  if (replay_stats) replay_running_stats();
+  if (replay_stats) replay_running_stats(stream);
   if (parallel) {
     combine_gathered(j, stream);
   } else if (j > 0) {
@@ -270,58 +271,68 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
   }
 }
 
-void TrainStep::hold_running_stats() {
-  float* master = params_->master().data<float>();
-  held_stats_.clear();
+// The running statistics' values (stat_ranges_, in order) from the master
+// buffer, and back; on a GPU through host memory (a few hundred floats).
+std::vector<float> TrainStep::read_running_stats(cudaStream_t stream) const {
+  const Tensor& master = params_->master();
+  std::vector<float> out;
   for (const auto& [off, n] : stat_ranges_) {
-    held_stats_.insert(held_stats_.end(), master + off, master + off + n);
-    std::fill(master + off, master + off + n, 0.f);
+    const Tensor part = master.slice(off, off + n);
+    const Tensor host = part.is_cuda() ? part.to(Device::cpu(), stream) : part;  // complete when it returns
+    out.insert(out.end(), host.data<float>(), host.data<float>() + n);
+  }
+  return out;
+}
+
+void TrainStep::write_running_stats(std::span<const float> values, cudaStream_t stream) {
+  Tensor& master = params_->master();
+  std::size_t i = 0;
+  for (const auto& [off, n] : stat_ranges_) {
+    Tensor part = master.slice(off, off + n);
+    part.copy_from(Tensor::from_floats(values.subspan(i, std::size_t(n)), {n}), stream);  // staged before it returns
+    i += std::size_t(n);
   }
 }
 
-void TrainStep::replay_running_stats() {
-  float* master = params_->master().data<float>();
+void TrainStep::hold_running_stats(cudaStream_t stream) {
+  held_stats_ = read_running_stats(stream);
+  write_running_stats(std::vector<float>(held_stats_.size(), 0.f), stream);
+}
+
+void TrainStep::replay_running_stats(cudaStream_t stream) {
   // This micro-batch's terms (momentum x its batch statistics), every rank's.
-  std::vector<float> mine;
-  for (const auto& [off, n] : stat_ranges_) mine.insert(mine.end(), master + off, master + off + n);
-  const std::vector<float> all =
-      cfg_.gather(Tensor::from_floats(mine, {std::int64_t(mine.size())}));
-  MF_CHECK(all.size() == mine.size() * std::size_t(cfg_.world_size), "TrainStep: gathered {} statistics, expected "
-           "{} x {}", all.size(), cfg_.world_size, mine.size());
-  // The forward's update, r = momentum * s + (1 - momentum) * r, rank after
+  const std::vector<float> mine = read_running_stats(stream);
+  const auto len = std::int64_t(mine.size());
+  Tensor all = Tensor::empty({len * cfg_.world_size}, DType::f32);
+  cfg_.gather(Tensor::from_floats(mine, {len}), all, stream);
+  // The forward's update, r = momentum * s + (1 - momentum) * r (each product
+  // rounded, then the sum: the CPU twin and the CUDA kernel alike), rank after
   // rank: its first product is the gathered term itself.
   const float keep = 1.f - kBatchNormMomentum;
-  std::size_t i = 0;
-  for (const auto& [off, n] : stat_ranges_) {
-    for (std::int64_t e = 0; e < n; ++e, ++i) {
-      float r = held_stats_[i];
-      for (int k = 0; k < cfg_.world_size; ++k) r = all[std::size_t(k) * mine.size() + i] + keep * r;
-      master[off + e] = r;
-    }
-  }
+  const float* terms = all.data<float>();
+  std::vector<float> r = held_stats_;
+  for (std::size_t i = 0; i < r.size(); ++i)
+    for (int k = 0; k < cfg_.world_size; ++k) r[i] = terms[std::size_t(k) * mine.size() + i] + keep * r[i];
+  write_running_stats(r, stream);
 }
 
 void TrainStep::combine_gathered(int j, cudaStream_t stream) {
   const std::int64_t n = params_->size();
-  std::vector<float> all;
   {
     Phase ph(timer_, "gather", stream);
-    all = cfg_.gather(grad_scratch_);
+    cfg_.gather(grad_scratch_, gathered_, stream);
   }
-  MF_CHECK(std::int64_t(all.size()) == n * cfg_.world_size, "TrainStep: gathered {} gradient values, expected {} x {}",
-           all.size(), cfg_.world_size, n);
   Phase ph(timer_, "accumulate", stream);
   Tensor& grad = params_->grad();
   for (int r = 0; r < cfg_.world_size; ++r) {
     // The step's micro-batch j * world_size + r: the first is the step's
     // gradient as it stands (one process's backward writes it there), the
     // others are added to it.
-    const float* row = all.data() + std::size_t(r) * std::size_t(n);
+    const Tensor row = gathered_.slice(r * n, (r + 1) * n);
     if (j == 0 && r == 0) {
-      std::copy(row, row + n, grad.data<float>());
+      grad.copy_from(row, stream);
     } else {
-      std::copy(row, row + n, grad_scratch_.data<float>());
-      ops::accumulate(grad_scratch_, grad, stream);
+      ops::accumulate(row, grad, stream);
     }
   }
 }
@@ -447,7 +458,7 @@ void TrainStep::run_step(cudaStream_t stream) {
   ParamBuffer& pb = *params_;
   if (cfg_.world_size > 1 && !cfg_.reduce_in_order) {
     Phase ph(timer_, "allreduce", stream);
-    cfg_.allreduce(pb.grad());
+    cfg_.allreduce(pb.grad(), stream);
   }
   Tensor* work = dtype_ == DType::f32 ? nullptr : &pb.work();
   Phase ph(timer_, "optimizer", stream);
@@ -468,7 +479,8 @@ void TrainStep::step(const Tensor& x, const Tensor& labels, const Tensor& leak, 
 }
 
 void TrainStep::step(cudaStream_t stream) {
-  const bool use_graph = device_.is_cuda() && cfg_.cuda_graph && stream != nullptr;
+  // Not with data parallelism: the exchanges wait for the other ranks on the host.
+  const bool use_graph = device_.is_cuda() && cfg_.cuda_graph && stream != nullptr && cfg_.world_size == 1;
   if (!use_graph || eager_steps_ == 0) {
     // The first GPU step runs eagerly: it creates the cuBLASLt plans and
     // workspace, which must not happen inside a capture.

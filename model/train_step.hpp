@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <span>
 #include <vector>
 
 #include "engine/tensor.hpp"
@@ -81,19 +82,22 @@ struct TrainConfig {
   // micro-batch j is the step's micro-batch m = j * world_size + world_rank:
   // the augmentation, mixup and dropout draws follow m, as in one process
   // running all world_size * accum_steps micro-batches. With world_size > 1,
-  // `gather` (required) returns every rank's values of a tensor (f32), rank
-  // after rank. With `reduce_in_order` (dist.reduce = ordered) the step
+  // `gather` (required) writes every rank's values of `mine` (f32) into
+  // `all` (world_size x as many, on mine's device), rank after rank, complete
+  // in `stream`'s order when it returns (dist::Collectives::allgather).
+  // With `reduce_in_order` (dist.reduce = ordered) the step
   // gathers every micro-batch's gradient and adds them in m's order, the
   // order one process accumulates in, so every rank holds that process's
   // bits; otherwise (fast) each rank adds up its own micro-batches and
   // `allreduce` (required then) sums that over the ranks, in the library's
   // order. Batch norm's running statistics are replayed in m's order either
   // way (each micro-batch's update gathered, then applied in turn), so every
-  // rank keeps one process's statistics. CPU only (no graph capture).
+  // rank keeps one process's statistics. On a GPU the step then runs
+  // eagerly (no graph capture: the exchanges wait for the other ranks).
   int world_rank = 0, world_size = 1;
   bool reduce_in_order = true;
-  std::function<std::vector<float>(const Tensor& values)> gather;
-  std::function<void(Tensor& gradient)> allreduce;
+  std::function<void(const Tensor& mine, Tensor& all, cudaStream_t stream)> gather;
+  std::function<void(Tensor& gradient, cudaStream_t stream)> allreduce;
 };
 
 struct StepMetrics {
@@ -178,8 +182,10 @@ class TrainStep {
   // statistics there, exactly the term its update adds); after it, gathers
   // every rank's terms and applies them to the kept statistics in the order
   // of the step's micro-batches, with the forward's own float expression.
-  void hold_running_stats();
-  void replay_running_stats();
+  void hold_running_stats(cudaStream_t stream);
+  void replay_running_stats(cudaStream_t stream);
+  std::vector<float> read_running_stats(cudaStream_t stream) const;
+  void write_running_stats(std::span<const float> values, cudaStream_t stream);
   // The loss of the embeddings `emb` [B, E] (loss.type) and the heads'
   // backward: parameter gradients into g, emb's gradient into demb.
   void loss_and_heads(const Tensor& emb, const Tensor& labels, const Tensor& leak, Tensor& g, Tensor& demb, bool mix,
@@ -195,6 +201,7 @@ class TrainStep {
   DType dtype_;
   std::unique_ptr<ParamBuffer> params_;
   Tensor grad_scratch_;  // micro-batches after the first (k > 1)
+  Tensor gathered_;      // dist.reduce = ordered: every rank's gradient of one micro-batch
   // Batch norm's running statistics in the master buffer (offset, count), and
   // their values held across a micro-batch (data parallelism).
   std::vector<std::pair<std::int64_t, std::int64_t>> stat_ranges_;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/collectives.hpp"
 #include "dist/world.hpp"
 #include "engine/error.hpp"
 #include "engine/log.hpp"
@@ -54,6 +55,15 @@ using model::RunConfig;
 namespace {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The GPU of this process: with several processes on a node, `cuda` (or
+// `auto`, or `gpu`) means the node's GPU of this process's local rank (modulo
+// the GPUs it has, so more processes than GPUs share them); an explicit
+// `cuda:N` is kept.
+Device gpu_of_this_rank(Device d, std::string_view spec, const dist::World& world) {
+  if (!d.is_cuda() || !world.distributed() || spec.starts_with("cuda:")) return d;
+  return Device::cuda(world.local_rank() % cuda_device_count());
+}
 
 json nan_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
@@ -162,7 +172,8 @@ class Trainer::Run {
   void check_job(const io::DatasetInfo& train) const;
   // A tensor's values (the gradient of this rank's micro-batch, batch
   // norm's updates), every rank's (timed as communication).
-  std::vector<float> gather_floats(const Tensor& g);
+  // The job's exchanges of the step's tensors (dist.transport), timed into comm_s_.
+  void make_collectives();
   // Every rank's weights (CRC-32 of the master) against rank 0's, before a
   // checkpoint: an error names the ranks that differ.
   void check_same_weights() const;
@@ -185,7 +196,8 @@ class Trainer::Run {
   RunConfig cfg_;
   TrainerOptions options_;
   const dist::World& world_ = dist::World::get();  // the job's processes (one unless launched by mpirun/srun)
-  double comm_s_ = 0;                                // time in gather_floats and the all-reduce, this process
+  std::unique_ptr<dist::Collectives> collectives_;   // with several processes: gradients and statistics
+  double comm_s_ = 0;                                // time in the gradients' exchanges, this process
   double epoch_comm_s0_ = 0;                         // comm_s_ when the epoch started
   bool stop_agreed_ = false;
   Clock::time_point run_t0_ = Clock::now();
@@ -270,7 +282,7 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
     cfg_.limit_batches = 1;
     cfg_.overfit_batches = 0;
   }
-  device_ = parse_device(cfg_.device);
+  device_ = gpu_of_this_rank(parse_device(cfg_.device), cfg_.device, world_);
   set_current(device_);
   precision_ = resolve_precision(cfg_.precision, device_);
   act_dtype_ = model::activation_dtype(precision_);
@@ -336,11 +348,18 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
   tc.world_rank = world_.rank();
   tc.world_size = world_.size();
   tc.reduce_in_order = cfg_.dist_reduce == model::DistReduce::ordered;
-  if (world_.distributed()) tc.gather = [this](const Tensor& g) { return gather_floats(g); };
-  if (world_.distributed() && !tc.reduce_in_order)
-    tc.allreduce = [this](Tensor& g) {
+  if (world_.distributed()) make_collectives();
+  if (collectives_) {
+    tc.gather = [this](const Tensor& mine, Tensor& all, cudaStream_t s) {
       const auto t0 = Clock::now();
-      world_.allreduce_sum(std::span<float>(g.data<float>(), std::size_t(g.numel())), "summing the gradients");
+      collectives_->allgather(mine, all, s, "gathering the gradients");
+      comm_s_ += seconds_since(t0);
+    };
+  }
+  if (collectives_ && !tc.reduce_in_order)
+    tc.allreduce = [this](Tensor& g, cudaStream_t s) {
+      const auto t0 = Clock::now();
+      collectives_->allreduce_sum(g, s, "summing the gradients");
       comm_s_ += seconds_since(t0);
     };
   train_step_ = std::make_unique<model::TrainStep>(tc, device_, *stream_);
@@ -417,21 +436,23 @@ void Trainer::Run::check_job(const io::DatasetInfo& train) const {
   agree("melforge binary", file_identity(fs::read_symlink("/proc/self/exe").string()));
   agree("data.train", file_identity(train.path));
   if (!cfg_.val_path.empty()) agree("data.val", file_identity(cfg_.val_path));
-  MF_CHECK(!device_.is_cuda(), "train.device = {}: data-parallel training runs on CPUs for now (--device cpu); the "
-           "GPU path (NCCL) is not built yet", device_.str());
   MF_CHECK(cfg_.overfit_batches == 0, "train.overfit_batches: not available with data-parallel training");
 }
 
-std::vector<float> Trainer::Run::gather_floats(const Tensor& g) {
-  const auto t0 = Clock::now();
-  std::vector<float> all =
-      world_.allgather(std::span<const float>(g.data<float>(), std::size_t(g.numel())), "gathering the gradients");
-  comm_s_ += seconds_since(t0);
-  return all;
+void Trainer::Run::make_collectives() {
+  const auto requested = cfg_.dist_transport == model::DistTransport::nccl  ? dist::Transport::nccl
+                         : cfg_.dist_transport == model::DistTransport::mpi ? dist::Transport::mpi
+                                                                             : dist::Transport::automatic;
+  collectives_ = dist::make_collectives(world_, device_, requested);
+  log_info("data parallelism: {} processes on {} ({} per node), gradients {} over {}", world_.size(),
+           device_.is_cuda() ? "GPUs" : "CPUs", world_.local_size(),
+           cfg_.dist_reduce == model::DistReduce::ordered ? "gathered in order" : "all-reduced",
+           collectives_->describe());
 }
 
 void Trainer::Run::check_same_weights() const {
-  const Tensor& master = train_step_->params().master();
+  const Tensor& dev_master = train_step_->params().master();
+  const Tensor master = dev_master.is_cuda() ? dev_master.to(Device::cpu(), *stream_) : dev_master;
   const double mine = model::crc32(master.raw(), master.nbytes());
   const std::vector<double> all = world_.allgather(std::span<const double>(&mine, 1), "comparing the weights");
   std::vector<int> differ;

@@ -24,31 +24,12 @@
 #include "model/checkpoint.hpp"
 #include "tests/support/cli.hpp"
 #include "tests/support/temp_dir.hpp"
+#include "tests/tools/dist_support.hpp"
 
 using namespace mf::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string mpirun(int np) {
-  const char* m = std::getenv("MELFORGE_MPIRUN");
-  REQUIRE_MESSAGE(m != nullptr, "MELFORGE_MPIRUN is not set (run the test through ctest)");
-  // Loopback only; more processes than cores on CI; CI runs as root.
-  return fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader,tcp "
-                     "OMPI_MCA_btl_tcp_if_include=lo {} -np {} --oversubscribe {}", m, np, binary());
-}
-
-// Every array of two checkpoints (master, AdamW moments, the optimizer state) bit for bit.
-void check_same_state(const fs::path& a, const fs::path& b) {
-  const mf::model::Checkpoint x = mf::model::read_checkpoint(a), y = mf::model::read_checkpoint(b);
-  for (const char* name : {"master", "adam_m", "adam_v", "adamw_state"}) {
-    CAPTURE(name);
-    REQUIRE(x.array(name).bytes.size() == y.array(name).bytes.size());
-    CHECK(std::memcmp(x.array(name).bytes.data(), y.array(name).bytes.data(), x.array(name).bytes.size()) == 0);
-  }
-  CHECK(x.get_int("step") == y.get_int("step"));
-  CHECK(x.get_int("samples") == y.get_int("samples"));
-}
 
 const char* kLeak =
     "--device cpu --progress off --seed 5 --set model.channels=[4,8] --set model.pools=[2,2] "

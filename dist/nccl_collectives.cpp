@@ -1,0 +1,126 @@
+#include "dist/nccl_collectives.hpp"
+
+#include <fmt/format.h>
+
+#include "engine/error.hpp"
+
+#ifdef MELFORGE_WITH_NCCL
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstring>
+#include <span>
+#include <thread>
+#include <vector>
+#endif
+
+namespace mf::dist {
+
+#ifdef MELFORGE_WITH_NCCL
+
+namespace {
+
+#define MF_NCCL_CHECK(call, rank, what)                                                                  \
+  do {                                                                                                   \
+    const ncclResult_t mf_nccl_ = (call);                                                                \
+    if (mf_nccl_ != ncclSuccess)                                                                         \
+      MF_THROW("rank {}: {}: NCCL error: {} ({})", rank, what, ncclGetErrorString(mf_nccl_), #call);     \
+  } while (0)
+
+class NcclCollectives final : public Collectives {
+ public:
+  NcclCollectives(const World& w, Device device) : w_(w) {
+    ncclUniqueId id{};
+    if (w.is_root()) MF_NCCL_CHECK(ncclGetUniqueId(&id), w.rank(), "making NCCL's id");
+    const std::string shared =
+        w.broadcast(std::string(reinterpret_cast<const char*>(&id), sizeof id), "sharing NCCL's id");
+    MF_CHECK(shared.size() == sizeof id, "rank {}: NCCL's id arrived with {} bytes, expected {}", w.rank(),
+             shared.size(), sizeof id);
+    std::memcpy(&id, shared.data(), sizeof id);
+    set_current(device);
+    const World::Waiting waiting(w, "starting NCCL");
+    MF_NCCL_CHECK(ncclCommInitRank(&comm_, w.size(), id, w.rank()), w.rank(), "starting NCCL");
+  }
+  ~NcclCollectives() override {
+    if (comm_) ncclCommDestroy(comm_);
+  }
+  NcclCollectives(const NcclCollectives&) = delete;
+  NcclCollectives& operator=(const NcclCollectives&) = delete;
+
+  void allgather(const Tensor& mine, Tensor& all, cudaStream_t stream, std::string_view what) override {
+    MF_CHECK(mine.dtype() == DType::f32 && all.dtype() == DType::f32 && all.numel() == mine.numel() * w_.size() &&
+                 all.device() == mine.device(),
+             "{}: gathering {} into {} over {} ranks", what, mine.str(), all.str(), w_.size());
+    if (!mine.is_cuda()) {  // host values (batch norm's terms): MPI
+      const std::vector<float> got =
+          w_.allgather(std::span<const float>(mine.data<float>(), std::size_t(mine.numel())), what);
+      std::memcpy(all.raw(), got.data(), got.size() * sizeof(float));
+      return;
+    }
+    MF_NCCL_CHECK(ncclAllGather(mine.raw(), all.raw(), std::size_t(mine.numel()), ncclFloat, comm_, stream),
+                  w_.rank(), what);
+    wait(stream, what);
+  }
+
+  void allreduce_sum(Tensor& values, cudaStream_t stream, std::string_view what) override {
+    MF_CHECK(values.dtype() == DType::f32, "{}: the summed tensor must be f32, found {}", what, values.str());
+    if (!values.is_cuda()) {
+      w_.allreduce_sum(std::span<float>(values.data<float>(), std::size_t(values.numel())), what);
+      return;
+    }
+    MF_NCCL_CHECK(ncclAllReduce(values.raw(), values.raw(), std::size_t(values.numel()), ncclFloat, ncclSum, comm_,
+                                stream),
+                  w_.rank(), what);
+    wait(stream, what);
+  }
+
+  Transport transport() const override { return Transport::nccl; }
+  std::string describe() const override {
+    int v = 0;
+    ncclGetVersion(&v);
+    return fmt::format("NCCL {}.{}.{}", v / 10000, v / 100 % 100, v % 100);
+  }
+
+ private:
+  // Until the collective queued on `stream` is done, watching NCCL's own
+  // error state: a peer that died makes NCCL report it (the communicator is
+  // then aborted and this rank stops), one that hangs leaves the wait to
+  // World's watchdog, which ends the job after dist.timeout.
+  void wait(cudaStream_t stream, std::string_view what) {
+    const World::Waiting waiting(w_, what);
+    for (;;) {
+      const cudaError_t q = cudaStreamQuery(stream);
+      if (q == cudaSuccess) return;
+      if (q != cudaErrorNotReady) MF_CUDA_CHECK(q);
+      ncclResult_t async = ncclSuccess;
+      MF_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async), w_.rank(), what);
+      if (async != ncclSuccess && async != ncclInProgress) {
+        ncclCommAbort(comm_);
+        comm_ = nullptr;
+        MF_THROW("rank {}: {}: NCCL failed: {}", w_.rank(), what, ncclGetErrorString(async));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  const World& w_;
+  ncclComm_t comm_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Collectives> make_nccl_collectives(const World& world, Device device) {
+  return std::make_unique<NcclCollectives>(world, device);
+}
+
+#else
+
+std::unique_ptr<Collectives> make_nccl_collectives(const World& world, Device device) {
+  MF_THROW("rank {}: NCCL for {} was asked for, but this melforge was built without it (MELFORGE_NCCL)", world.rank(),
+           device.str());
+}
+
+#endif
+
+}  // namespace mf::dist
