@@ -7,32 +7,36 @@
 #include "engine/error.hpp"
 #include "engine/nvtx.hpp"
 #include "kernels/ops.hpp"
+#include "train/eval_shard.hpp"
 
 namespace mf::train {
 
 Embeddings segment_embeddings(model::TrainStep& ts, io::BatchReader& reader, std::int64_t segments,
-                              cudaStream_t stream) {
+                              cudaStream_t stream, bool shard) {
   MF_NVTX_RANGE("embed");
   const io::DatasetInfo& info = reader.info();
   const std::int64_t n = segments > 0 ? std::min(segments, info.num_segments) : info.num_segments;
   const Device dev = ts.device();
   const std::int64_t E = ts.config().model.features();
-  Tensor all = Tensor::empty({n, E}, DType::f32, dev, Layout::plain, stream);
-  reader.restore({0, 0});
-  std::int64_t done = 0;
-  while (done < n) {
+  const dist::World& world = dist::World::get();
+  const std::int64_t B = reader.config().batch_size;
+  const EvalShard s = shard ? eval_shard(n, B, world.rank(), world.size()) : EvalShard{0, 0, n};
+  Tensor mine = Tensor::empty({s.end_row - s.first_row, E}, DType::f32, dev, Layout::plain, stream);
+  reader.restore({0, s.first_batch});
+  for (std::int64_t done = s.first_row; done < s.end_row;) {
     io::Batch b = reader.next(stream);
     MF_CHECK(b.valid > 0, "embeddings: the reader returned an empty batch at segment {}", done);
     const model::EvalOutput out = ts.forward_eval(b.x, stream);
-    const std::int64_t take = std::min(b.valid, n - done);
-    Tensor dst = all.slice(done, done + take);
+    const std::int64_t take = std::min(b.valid, s.end_row - done);
+    Tensor dst = mine.slice(done - s.first_row, done - s.first_row + take);
     ops::cast(out.embedding.slice(0, take), dst, stream);
     done += take;
   }
   Embeddings e;
   e.rows = n;
   e.dim = E;
-  e.values = all.to_floats();  // synchronous
+  e.values = mine.to_floats();  // synchronous
+  if (shard) e.values = gather_eval_rows(world, e.values, n, E, B, "gathering the evaluation's embeddings");
   return e;
 }
 
@@ -125,9 +129,9 @@ std::vector<float> cosine_scores(const Embeddings& e, std::span<const model::Tri
 }
 
 VerificationRun verify_dataset(model::TrainStep& ts, io::BatchReader& reader, std::int64_t per_file,
-                               std::uint64_t seed, cudaStream_t stream, std::int64_t segments) {
+                               std::uint64_t seed, cudaStream_t stream, std::int64_t segments, bool shard) {
   const io::DatasetInfo& info = reader.info();
-  const Embeddings seg = segment_embeddings(ts, reader, segments, stream);
+  const Embeddings seg = segment_embeddings(ts, reader, segments, stream, shard);
   const Embeddings files = file_embeddings(seg, info.segments_per_file);
   VerificationRun v;
   v.files = files.rows;

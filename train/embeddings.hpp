@@ -32,9 +32,11 @@ struct Embeddings {
 
 // The embeddings of the first `segments` segments (0: all) of the reader's
 // dataset in order (the reader must not shuffle and must pad the last batch),
-// not normalised.
+// not normalised. With `shard`, in a data-parallel job each process embeds
+// its shard of the batches and all are gathered (train/eval_shard.hpp): the
+// same values on every process as one process computes.
 Embeddings segment_embeddings(model::TrainStep& ts, io::BatchReader& reader, std::int64_t segments,
-                              cudaStream_t stream);
+                              cudaStream_t stream, bool shard = false);
 // Divides each row by its L2 norm (a zero row stays zero).
 void normalize_rows(Embeddings& e);
 // Mean over each file's `per_file` consecutive segments, normalised: rows =
@@ -65,6 +67,7 @@ struct VerificationRun {
 };
 // `segments` (0: all) limits it to the first whole files.
 VerificationRun verify_dataset(model::TrainStep& ts, io::BatchReader& reader, std::int64_t per_file,
-                               std::uint64_t seed, cudaStream_t stream, std::int64_t segments = 0);
+                               std::uint64_t seed, cudaStream_t stream, std::int64_t segments = 0,
+                               bool shard = false);
 
 }  // namespace mf::train

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <span>
+#include <vector>
 
 #include "engine/error.hpp"
 #include "engine/nvtx.hpp"
 #include "train/embeddings.hpp"
+#include "train/eval_shard.hpp"
 
 namespace mf::train {
 
@@ -19,7 +22,7 @@ EvalRun evaluate_embeddings(model::TrainStep& ts, io::BatchReader& reader, const
   if (o.max_segments > 0 && o.max_segments < n)
     n = std::max<std::int64_t>(2, o.max_segments / info.segments_per_file) * info.segments_per_file;
   n = std::min(n, info.num_segments);
-  const VerificationRun v = verify_dataset(ts, reader, o.trials_per_file, o.trials_seed, stream, n);
+  const VerificationRun v = verify_dataset(ts, reader, o.trials_per_file, o.trials_seed, stream, n, o.shard);
   EvalRun r;
   r.result.has_class = false;
   r.result.has_verification = true;
@@ -38,6 +41,36 @@ EvalRun evaluate_embeddings(model::TrainStep& ts, io::BatchReader& reader, const
   r.result.segments_per_s = double(n) / secs;
   return r;
 }
+// The class (and leak) probabilities of the first n segments, in order, on
+// the host: this process's shard of the batches, gathered when `shard`.
+void run_rows(model::TrainStep& ts, io::BatchReader& reader, std::int64_t n, bool shard, std::vector<float>& probs_out,
+              std::vector<float>* leak_out, cudaStream_t stream) {
+  const Device dev = ts.device();
+  const int C = ts.config().model.classes;
+  const dist::World& world = dist::World::get();
+  const std::int64_t B = reader.config().batch_size;
+  const EvalShard s = shard ? eval_shard(n, B, world.rank(), world.size()) : EvalShard{0, 0, n};
+  const std::int64_t rows = s.end_row - s.first_row;
+  Tensor probs = Tensor::empty({rows, C}, DType::f32, dev, Layout::plain, stream);
+  Tensor leak = leak_out ? Tensor::empty({rows}, DType::f32, dev, Layout::plain, stream) : Tensor();
+  reader.restore({0, s.first_batch});
+  for (std::int64_t done = 0; done < rows;) {
+    io::Batch b = reader.next(stream);
+    MF_CHECK(b.valid > 0, "evaluation: the reader returned an empty batch at segment {}", s.first_row + done);
+    const model::EvalOutput out = ts.forward_eval(b.x, stream);
+    const std::int64_t take = std::min(b.valid, rows - done);
+    probs.slice(done, done + take).copy_from(out.probs.slice(0, take), stream);
+    if (leak_out) leak.slice(done, done + take).copy_from(out.leak_prob.slice(0, take), stream);
+    done += take;
+  }
+  probs_out = probs.to_floats();  // synchronous
+  if (shard) probs_out = gather_eval_rows(world, probs_out, n, C, B, "gathering the evaluation's probabilities");
+  if (leak_out) {
+    *leak_out = leak.to_floats();
+    if (shard) *leak_out = gather_eval_rows(world, *leak_out, n, 1, B, "gathering the evaluation's leak outputs");
+  }
+}
+
 }  // namespace
 
 EvalRun evaluate(model::TrainStep& ts, io::BatchReader& reader, const EvalOptions& o, cudaStream_t stream) {
@@ -58,29 +91,10 @@ EvalRun evaluate(model::TrainStep& ts, io::BatchReader& reader, const EvalOption
       n = n / info.segments_per_file * info.segments_per_file;
   }
   const bool has_leak = ts.config().model.leak_head;
-  Tensor probs = Tensor::empty({n, C}, DType::f32, dev, Layout::plain, stream);
-  Tensor leak = has_leak ? Tensor::empty({n}, DType::f32, dev, Layout::plain, stream) : Tensor();
-  reader.restore({0, 0});
-  std::int64_t done = 0;
-  while (done < n) {
-    io::Batch b = reader.next(stream);
-    MF_CHECK(b.valid > 0, "evaluation: the reader returned an empty batch at segment {}", done);
-    const model::EvalOutput out = ts.forward_eval(b.x, stream);
-    const std::int64_t take = std::min(b.valid, n - done);
-    probs.slice(done, done + take).copy_from(out.probs.slice(0, take), stream);
-    if (has_leak) leak.slice(done, done + take).copy_from(out.leak_prob.slice(0, take), stream);
-    done += take;
-  }
   EvalRun r;
   r.segments.classes = C;
   r.segments.has_leak = has_leak;
-  {
-    const Tensor hp = dev.is_cuda() ? probs.to(Device::cpu(), stream) : probs;
-    const Tensor hl = has_leak && dev.is_cuda() ? leak.to(Device::cpu(), stream) : leak;
-    if (dev.is_cuda()) MF_CUDA_CHECK(cudaStreamSynchronize(stream));
-    r.segments.class_probs.assign(hp.data<float>(), hp.data<float>() + n * C);
-    if (has_leak) r.segments.leak_probs.assign(hl.data<float>(), hl.data<float>() + n);
-  }
+  run_rows(ts, reader, n, o.shard, r.segments.class_probs, has_leak ? &r.segments.leak_probs : nullptr, stream);
   r.segments.labels.assign(info.labels.begin(), info.labels.begin() + n);
   if (has_leak) r.segments.leak_labels.assign(info.leak.begin(), info.leak.begin() + n);
   // The same loss as training (without label smoothing).
@@ -89,9 +103,13 @@ EvalRun evaluate(model::TrainStep& ts, io::BatchReader& reader, const EvalOption
   if (info.layout == io::SegmentLayout::file_structured && n >= info.segments_per_file) {
     const std::int64_t F = n / info.segments_per_file;
     const std::int64_t used = F * info.segments_per_file;
-    const Tensor leak_used = has_leak ? leak.slice(0, used) : Tensor();
-    r.vote = model::vote_files(probs.slice(0, used), leak_used, F, info.long_per_file, info.short_per_long,
-                               o.threshold, false, stream);
+    // Voting runs where the model does; its inputs are the host copies.
+    const std::span<const float> all_probs(r.segments.class_probs), all_leak(r.segments.leak_probs);
+    const Tensor probs = Tensor::from_floats(all_probs.first(std::size_t(used * C)), {used, C});
+    const Tensor leak = has_leak ? Tensor::from_floats(all_leak.first(std::size_t(used)), {used}) : Tensor();
+    r.vote = model::vote_files(dev.is_cuda() ? probs.to(dev, stream) : probs,
+                               has_leak && dev.is_cuda() ? leak.to(dev, stream) : leak, F, info.long_per_file,
+                               info.short_per_long, o.threshold, false, stream);
     std::vector<std::int32_t> fl(info.file_labels.begin(), info.file_labels.begin() + F);
     std::vector<std::int32_t> fk(info.file_leak.begin(), info.file_leak.begin() + F);
     r.result.file = model::file_metrics(*r.vote, fl, fk, o.threshold);

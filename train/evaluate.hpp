@@ -31,6 +31,10 @@ struct EvalOptions {
   // non-target each) and their seed (train/embeddings.hpp).
   std::int64_t trials_per_file = 10;
   std::uint64_t trials_seed = 0;
+  // In a data-parallel job: each process evaluates its shard of the batches,
+  // and the outputs are gathered (train/eval_shard.hpp); every process then
+  // holds one process's metrics. Every process must call evaluate.
+  bool shard = false;
 };
 
 // Runs the model over `reader` (its position is reset; it must not shuffle and

@@ -385,6 +385,7 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
   eval_options_.class_loss_weight = cfg_.class_loss_weight;
   eval_options_.leak_loss_weight = cfg_.leak_loss_weight;
   if (cfg_.fast_dev_run) eval_options_.max_segments = micro_batch_;
+  eval_options_.shard = world_.distributed();  // each process evaluates its share of the batches
   selection_ = EarlyStopping(MetricGoal{cfg_.metric_higher_is_better(), cfg_.min_delta, cfg_.patience});
   sysmon_ = std::make_unique<SystemMonitor>(device_.is_cuda() ? device_.index : -1);
   // Rank 0 alone reports (progress, metrics, checkpoints, report.json, plots).
@@ -887,7 +888,9 @@ json Trainer::Run::test_with_best_weights(json& report) {
     report["test_weights"] = "final";
   }
   io::BatchReader test_rd(data_.test, reader_config(cfg_, device_, act_dtype_, false));
-  const EvalRun ev = evaluate(*train_step_, test_rd, eval_options_, *stream_);
+  EvalOptions o = eval_options_;
+  o.shard = false;  // rank 0 alone reports, and tests, after training
+  const EvalRun ev = evaluate(*train_step_, test_rd, o, *stream_);
   json j = model::to_json(ev.result, data_.class_names);
   j["type"] = "eval";
   j["split"] = "test";

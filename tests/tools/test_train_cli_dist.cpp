@@ -91,15 +91,25 @@ TEST_CASE("dist: aam_softmax with speaker-balanced batches (data.per_class) is b
   REQUIRE(run_cli(fmt::format("data synth --out {} --speakers 12 --files-per-speaker 4 --mels 16 --frames 16 "
                               "--long 1 --short 2", d / "data")).code == 0);
   const std::string common = fmt::format(
-      "train --train {} --epochs 2 --device cpu --progress off --seed 3 --set model.channels=[4,8] "
+      "train --train {} --val {} --epochs 2 --device cpu --progress off --seed 3 --set model.channels=[4,8] "
       "--set model.pools=[2,2] --set model.dense=16 --set model.embedding=8 --set loss.type=aam_softmax "
-      "--set model.heads=class --set data.per_class=2 --set reader.threads=1", d / "data/train.h5");
+      "--set model.heads=class --set data.per_class=2 --set reader.threads=1", d / "data/train.h5",
+      d / "data/val.h5");
   REQUIRE(run_cli(fmt::format("{} --out {} --batch-size 4 --grad-accum 2", common, d / "one")).code == 0);
   const CliResult two = sh(fmt::format("{} {} --out {} --batch-size 8", mpirun(2), common, d / "two"));
   REQUIRE_MESSAGE(two.code == 0, two.out);
   const auto last = [](const fs::path& dir) { return mf::model::CheckpointDir(dir, 1).list().front(); };
   REQUIRE(last(d / "one/checkpoints").filename() == last(d / "two/checkpoints").filename());
   check_same_state(last(d / "one/checkpoints"), last(d / "two/checkpoints"));
+  // Verification on the validation speakers, each process embedding its share of the segments: the same EER.
+  const auto val = [](const fs::path& report) {
+    std::ifstream in(report);
+    nlohmann::json v = nlohmann::json::parse(in)["val"];
+    for (const char* timing : {"eval_s", "files_per_s", "segments_per_s"}) v.erase(timing);
+    return v;
+  };
+  CHECK(val(d / "one/report.json") == val(d / "two/report.json"));
+  CHECK(val(d / "two/report.json")["verification"].contains("eer"));
 }
 
 TEST_CASE("dist: a batch-norm stack with dropout and augmentation is bit-identical, running statistics included") {
