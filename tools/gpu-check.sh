@@ -20,7 +20,7 @@
 #                    (default all): tests, memcheck (step and conv suites),
 #                    conv (ceilings; conv bf16 b=8192), step (bf16 b=8192),
 #                    compare (PyTorch), more (verify, logmel, augment,
-#                    resnet34se-light, adamw, reader), sanitizer (the rest:
+#                    resnet34se-light, adamw, reader, allreduce), sanitizer (the rest:
 #                    memcheck, racecheck, synccheck), bench (full sweeps)
 #     --compare-args extra arguments for bench/compare_torch.py (default
 #                    "--epochs 3")
@@ -323,6 +323,8 @@ if step more; then
   bench_run step-resnet34se-light 50 step --arch resnet34se-light --batch 256 --precision bf16
   bench_run adamw 30 adamw
   bench_run reader 40 reader
+  # The training step's collectives on the GPU (one process: NCCL's own path; several GPUs: run it under mpirun).
+  bench_run allreduce-cuda 30 allreduce --device cuda --max-bytes 67108864
 fi
 
 # 7. What is left of the time: every sanitizer over every suite, the sweeps.
