@@ -2,7 +2,8 @@
 // written from the contract: odd dims (1, 3, 257, ...), no trials, many
 // trials, duplicate and self pairs, exact small-integer cases, NaN in a row,
 // out-of-range indices (an error naming the trial, nothing written), 1 vs 2
-// threads byte for byte, and the dispatch's errors.
+// threads byte for byte, the vector CPU kernels byte for byte against the
+// twin, and the dispatch's errors.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -136,6 +137,40 @@ TEST_CASE("trial_scores: 1 vs 2 threads give identical bytes; reruns too") {
   set_cpu_threads(0);
   CHECK(std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0);
   CHECK(std::memcmp(b.raw(), c.raw(), b.nbytes()) == 0);
+}
+
+TEST_CASE("trial_scores: the avx512 and avx2 CPU kernels give the twin's bits (dims around the 32 partial sums)") {
+  for (const std::int64_t E : {1, 7, 16, 31, 32, 33, 48, 100, 256, 512, 515}) {
+    CAPTURE(E);
+    Vec emb = normalized_rows(40, E, 11 + std::uint64_t(E));
+    emb[5] = NAN;  // row 0 (E > 5) or row 5 / E: its trials NaN in every variant
+    const Vec pairs = random_pairs(3000, 40, 12);
+    Tensor twin;
+    {
+      const testing::CpuKernelsScope scope(CpuKernels::twin);
+      twin = run(emb, 40, E, pairs);
+    }
+    for (const CpuKernels variant : testing::cpu_kernel_variants()) {
+      const testing::CpuKernelsScope scope(variant);
+      INFO("CPU kernels ", cpu_kernels_name(variant));
+      const Tensor got = run(emb, 40, E, pairs);
+      CHECK(std::memcmp(got.raw(), twin.raw(), got.nbytes()) == 0);
+    }
+  }
+}
+
+TEST_CASE("trial_scores: rows beyond the caches are scored tile by tile, each score in its trial's place") {
+  // 600 x 512 f32 rows (1.2 MB) and 20 trials per 64 x 64 tile: the tiled order.
+  const Vec emb = normalized_rows(600, 512, 13);
+  const Vec pairs = random_pairs(2000, 600, 14);
+  const std::vector<double> want = reference(emb, 512, pairs);
+  set_cpu_threads(1);
+  const Tensor one = run(emb, 600, 512, pairs);
+  set_cpu_threads(2);
+  const Tensor two = run(emb, 600, 512, pairs);
+  set_cpu_threads(0);
+  CHECK(max_abs_diff(one.to_floats(), want) < 1e-6);
+  CHECK(std::memcmp(one.raw(), two.raw(), one.nbytes()) == 0);
 }
 
 TEST_CASE("trial_scores: errors name what was expected and found") {
