@@ -3,8 +3,8 @@
 # MELFORGE_WITH_NCCL from the cache variable MELFORGE_NCCL (AUTO, ON or OFF).
 #   AUTO  ON when the CUDA backend is built for real GPUs (not the emulator),
 #         MPI is built (it starts the job and hands NCCL its id), and nccl.h
-#         and libnccl are found (the CUDA 13 toolkit ships them; Debian's
-#         libnccl-dev too)
+#         is found (the CUDA 13 toolkit ships it; Debian's libnccl-dev too).
+#         libnccl itself is not linked: a job loads it when it first needs it.
 #   ON    NCCL is required
 #   OFF   GPU ranks exchange their gradients through host memory over MPI
 # Without NCCL, GPU ranks still train, with the host-staged MPI exchange.
@@ -24,13 +24,16 @@ if(NOT _mf_nccl STREQUAL "OFF")
     set(_mf_cuda_roots "${CUDAToolkit_LIBRARY_ROOT}" "${CUDAToolkit_TARGET_DIR}" /usr/local/cuda)
     find_path(MELFORGE_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include
               PATHS ${_mf_cuda_roots})
+    # Where the toolkit keeps libnccl, tried at run time when the loader's
+    # own search (LD_LIBRARY_PATH, ldconfig) does not find it.
     find_library(MELFORGE_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64
                  PATHS ${_mf_cuda_roots})
-    if(MELFORGE_NCCL_INCLUDE_DIR AND MELFORGE_NCCL_LIBRARY)
+    if(MELFORGE_NCCL_INCLUDE_DIR)
       set(MELFORGE_WITH_NCCL ON)
-      message(STATUS "melforge: NCCL (${MELFORGE_NCCL_LIBRARY}): GPU ranks exchange gradients over NCCL")
+      message(STATUS "melforge: NCCL (${MELFORGE_NCCL_INCLUDE_DIR}/nccl.h; libnccl loaded at run time): GPU ranks "
+                     "exchange gradients over NCCL")
     else()
-      set(_mf_nccl_why "nccl.h or libnccl was not found")
+      set(_mf_nccl_why "nccl.h was not found")
     endif()
   endif()
   if(NOT MELFORGE_WITH_NCCL)

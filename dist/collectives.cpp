@@ -101,8 +101,8 @@ std::unique_ptr<Collectives> make_collectives(const World& w, Device device, Tra
   std::string why;
   if (!device.is_cuda()) {
     why = fmt::format("the ranks train on {}", device.str());
-  } else if (!built_with_nccl()) {
-    why = "this melforge was built without NCCL (MELFORGE_NCCL)";
+  } else if (const std::string no = nccl_unavailable(); !no.empty()) {
+    why = no;
   } else if (w.distributed() && ranks_share_a_gpu(w, device)) {
     why = "ranks share a GPU; NCCL needs one GPU per rank";
   }

@@ -1,8 +1,10 @@
 // The NCCL transport of dist/collectives.hpp (dist/nccl_collectives.cpp):
-// built with MELFORGE_WITH_NCCL only; without it make_nccl_collectives throws.
+// built with MELFORGE_WITH_NCCL only (nccl.h at build time); libnccl itself
+// is loaded at run time, on first use.
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "dist/collectives.hpp"
 
@@ -11,5 +13,8 @@ namespace mf::dist {
 // One NCCL communicator over the job's ranks, each on its `device` (a GPU of
 // its own): rank 0 makes NCCL's id and World broadcasts it.
 std::unique_ptr<Collectives> make_nccl_collectives(const World& world, Device device);
+// Why NCCL cannot be used here ("" when it can): not built, or libnccl not
+// loadable (loads it on the first call).
+std::string nccl_unavailable();
 
 }  // namespace mf::dist
