@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <exception>
 #include <mutex>
 #include <system_error>
@@ -68,6 +69,20 @@ void run_on_threads(int n, const std::function<void(int)>& fn) {
   for (int i : refused) call(i);
   for (auto& t : pool) t.join();
   if (error) std::rethrow_exception(error);
+}
+
+std::int64_t parallel_find_first(std::int64_t n, const std::function<bool(std::int64_t)>& bad, std::int64_t grain) {
+  std::atomic<std::int64_t> first{n};
+  parallel_for(n, [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) {
+      if (!bad(i)) continue;
+      std::int64_t seen = first.load();
+      while (i < seen && !first.compare_exchange_weak(seen, i)) {
+      }
+      return;
+    }
+  }, grain);
+  return first.load();
 }
 
 }  // namespace mf

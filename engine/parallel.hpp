@@ -17,6 +17,11 @@ void set_cpu_threads(int n);  // 0 = all cores
 void parallel_for(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& fn,
                   std::int64_t grain = 1);
 
+// The lowest i in [0, n) with bad(i) true, or n when there is none: the same
+// answer whatever the thread count (each chunk stops at its first).
+std::int64_t parallel_find_first(std::int64_t n, const std::function<bool(std::int64_t)>& bad,
+                                 std::int64_t grain = 1 << 16);
+
 // Calls fn(i) for every i in [0, n): fn(0) on the calling thread, the others on
 // std::threads of their own (for I/O workers, outside OpenMP). An index whose
 // thread the system refuses (std::system_error) runs on the caller instead, so

@@ -56,12 +56,14 @@ std::vector<std::int64_t> tile_order(const TrialScoresDims& d, const std::int32_
 
 void trial_scores_cpu(const TrialScoresDims& d, const float* emb, const std::int32_t* pairs, float* scores,
                       cudaStream_t) {
-  for (std::int64_t t = 0; t < d.trials; ++t) {
+  // The first bad trial (the lowest index, whatever the threads) is named.
+  const std::int64_t bad = parallel_find_first(d.trials, [&](std::int64_t t) {
     const std::int32_t a = pairs[2 * t], b = pairs[2 * t + 1];
-    MF_CHECK(a >= 0 && a < d.files && b >= 0 && b < d.files,
-             "trial_scores: trial {} names files {} and {}, expected indices in 0..{} ({} files)", t, a, b,
-             d.files - 1, d.files);
-  }
+    return !(a >= 0 && a < d.files && b >= 0 && b < d.files);
+  });
+  if (bad < d.trials)
+    MF_THROW("trial_scores: trial {} names files {} and {}, expected indices in 0..{} ({} files)", bad,
+             pairs[2 * bad], pairs[2 * bad + 1], d.files - 1, d.files);
   const std::int64_t E = d.dim;
   const CpuKernels isa = active_cpu_kernels();
   // Many trials over rows that do not fit in the caches: scored tile by tile
@@ -75,10 +77,12 @@ void trial_scores_cpu(const TrialScoresDims& d, const float* emb, const std::int
   if (!order.empty()) {
     packed.resize(std::size_t(2 * d.trials));
     tile_scores.resize(std::size_t(d.trials));
-    for (std::size_t i = 0; i < order.size(); ++i) {
-      packed[2 * i] = pairs[2 * order[i]];
-      packed[2 * i + 1] = pairs[2 * order[i] + 1];
-    }
+    parallel_for(d.trials, [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i) {
+        packed[std::size_t(2 * i)] = pairs[2 * order[std::size_t(i)]];
+        packed[std::size_t(2 * i + 1)] = pairs[2 * order[std::size_t(i)] + 1];
+      }
+    }, 1 << 16);
     tp = packed.data();
   }
   float* out = order.empty() ? scores : tile_scores.data();
@@ -88,7 +92,10 @@ void trial_scores_cpu(const TrialScoresDims& d, const float* emb, const std::int
     for (std::int64_t t = t0; t < t1; ++t)
       out[t] = dot(emb + std::int64_t(tp[2 * t]) * E, emb + std::int64_t(tp[2 * t + 1]) * E, E);
   }, 256);
-  for (std::size_t i = 0; i < order.size(); ++i) scores[order[i]] = tile_scores[i];
+  if (!order.empty())
+    parallel_for(d.trials, [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i) scores[order[std::size_t(i)]] = tile_scores[std::size_t(i)];
+    }, 1 << 16);
 }
 
 }  // namespace mf::kernels

@@ -6,6 +6,7 @@
 
 #include "engine/error.hpp"
 #include "engine/nvtx.hpp"
+#include "engine/parallel.hpp"
 #include "kernels/ops.hpp"
 #include "train/eval_shard.hpp"
 
@@ -74,10 +75,14 @@ Embeddings file_embeddings(const Embeddings& seg, std::int64_t per_file) {
 namespace {
 
 void check_trials(const Embeddings& e, std::span<const model::Trial> trials) {
-  for (std::size_t t = 0; t < trials.size(); ++t) {
-    const model::Trial& tr = trials[t];
-    MF_CHECK(tr.a >= 0 && tr.a < e.rows && tr.b >= 0 && tr.b < e.rows,
-             "cosine_scores: trial {} names files {} and {}, expected 0..{}", t, tr.a, tr.b, e.rows - 1);
+  // The first bad trial (the lowest index, whatever the threads) is named.
+  const std::int64_t t = parallel_find_first(std::int64_t(trials.size()), [&](std::int64_t i) {
+    const model::Trial& tr = trials[std::size_t(i)];
+    return !(tr.a >= 0 && tr.a < e.rows && tr.b >= 0 && tr.b < e.rows);
+  });
+  if (t < std::int64_t(trials.size())) {
+    const model::Trial& tr = trials[std::size_t(t)];
+    MF_THROW("cosine_scores: trial {} names files {} and {}, expected 0..{}", t, tr.a, tr.b, e.rows - 1);
   }
 }
 
@@ -115,10 +120,12 @@ std::vector<float> cosine_scores(const Embeddings& e, std::span<const model::Tri
   for (std::int64_t t0 = 0; t0 < T; t0 += B) {
     const std::int64_t n = std::min(B, T - t0);
     std::int32_t* p = pairs_host.data<std::int32_t>();
-    for (std::int64_t i = 0; i < n; ++i) {
-      p[2 * i] = std::int32_t(trials[std::size_t(t0 + i)].a);
-      p[2 * i + 1] = std::int32_t(trials[std::size_t(t0 + i)].b);
-    }
+    parallel_for(n, [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i) {
+        p[2 * i] = std::int32_t(trials[std::size_t(t0 + i)].a);
+        p[2 * i + 1] = std::int32_t(trials[std::size_t(t0 + i)].b);
+      }
+    }, 1 << 16);
     Tensor pd = pairs.slice(0, n), sd = scores.slice(0, n), sh = scores_host.slice(0, n);
     if (!dev.is_cpu()) pd.copy_from(pairs_host.slice(0, n), stream);  // pageable: staged before it returns
     ops::trial_scores(emb, pd, sd, stream);

@@ -109,3 +109,14 @@ TEST_CASE("run_on_threads runs every index once, joins every thread, and rethrow
                        doctest::Contains("worker 5 failed"), Error);
   run_on_threads(0, [](int) { FAIL("not called"); });
 }
+
+TEST_CASE("parallel_find_first: the lowest matching index whatever the threads; n when none") {
+  for (const int threads : {1, 2}) {
+    set_cpu_threads(threads);
+    CHECK(parallel_find_first(1000000, [](std::int64_t i) { return i == 999999 || i == 123457 || i == 700000; },
+                              1000) == 123457);
+    CHECK(parallel_find_first(1000000, [](std::int64_t) { return false; }, 1000) == 1000000);
+    CHECK(parallel_find_first(0, [](std::int64_t) { return true; }) == 0);
+  }
+  set_cpu_threads(0);
+}
