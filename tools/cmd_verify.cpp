@@ -150,14 +150,7 @@ std::vector<model::CohortStats> cohort_statistics(const train::Embeddings& files
   MF_CHECK(cohort.dim == files.dim, "--cohort: embeddings of {} values, the data's have {}", cohort.dim, files.dim);
   MF_CHECK(top >= 2 && top <= cohort.rows, "--cohort-top: expected 2..{} (the cohort's files), found {}",
            cohort.rows, top);
-  std::vector<float> scores(std::size_t(files.rows * cohort.rows));
-  for (std::int64_t i = 0; i < files.rows; ++i)
-    for (std::int64_t j = 0; j < cohort.rows; ++j) {
-      double d = 0;
-      const auto a = files.row(i), b = cohort.row(j);
-      for (std::int64_t k = 0; k < files.dim; ++k) d += double(a[std::size_t(k)]) * b[std::size_t(k)];
-      scores[std::size_t(i * cohort.rows + j)] = float(d);
-    }
+  const std::vector<float> scores = train::all_pair_scores(files, cohort);  // every file against every cohort file
   return model::cohort_stats_rows(scores, files.rows, cohort.rows, top);
 }
 

@@ -7,6 +7,7 @@
 #include "engine/error.hpp"
 #include "engine/nvtx.hpp"
 #include "engine/parallel.hpp"
+#include "kernels/dense.hpp"
 #include "kernels/ops.hpp"
 #include "train/eval_shard.hpp"
 
@@ -87,6 +88,16 @@ void check_trials(const Embeddings& e, std::span<const model::Trial> trials) {
 }
 
 }  // namespace
+
+std::vector<float> all_pair_scores(const Embeddings& a, const Embeddings& b) {
+  MF_CHECK(a.dim == b.dim, "all_pair_scores: embeddings of {} and {} values", a.dim, b.dim);
+  std::vector<float> out(std::size_t(a.rows * b.rows));
+  if (out.empty()) return out;
+  // B(k, j) = b's row j, value k.
+  kernels::gemm_cpu(a.rows, b.rows, a.dim, DType::f32, a.values.data(), a.dim, 1, b.values.data(), 1, b.dim,
+                    out.data());
+  return out;
+}
 
 std::vector<float> cosine_scores(const Embeddings& e, std::span<const model::Trial> trials) {
   check_trials(e, trials);

@@ -45,6 +45,11 @@ Embeddings file_embeddings(const Embeddings& segments, std::int64_t per_file);
 // Cosine scores of the trials over normalised rows, on the host in double
 // (rounded to f32 once): the reference the device path is tested against.
 std::vector<float> cosine_scores(const Embeddings& normalized, std::span<const model::Trial> trials);
+// Every row of `a` against every row of `b` (both normalised, same dim):
+// [a.rows x b.rows] scores, row-major, on the host by the CPU GEMM
+// (kernels::gemm_cpu: f32, every thread, each score one sum in dim order, the
+// same bits for any thread count). AS-norm's cohort scores.
+std::vector<float> all_pair_scores(const Embeddings& a, const Embeddings& b);
 // The same scores on `dev` (ops::trial_scores: f32 products and sums in a
 // fixed order, so run-to-run identical and equal to the double version to f32
 // rounding; the CPU twin when dev is the CPU): the rows are uploaded once, the

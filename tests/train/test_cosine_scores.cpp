@@ -1,12 +1,14 @@
 // train::cosine_scores: the device path (ops::trial_scores in batches; here
 // the CPU twin, Device::cpu()) against the host double reference: equal to f32
 // rounding, identical bits for any batch size, an out-of-range trial named
-// before anything runs, no trials.
+// before anything runs, no trials; all_pair_scores (AS-norm's cohort scores)
+// against float64 dots, any thread count.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstring>
 
+#include "engine/parallel.hpp"
 #include "tests/support/testing.hpp"
 #include "train/embeddings.hpp"
 
@@ -66,4 +68,26 @@ TEST_CASE("cosine_scores: no trials; an out-of-range trial is an error naming it
     CHECK(err.find("trial 6 names files") != std::string::npos);
     CHECK(err.find("expected 0..3") != std::string::npos);
   }
+}
+
+TEST_CASE("all_pair_scores: every row against every row, the float64 dot to f32 rounding, any thread count") {
+  const train::Embeddings a = unit_embeddings(37, 200, 41), b = unit_embeddings(53, 200, 42);
+  set_cpu_threads(1);
+  const std::vector<float> one = train::all_pair_scores(a, b);
+  set_cpu_threads(2);
+  const std::vector<float> two = train::all_pair_scores(a, b);
+  set_cpu_threads(0);
+  REQUIRE(one.size() == std::size_t(37 * 53));
+  CHECK(one == two);
+  double worst = 0;
+  for (std::int64_t i = 0; i < a.rows; ++i)
+    for (std::int64_t j = 0; j < b.rows; ++j) {
+      double d = 0;
+      for (std::int64_t k = 0; k < a.dim; ++k) d += double(a.row(i)[std::size_t(k)]) * b.row(j)[std::size_t(k)];
+      worst = std::max(worst, std::abs(d - double(one[std::size_t(i * b.rows + j)])));
+    }
+  CHECK(worst < 1e-6);
+  train::Embeddings other = unit_embeddings(3, 7, 43);
+  CHECK_THROWS_WITH_AS(train::all_pair_scores(a, other), doctest::Contains("embeddings of 200 and 7 values"),
+                       std::exception);
 }
