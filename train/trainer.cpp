@@ -598,24 +598,31 @@ void Trainer::Run::finish_training() {
 // ---- train_epoch: the optimizer steps -----------------------------------------------
 
 // Micro-batch j of the next step: the reader's batch into the step's inputs.
+// With several processes each reads the step's next world-size batches and
+// keeps the one of its rank. A batch is the reader's again at its next call
+// of next() (io/reader.hpp), so this process's batch is copied into the
+// step's inputs before the others are read: holding it across those calls
+// let a ring slot be refilled under it (4 processes trained on other data).
 void Trainer::Run::feed_step(std::int64_t j) {
-  {
-    MF_NVTX_RANGE("data_wait");
-    const auto w0 = Clock::now();
-    // The step's next world-size batches: this process's is the one of its rank.
-    for (int r = 0; r < world_.size(); ++r) {
-      io::Batch b = train_reader_->next(*stream_);
-      if (r == world_.rank()) last_batch_ = std::move(b);
+  for (int r = 0; r < world_.size(); ++r) {
+    io::Batch b;
+    {
+      MF_NVTX_RANGE("data_wait");
+      const auto w0 = Clock::now();
+      b = train_reader_->next(*stream_);
+      wait_ms_ += 1000.0 * seconds_since(w0);
     }
-    wait_ms_ += 1000.0 * seconds_since(w0);
+    if (r != world_.rank()) continue;
+    last_batch_ = std::move(b);
+    MF_NVTX_RANGE("h2d_input");
+    EventTimer::Scope t(*timer_, "h2d", *stream_);
+    const std::int64_t b0 = j * micro_batch_, b1 = (j + 1) * micro_batch_;
+    Tensor x = train_step_->input_x().slice(b0, b1), y = train_step_->input_labels().slice(b0, b1),
+           l = train_step_->input_leak().slice(b0, b1);
+    x.copy_from(last_batch_.x, *stream_);
+    y.copy_from(last_batch_.labels, *stream_);
+    l.copy_from(last_batch_.leak, *stream_);
   }
-  MF_NVTX_RANGE("h2d_input");
-  EventTimer::Scope t(*timer_, "h2d", *stream_);
-  Tensor x = train_step_->input_x().slice(j * micro_batch_, (j + 1) * micro_batch_), y = train_step_->input_labels().slice(j * micro_batch_, (j + 1) * micro_batch_),
-         l = train_step_->input_leak().slice(j * micro_batch_, (j + 1) * micro_batch_);
-  x.copy_from(last_batch_.x, *stream_);
-  y.copy_from(last_batch_.labels, *stream_);
-  l.copy_from(last_batch_.leak, *stream_);
 }
 
 bool Trainer::Run::train_epoch() {
