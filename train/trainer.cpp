@@ -332,6 +332,11 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
   accum_steps_ = cfg_.grad_accum;
   micro_batch_ = cfg_.batch_size / world_.size();
   steps_per_epoch_ = train_reader_->batches_per_epoch() / (accum_steps_ * world_.size());
+  if (steps_per_epoch_ == 0 && world_.distributed())
+    MF_THROW("data.train {}: {} segments make {} micro-batches of {} (train.batch_size {} over {} processes), fewer "
+             "than one step needs ({} processes x train.grad_accum={}); use a smaller train.batch_size or "
+             "train.grad_accum", ti.path, ti.num_segments, train_reader_->batches_per_epoch(), micro_batch_,
+             cfg_.batch_size, world_.size(), world_.size(), accum_steps_);
   MF_CHECK(steps_per_epoch_ > 0,
            "data.train {}: {} segments make {} batches of {} (train.batch_size), fewer than train.grad_accum={}",
            ti.path, ti.num_segments, train_reader_->batches_per_epoch(), micro_batch_, accum_steps_);

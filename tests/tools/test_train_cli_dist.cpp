@@ -162,6 +162,11 @@ TEST_CASE("dist: a job is refused when its processes disagree or its batch does 
   r = sh(fmt::format("{} {} --out {} --batch-size 15", mpirun(2), L.common, L.d / "y"));
   CHECK(r.code != 0);
   CHECK_MESSAGE(has(r, "train.batch_size = 15 does not split over 2 processes: use 14 or 16"), r.out);
+  // Fewer micro-batches than one step of every process needs: the processes are named.
+  r = sh(fmt::format("{} {} --out {} --batch-size 32 --grad-accum 2", mpirun(2), L.common, L.d / "z"));
+  CHECK(r.code != 0);
+  CHECK_MESSAGE(has(r, "micro-batches of 16 (train.batch_size 32 over 2 processes), fewer than one step needs (2 "
+                       "processes x train.grad_accum=2)"), r.out);
 }
 
 TEST_CASE("dist: a killed process ends the whole job, naming it, within seconds") {
