@@ -16,9 +16,6 @@ namespace mf::dist {
 
 namespace {
 
-void check_f32(const Tensor& t, std::string_view what, std::string_view name) {
-  MF_CHECK(t.dtype() == DType::f32, "{}: the exchanged {} must be f32, found {}", what, name, dtype_name(t.dtype()));
-}
 
 // World's MPI collectives; a tensor on a GPU goes through host memory.
 class MpiCollectives final : public Collectives {
@@ -26,30 +23,10 @@ class MpiCollectives final : public Collectives {
   MpiCollectives(const World& w, std::string why) : w_(w), why_(std::move(why)) {}
 
   void allgather(const Tensor& mine, Tensor& all, cudaStream_t stream, std::string_view what) override {
-    check_f32(mine, what, "tensor");
-    check_f32(all, what, "result");
-    MF_CHECK(all.numel() == mine.numel() * w_.size() && all.device() == mine.device(),
-             "{}: gathering {} values of {} ranks into {}", what, mine.numel(), w_.size(), all.str());
-    const Tensor host = mine.is_cuda() ? mine.to(Device::cpu(), stream) : mine;  // complete when it returns
-    const std::vector<float> got =
-        w_.allgather(std::span<const float>(host.data<float>(), std::size_t(host.numel())), what);
-    if (!all.is_cuda()) {
-      std::copy(got.begin(), got.end(), all.data<float>());
-      return;
-    }
-    // From pageable memory: staged before copy_from returns, so `got` may go.
-    all.copy_from(Tensor::from_floats(got, {std::int64_t(got.size())}), stream);
+    mpi_allgather(w_, mine, all, stream, what);
   }
-
   void allreduce_sum(Tensor& values, cudaStream_t stream, std::string_view what) override {
-    check_f32(values, what, "tensor");
-    if (!values.is_cuda()) {
-      w_.allreduce_sum(std::span<float>(values.data<float>(), std::size_t(values.numel())), what);
-      return;
-    }
-    Tensor host = values.to(Device::cpu(), stream);
-    w_.allreduce_sum(std::span<float>(host.data<float>(), std::size_t(host.numel())), what);
-    values.copy_from(host, stream);  // host memory outlives the copy: copy_from to a GPU from pageable is staged
+    mpi_allreduce_sum(w_, values, stream, what);
   }
 
   Transport transport() const override { return Transport::mpi; }
@@ -80,20 +57,43 @@ bool ranks_share_a_gpu(const World& w, Device device) {
 
 }  // namespace
 
+void check_exchange(const World& w, const Tensor& mine, const Tensor* all, std::string_view what) {
+  MF_CHECK(mine.dtype() == DType::f32, "{}: the exchanged tensor must be f32, found {}", what, mine.str());
+  MF_CHECK(!all || (all->dtype() == DType::f32 && all->numel() == mine.numel() * w.size() &&
+                    all->device() == mine.device()),
+           "{}: gathering {} of {} ranks into {}", what, mine.str(), w.size(), all ? all->str() : "");
+}
+
+void mpi_allgather(const World& w, const Tensor& mine, Tensor& all, cudaStream_t stream, std::string_view what) {
+  check_exchange(w, mine, &all, what);
+  const Tensor host = mine.is_cuda() ? mine.to(Device::cpu(), stream) : mine;  // complete when it returns
+  const std::vector<float> got =
+      w.allgather(std::span<const float>(host.data<float>(), std::size_t(host.numel())), what);
+  if (!all.is_cuda()) {
+    std::copy(got.begin(), got.end(), all.data<float>());
+    return;
+  }
+  // From pageable memory: staged before copy_from returns, so `got` may go.
+  all.copy_from(Tensor::from_floats(got, {std::int64_t(got.size())}), stream);
+}
+
+void mpi_allreduce_sum(const World& w, Tensor& values, cudaStream_t stream, std::string_view what) {
+  check_exchange(w, values, nullptr, what);
+  if (!values.is_cuda()) {
+    w.allreduce_sum(std::span<float>(values.data<float>(), std::size_t(values.numel())), what);
+    return;
+  }
+  Tensor host = values.to(Device::cpu(), stream);
+  w.allreduce_sum(std::span<float>(host.data<float>(), std::size_t(host.numel())), what);
+  values.copy_from(host, stream);  // from pageable memory: staged before it returns
+}
+
 bool built_with_nccl() {
 #ifdef MELFORGE_WITH_NCCL
   return true;
 #else
   return false;
 #endif
-}
-
-std::string_view transport_name(Transport t) {
-  switch (t) {
-    case Transport::mpi: return "mpi";
-    case Transport::nccl: return "nccl";
-    default: return "auto";
-  }
 }
 
 std::unique_ptr<Collectives> make_collectives(const World& w, Device device, Transport requested) {

@@ -52,7 +52,4 @@ bool built_with_nccl();
 // `mpi` is always available.
 std::unique_ptr<Collectives> make_collectives(const World& world, Device device, Transport requested);
 
-// A transport's name: "auto", "mpi", "nccl".
-std::string_view transport_name(Transport t);
-
 }  // namespace mf::dist

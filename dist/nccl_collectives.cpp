@@ -11,11 +11,9 @@
 
 #include <chrono>
 #include <cstring>
-#include <span>
 #include <string>
 #include <thread>
 #include <type_traits>
-#include <vector>
 #endif
 
 namespace mf::dist {
@@ -100,26 +98,16 @@ class NcclCollectives final : public Collectives {
   NcclCollectives& operator=(const NcclCollectives&) = delete;
 
   void allgather(const Tensor& mine, Tensor& all, cudaStream_t stream, std::string_view what) override {
-    MF_CHECK(mine.dtype() == DType::f32 && all.dtype() == DType::f32 && all.numel() == mine.numel() * w_.size() &&
-                 all.device() == mine.device(),
-             "{}: gathering {} into {} over {} ranks", what, mine.str(), all.str(), w_.size());
-    if (!mine.is_cuda()) {  // host values (batch norm's terms): MPI
-      const std::vector<float> got =
-          w_.allgather(std::span<const float>(mine.data<float>(), std::size_t(mine.numel())), what);
-      std::memcpy(all.raw(), got.data(), got.size() * sizeof(float));
-      return;
-    }
+    if (!mine.is_cuda()) return mpi_allgather(w_, mine, all, stream, what);  // host values (batch norm's terms)
+    check_exchange(w_, mine, &all, what);
     MF_NCCL_CHECK(nccl().all_gather(mine.raw(), all.raw(), std::size_t(mine.numel()), ncclFloat, comm_, stream),
                   w_.rank(), what);
     wait(stream, what);
   }
 
   void allreduce_sum(Tensor& values, cudaStream_t stream, std::string_view what) override {
-    MF_CHECK(values.dtype() == DType::f32, "{}: the summed tensor must be f32, found {}", what, values.str());
-    if (!values.is_cuda()) {
-      w_.allreduce_sum(std::span<float>(values.data<float>(), std::size_t(values.numel())), what);
-      return;
-    }
+    if (!values.is_cuda()) return mpi_allreduce_sum(w_, values, stream, what);
+    check_exchange(w_, values, nullptr, what);
     MF_NCCL_CHECK(nccl().all_reduce(values.raw(), values.raw(), std::size_t(values.numel()), ncclFloat, ncclSum, comm_,
                                 stream),
                   w_.rank(), what);

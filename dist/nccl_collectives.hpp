@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "dist/collectives.hpp"
 
@@ -13,6 +14,12 @@ namespace mf::dist {
 // One NCCL communicator over the job's ranks, each on its `device` (a GPU of
 // its own): rank 0 makes NCCL's id and World broadcasts it.
 std::unique_ptr<Collectives> make_nccl_collectives(const World& world, Device device);
+// The MPI transport's exchanges (dist/collectives.cpp), which the NCCL one
+// also uses for tensors in host memory (batch norm's terms): f32 checked,
+// GPU tensors staged through host memory.
+void check_exchange(const World& w, const Tensor& mine, const Tensor* all, std::string_view what);
+void mpi_allgather(const World& w, const Tensor& mine, Tensor& all, cudaStream_t stream, std::string_view what);
+void mpi_allreduce_sum(const World& w, Tensor& values, cudaStream_t stream, std::string_view what);
 // Why NCCL cannot be used here ("" when it can): not built, or libnccl not
 // loadable (loads it on the first call).
 std::string nccl_unavailable();

@@ -22,18 +22,12 @@ Embeddings segment_embeddings(model::TrainStep& ts, io::BatchReader& reader, std
   const std::int64_t E = ts.config().model.features();
   const dist::World& world = dist::World::get();
   const std::int64_t B = reader.config().batch_size;
-  const EvalShard s = shard ? eval_shard(n, B, world.rank(), world.size()) : EvalShard{0, 0, n};
+  const EvalShard s = eval_shard_here(n, B, shard);
   Tensor mine = Tensor::empty({s.end_row - s.first_row, E}, DType::f32, dev, Layout::plain, stream);
-  reader.restore({0, s.first_batch});
-  for (std::int64_t done = s.first_row; done < s.end_row;) {
-    io::Batch b = reader.next(stream);
-    MF_CHECK(b.valid > 0, "embeddings: the reader returned an empty batch at segment {}", done);
-    const model::EvalOutput out = ts.forward_eval(b.x, stream);
-    const std::int64_t take = std::min(b.valid, s.end_row - done);
-    Tensor dst = mine.slice(done - s.first_row, done - s.first_row + take);
+  run_eval_batches(ts, reader, s, stream, [&](const model::EvalOutput& out, std::int64_t row, std::int64_t take) {
+    Tensor dst = mine.slice(row, row + take);
     ops::cast(out.embedding.slice(0, take), dst, stream);
-    done += take;
-  }
+  });
   Embeddings e;
   e.rows = n;
   e.dim = E;

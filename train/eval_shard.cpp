@@ -19,6 +19,24 @@ EvalShard eval_shard(std::int64_t rows, std::int64_t batch, int rank, int world)
   return s;
 }
 
+EvalShard eval_shard_here(std::int64_t rows, std::int64_t batch, bool shard) {
+  const dist::World& world = dist::World::get();
+  return shard ? eval_shard(rows, batch, world.rank(), world.size()) : EvalShard{0, 0, rows};
+}
+
+void run_eval_batches(model::TrainStep& ts, io::BatchReader& reader, const EvalShard& s, cudaStream_t stream,
+                      const std::function<void(const model::EvalOutput&, std::int64_t, std::int64_t)>& keep) {
+  reader.restore({0, s.first_batch});
+  for (std::int64_t done = 0; done < s.end_row - s.first_row;) {
+    io::Batch b = reader.next(stream);
+    MF_CHECK(b.valid > 0, "evaluation: the reader returned an empty batch at segment {}", s.first_row + done);
+    const model::EvalOutput out = ts.forward_eval(b.x, stream);
+    const std::int64_t take = std::min(b.valid, s.end_row - s.first_row - done);
+    keep(out, done, take);
+    done += take;
+  }
+}
+
 std::vector<float> gather_eval_rows(const dist::World& world, const std::vector<float>& mine, std::int64_t rows,
                                     std::int64_t width, std::int64_t batch, std::string_view what) {
   if (!world.distributed()) return mine;

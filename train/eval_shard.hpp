@@ -7,10 +7,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string_view>
 #include <vector>
 
 #include "dist/world.hpp"
+#include "io/reader.hpp"
+#include "model/train_step.hpp"
 
 namespace mf::train {
 
@@ -23,6 +26,17 @@ struct EvalShard {
 // batches of `batch`: the ceil(rows / batch) batches split into `world`
 // contiguous runs whose lengths differ by at most one (a run may be empty).
 EvalShard eval_shard(std::int64_t rows, std::int64_t batch, int rank, int world);
+
+// The shard of this process in a data-parallel job when `shard`, else all
+// `rows` rows (eval_shard over dist::World).
+EvalShard eval_shard_here(std::int64_t rows, std::int64_t batch, bool shard);
+
+// Runs the model over the rows of `s` (the reader must not shuffle):
+// keep(out, row, take) receives each batch's outputs for the `take` rows from
+// `row` on, counted from s.first_row.
+void run_eval_batches(model::TrainStep& ts, io::BatchReader& reader, const EvalShard& s, cudaStream_t stream,
+                      const std::function<void(const model::EvalOutput& out, std::int64_t row, std::int64_t take)>&
+                          keep);
 
 // Every process's rows in row order, on every process: `mine` holds the
 // outputs (width floats per row) of this process's shard of eval_shard(rows,

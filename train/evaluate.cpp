@@ -47,22 +47,16 @@ void run_rows(model::TrainStep& ts, io::BatchReader& reader, std::int64_t n, boo
               std::vector<float>* leak_out, cudaStream_t stream) {
   const Device dev = ts.device();
   const int C = ts.config().model.classes;
-  const dist::World& world = dist::World::get();
   const std::int64_t B = reader.config().batch_size;
-  const EvalShard s = shard ? eval_shard(n, B, world.rank(), world.size()) : EvalShard{0, 0, n};
+  const dist::World& world = dist::World::get();
+  const EvalShard s = eval_shard_here(n, B, shard);
   const std::int64_t rows = s.end_row - s.first_row;
   Tensor probs = Tensor::empty({rows, C}, DType::f32, dev, Layout::plain, stream);
   Tensor leak = leak_out ? Tensor::empty({rows}, DType::f32, dev, Layout::plain, stream) : Tensor();
-  reader.restore({0, s.first_batch});
-  for (std::int64_t done = 0; done < rows;) {
-    io::Batch b = reader.next(stream);
-    MF_CHECK(b.valid > 0, "evaluation: the reader returned an empty batch at segment {}", s.first_row + done);
-    const model::EvalOutput out = ts.forward_eval(b.x, stream);
-    const std::int64_t take = std::min(b.valid, rows - done);
-    probs.slice(done, done + take).copy_from(out.probs.slice(0, take), stream);
-    if (leak_out) leak.slice(done, done + take).copy_from(out.leak_prob.slice(0, take), stream);
-    done += take;
-  }
+  run_eval_batches(ts, reader, s, stream, [&](const model::EvalOutput& out, std::int64_t row, std::int64_t take) {
+    probs.slice(row, row + take).copy_from(out.probs.slice(0, take), stream);
+    if (leak_out) leak.slice(row, row + take).copy_from(out.leak_prob.slice(0, take), stream);
+  });
   probs_out = probs.to_floats();  // synchronous
   if (shard) probs_out = gather_eval_rows(world, probs_out, n, C, B, "gathering the evaluation's probabilities");
   if (leak_out) {

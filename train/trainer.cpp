@@ -170,8 +170,6 @@ class Trainer::Run {
   // melforge (else an error naming what differs), on the CPU, with a batch
   // that splits evenly and no batch norm (not yet combined across ranks).
   void check_job(const io::DatasetInfo& train) const;
-  // A tensor's values (the gradient of this rank's micro-batch, batch
-  // norm's updates), every rank's (timed as communication).
   // The job's exchanges of the step's tensors (dist.transport), timed into comm_s_.
   void make_collectives();
   // Every rank's weights (CRC-32 of the master) against rank 0's, before a

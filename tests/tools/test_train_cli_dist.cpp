@@ -36,6 +36,17 @@ const char* kLeak =
     "--set model.dense=16 --set model.dropout=0.3 --set augment.time_masks=1 --set augment.time_mask_width=3 "
     "--set reader.threads=1";
 
+// A run's final validation in report.json, without its timings.
+nlohmann::json val_report(const fs::path& report) {
+  std::ifstream in(report);
+  nlohmann::json v = nlohmann::json::parse(in)["val"];
+  for (const char* timing : {"eval_s", "files_per_s", "segments_per_s"}) v.erase(timing);
+  return v;
+}
+
+// The newest checkpoint in a run's checkpoints/ folder.
+fs::path last_checkpoint(const fs::path& dir) { return mf::model::CheckpointDir(dir, 1).list().front(); }
+
 struct LeakData {
   TempDir d{"dist"};
   std::string base, common;  // common: base for 2 epochs
@@ -59,14 +70,8 @@ TEST_CASE("dist: 2 processes are bit-identical to one with grad_accum 2 (LeakCNN
   // Rank 0 alone reports: one summary, one report; the epoch line names the processes.
   CHECK(two.out.find("melforge train: 6 steps, 96 samples") != std::string::npos);
   CHECK(has(two, "over 2 processes (communication "));
-  // Validation (every process evaluates the same weights): the single process's metrics.
-  const auto val_metrics = [](const std::string& report) {
-    std::ifstream in(report);
-    nlohmann::json v = nlohmann::json::parse(in)["val"];
-    for (const char* timing : {"eval_s", "files_per_s", "segments_per_s"}) v.erase(timing);
-    return v;
-  };
-  CHECK(val_metrics(L.d / "one/report.json") == val_metrics(L.d / "two/report.json"));
+  // Validation (each process its share of the batches, gathered): the single process's metrics.
+  CHECK(val_report(L.d / "one/report.json") == val_report(L.d / "two/report.json"));
   CHECK(two.out.find("melforge train: 6 steps") == two.out.rfind("melforge train: 6 steps"));
   CHECK(fs::exists(L.d / "two/report.json"));
 
@@ -95,16 +100,9 @@ TEST_CASE("dist: 4 processes are bit-identical to one with grad_accum 4; some va
   REQUIRE_MESSAGE(one.code == 0, one.out);
   const CliResult four = sh(fmt::format("{} {} --out {} --batch-size 32", mpirun(4), L.common, L.d / "four"));
   REQUIRE_MESSAGE(four.code == 0, four.out);
-  const auto last = [](const fs::path& dir) { return mf::model::CheckpointDir(dir, 1).list().front(); };
-  REQUIRE(last(L.d / "one/checkpoints").filename() == last(L.d / "four/checkpoints").filename());
-  check_same_state(last(L.d / "one/checkpoints"), last(L.d / "four/checkpoints"));
-  const auto val = [](const fs::path& report) {
-    std::ifstream in(report);
-    nlohmann::json v = nlohmann::json::parse(in)["val"];
-    for (const char* timing : {"eval_s", "files_per_s", "segments_per_s"}) v.erase(timing);
-    return v;
-  };
-  CHECK(val(L.d / "one/report.json") == val(L.d / "four/report.json"));
+  REQUIRE(last_checkpoint(L.d / "one/checkpoints").filename() == last_checkpoint(L.d / "four/checkpoints").filename());
+  check_same_state(last_checkpoint(L.d / "one/checkpoints"), last_checkpoint(L.d / "four/checkpoints"));
+  CHECK(val_report(L.d / "one/report.json") == val_report(L.d / "four/report.json"));
 }
 
 TEST_CASE("dist: aam_softmax with speaker-balanced batches (data.per_class) is bit-identical too") {
@@ -119,18 +117,11 @@ TEST_CASE("dist: aam_softmax with speaker-balanced batches (data.per_class) is b
   REQUIRE(run_cli(fmt::format("{} --out {} --batch-size 4 --grad-accum 2", common, d / "one")).code == 0);
   const CliResult two = sh(fmt::format("{} {} --out {} --batch-size 8", mpirun(2), common, d / "two"));
   REQUIRE_MESSAGE(two.code == 0, two.out);
-  const auto last = [](const fs::path& dir) { return mf::model::CheckpointDir(dir, 1).list().front(); };
-  REQUIRE(last(d / "one/checkpoints").filename() == last(d / "two/checkpoints").filename());
-  check_same_state(last(d / "one/checkpoints"), last(d / "two/checkpoints"));
+  REQUIRE(last_checkpoint(d / "one/checkpoints").filename() == last_checkpoint(d / "two/checkpoints").filename());
+  check_same_state(last_checkpoint(d / "one/checkpoints"), last_checkpoint(d / "two/checkpoints"));
   // Verification on the validation speakers, each process embedding its share of the segments: the same EER.
-  const auto val = [](const fs::path& report) {
-    std::ifstream in(report);
-    nlohmann::json v = nlohmann::json::parse(in)["val"];
-    for (const char* timing : {"eval_s", "files_per_s", "segments_per_s"}) v.erase(timing);
-    return v;
-  };
-  CHECK(val(d / "one/report.json") == val(d / "two/report.json"));
-  CHECK(val(d / "two/report.json")["verification"].contains("eer"));
+  CHECK(val_report(d / "one/report.json") == val_report(d / "two/report.json"));
+  CHECK(val_report(d / "two/report.json")["verification"].contains("eer"));
 }
 
 TEST_CASE("dist: a batch-norm stack with dropout and augmentation is bit-identical, running statistics included") {
