@@ -29,8 +29,8 @@ float dot(const float* a, const float* b, std::int64_t E) {
   return p[0];
 }
 
-// Rows per tile side: two tiles of rows (2 x 64 x E floats: 256 KB at E =
-// 256) stay in a core's L2.
+// Rows per tile side: two tiles of rows (2 x 64 x E floats: 128 KB at E =
+// 256, 256 KB at 512) stay in a core's L2.
 constexpr std::int64_t kTileRows = 64;
 
 // The trials in tile order (a counting sort by (a / kTileRows, b /
