@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <system_error>
@@ -82,7 +83,12 @@ class FileSource {
     v.seek = [](sf_count_t offset, int whence, void* self) -> sf_count_t {
       auto& f = *static_cast<FileSource*>(self);
       const std::int64_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? f.pos_ : f.size_;
-      f.pos_ = std::max<std::int64_t>(0, base + offset);
+      // A damaged header can ask for any 64-bit offset: the sum saturates (a position past the
+      // end reads nothing) instead of overflowing.
+      std::int64_t to = 0;
+      if (__builtin_add_overflow(base, std::int64_t(offset), &to))
+        to = offset > 0 ? std::numeric_limits<std::int64_t>::max() : 0;
+      f.pos_ = std::max<std::int64_t>(0, to);
       return f.pos_;
     };
     v.read = [](void* ptr, sf_count_t count, void* self) -> sf_count_t {
@@ -96,6 +102,7 @@ class FileSource {
  private:
   sf_count_t read(char* dst, sf_count_t count) {
     sf_count_t done = 0;
+    if (count <= 0 || pos_ >= size_) return 0;  // nothing asked, or at/after the end (no pos_ + count overflow)
     if (pos_ < head_len_) {  // from the head
       done = std::min<sf_count_t>(count, head_len_ - pos_);
       std::memcpy(dst, head_ + pos_, std::size_t(done));
