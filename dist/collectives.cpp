@@ -28,6 +28,10 @@ class MpiCollectives final : public Collectives {
   void allreduce_sum(Tensor& values, cudaStream_t stream, std::string_view what) override {
     mpi_allreduce_sum(w_, values, stream, what);
   }
+  void allreduce_sum_start(Tensor& values, cudaStream_t stream, std::string_view what) override {
+    started_.start(values, stream, what);
+  }
+  void allreduce_finish(cudaStream_t stream, std::string_view what) override { started_.finish(stream, what); }
 
   Transport transport() const override { return Transport::mpi; }
   std::string describe() const override {
@@ -37,6 +41,7 @@ class MpiCollectives final : public Collectives {
  private:
   const World& w_;
   std::string why_;
+  MpiStartedSums started_{w_};
 };
 
 // Whether two ranks of the job run on the same GPU (the same host and PCI
@@ -86,6 +91,24 @@ void mpi_allreduce_sum(const World& w, Tensor& values, cudaStream_t stream, std:
   Tensor host = values.to(Device::cpu(), stream);
   w.allreduce_sum(std::span<float>(host.data<float>(), std::size_t(host.numel())), what);
   values.copy_from(host, stream);  // from pageable memory: staged before it returns
+}
+
+void MpiStartedSums::start(Tensor& values, cudaStream_t stream, std::string_view what) {
+  check_exchange(w_, values, nullptr, what);
+  if (!values.is_cuda()) {
+    w_.allreduce_sum_start(std::span<float>(values.data<float>(), std::size_t(values.numel())), what);
+  } else {
+    Tensor host = values.to(Device::cpu(), stream);  // complete when it returns
+    w_.allreduce_sum_start(std::span<float>(host.data<float>(), std::size_t(host.numel())), what);
+    staged_.emplace_back(host, values);
+  }
+  w_.progress_started(what);
+}
+
+void MpiStartedSums::finish(cudaStream_t stream, std::string_view what) {
+  w_.wait_started(what);
+  for (auto& [host, device] : staged_) device.copy_from(host, stream);  // from pageable memory: staged on return
+  staged_.clear();
 }
 
 bool built_with_nccl() {

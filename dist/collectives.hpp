@@ -38,6 +38,15 @@ class Collectives {
   virtual void allgather(const Tensor& mine, Tensor& all, cudaStream_t stream, std::string_view what) = 0;
   // The element-wise sum over the ranks of `values` (f32), in place.
   virtual void allreduce_sum(Tensor& values, cudaStream_t stream, std::string_view what) = 0;
+  // The same sum, started after the work queued on `stream` so far and left
+  // to run beside what follows (dist.reduce = fast's buckets, overlapped with
+  // the backward): MPI's non-blocking all-reduce (through host memory for a
+  // GPU tensor), NCCL's on a stream of its own. `values` must not be written
+  // until allreduce_finish; every rank starts the same sums in the same order.
+  virtual void allreduce_sum_start(Tensor& values, cudaStream_t stream, std::string_view what) = 0;
+  // Every started sum complete, in `stream`'s order (work queued there after
+  // this sees the sums).
+  virtual void allreduce_finish(cudaStream_t stream, std::string_view what) = 0;
   virtual Transport transport() const = 0;
   // For the start line: "NCCL 2.27.3", "MPI through host memory (...)".
   virtual std::string describe() const = 0;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "engine/error.hpp"
+#include "engine/stream.hpp"
 
 #ifdef MELFORGE_WITH_NCCL
 #include <cuda_runtime_api.h>
@@ -88,6 +89,8 @@ class NcclCollectives final : public Collectives {
              shared.size(), sizeof id);
     std::memcpy(&id, shared.data(), sizeof id);
     set_current(device);
+    comm_stream_ = Stream(device, "nccl");
+    ready_ = Event(device);
     const World::Waiting waiting(w, "starting NCCL");
     MF_NCCL_CHECK(nccl().comm_init_rank(&comm_, w.size(), id, w.rank()), w.rank(), "starting NCCL");
   }
@@ -112,6 +115,26 @@ class NcclCollectives final : public Collectives {
                                 stream),
                   w_.rank(), what);
     wait(stream, what);
+  }
+
+  // On comm_stream_ after the work on `stream` so far, so the backward goes
+  // on while NCCL sums.
+  void allreduce_sum_start(Tensor& values, cudaStream_t stream, std::string_view what) override {
+    if (!values.is_cuda()) return host_started_.start(values, stream, what);
+    check_exchange(w_, values, nullptr, what);
+    ready_.record(stream);
+    ready_.wait_on(comm_stream_);
+    MF_NCCL_CHECK(nccl().all_reduce(values.raw(), values.raw(), std::size_t(values.numel()), ncclFloat, ncclSum, comm_,
+                                    comm_stream_),
+                  w_.rank(), what);
+    started_ = true;
+  }
+
+  void allreduce_finish(cudaStream_t stream, std::string_view what) override {
+    host_started_.finish(stream, what);
+    if (!started_) return;
+    started_ = false;
+    wait(comm_stream_, what);  // bounded, watching NCCL's errors; then `stream` needs no further wait
   }
 
   Transport transport() const override { return Transport::nccl; }
@@ -145,6 +168,10 @@ class NcclCollectives final : public Collectives {
 
   const World& w_;
   ncclComm_t comm_ = nullptr;
+  Stream comm_stream_;          // the started sums run here
+  Event ready_;                 // the step's stream reached a bucket's last gradient
+  bool started_ = false;        // a sum runs on comm_stream_
+  MpiStartedSums host_started_{w_};
 };
 
 }  // namespace

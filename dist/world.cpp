@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <string>
 
 #include "engine/error.hpp"
@@ -127,6 +128,7 @@ World::~World() {
   stop_watch_ = true;
   if (watchdog_.joinable()) watchdog_.join();
 #ifdef MELFORGE_WITH_MPI
+  for (void* r : started_) delete static_cast<MPI_Request*>(r);  // never waited for: the job is ending
   int finalized = 0;
   if (mpi_ && MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Finalize();
 #endif
@@ -215,6 +217,46 @@ void World::allreduce_sum(std::span<float> values, std::string_view what) const 
         what);
 #else
   (void)values;
+  (void)what;
+#endif
+}
+
+void World::allreduce_sum_start(std::span<float> values, std::string_view what) const {
+#ifdef MELFORGE_WITH_MPI
+  if (!distributed()) return;
+  MF_CHECK(values.size() <= std::size_t(std::numeric_limits<int>::max()), "rank {}: {}: {} values are too many for "
+           "one MPI call", rank_, what, values.size());
+  auto request = std::make_unique<MPI_Request>(MPI_REQUEST_NULL);
+  check(MPI_Iallreduce(MPI_IN_PLACE, values.data(), int(values.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                       request.get()),
+        rank_, what);
+  started_.push_back(request.release());
+#else
+  (void)values;
+  (void)what;
+#endif
+}
+
+void World::progress_started(std::string_view what) const {
+#ifdef MELFORGE_WITH_MPI
+  for (void* r : started_) {
+    int done = 0;
+    check(MPI_Test(static_cast<MPI_Request*>(r), &done, MPI_STATUS_IGNORE), rank_, what);
+  }
+#else
+  (void)what;
+#endif
+}
+
+void World::wait_started(std::string_view what) const {
+#ifdef MELFORGE_WITH_MPI
+  if (started_.empty()) return;
+  const Waiting waiting(*this, what);
+  std::vector<std::unique_ptr<MPI_Request>> requests;  // freed however this ends
+  for (void* r : started_) requests.emplace_back(static_cast<MPI_Request*>(r));
+  started_.clear();
+  for (auto& r : requests) check(MPI_Wait(r.get(), MPI_STATUS_IGNORE), rank_, what);
+#else
   (void)what;
 #endif
 }

@@ -51,6 +51,15 @@ class World {
   // MPI library's all-reduce (its order of additions is its own: the same
   // bits for the same world size and library, not those of one process).
   void allreduce_sum(std::span<float> values, std::string_view what) const;
+  // The same sum started without waiting (MPI_Iallreduce, in place): `values`
+  // must stay alive and untouched until wait_started() returns. Several may be
+  // in flight; every rank starts the same ones in the same order.
+  void allreduce_sum_start(std::span<float> values, std::string_view what) const;
+  // Lets the library move the started sums along (MPI progresses inside its
+  // calls), without waiting.
+  void progress_started(std::string_view what) const;
+  // Until every started sum is complete (bounded by the timeout, as any collective).
+  void wait_started(std::string_view what) const;
   // Whether `flag` is true on any rank.
   bool any(bool flag, std::string_view what) const;
   // The sum of every rank's `v`, added in rank order: the same bits on every rank.
@@ -93,6 +102,7 @@ class World {
   mutable std::atomic<std::int64_t> waiting_since_ms_{0};  // 0: not in a collective
   mutable std::mutex what_mutex_;
   mutable std::string waiting_for_;
+  mutable std::vector<void*> started_;  // the started sums' requests (MPI_Request, boxed: no mpi.h here)
   std::atomic<bool> stop_watch_{false};
   std::thread watchdog_;
 };

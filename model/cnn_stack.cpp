@@ -487,13 +487,14 @@ const Tensor& CnnStack::forward(ParamBuffer& pb, const Tensor& x, const DropoutC
   return features_;
 }
 
-void CnnStack::backward(ParamBuffer& pb, const Tensor& x, Tensor& g, const DropoutContext& drop,
-                        cudaStream_t stream) {
+void CnnStack::backward(ParamBuffer& pb, const Tensor& x, Tensor& g, const DropoutContext& drop, cudaStream_t stream,
+                        const std::function<void(std::string_view layer)>& layer_done) {
   const Params P{pb, conv_scratch_.defined() && conv_scratch_.numel() ? &conv_scratch_ : nullptr};
   Tensor* scratch = bn_scratch_.defined() && bn_scratch_.numel() ? &bn_scratch_ : nullptr;
   for (std::size_t i = nodes_.size(); i-- > 0;) {
     Tensor* dx = i == 0 ? nullptr : &nodes_[i - 1]->dy;
     node_backward(*nodes_[i], P, i == 0 ? x : nodes_[i - 1]->y, dx, g, drop, scratch, stream);
+    if (layer_done) layer_done(nodes_[i]->pre);
   }
 }
 

@@ -20,7 +20,9 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "engine/tensor.hpp"
@@ -55,7 +57,10 @@ class CnnStack {
   Tensor& dfeatures();
   // Backward of the last forward (same x): parameter gradients into `g`, a
   // flat f32 buffer of pb's layout (overwritten per parameter, not added).
-  void backward(ParamBuffer& pb, const Tensor& x, Tensor& g, const DropoutContext& drop, cudaStream_t stream);
+  // `layer_done` (when set) is told each layer's parameter prefix
+  // ("layers.<i>") once its gradients are written, last layer first.
+  void backward(ParamBuffer& pb, const Tensor& x, Tensor& g, const DropoutContext& drop, cudaStream_t stream,
+                const std::function<void(std::string_view layer)>& layer_done = {});
   // Inference on any batch: batch norm with the running statistics, no
   // dropout; allocates its activations. Returns the features [N, D].
   Tensor forward_eval(const ParamBuffer& pb, const Tensor& x, cudaStream_t stream) const;

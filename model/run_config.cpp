@@ -291,6 +291,9 @@ void train_fields(std::vector<Field>& v) {
   add(v, "dist.timeout", &C::dist_timeout, "a finite number > 0",
       "seconds a process of a data-parallel job (mpirun, srun) waits for the others in one exchange before it ends "
       "the job, naming what it waited for", positive_float(&C::dist_timeout));
+  add(v, "dist.bucket_mb", &C::dist_bucket_mb, "a finite number > 0",
+      "dist.reduce = fast: the gradient is summed in buckets of at most this many MiB, each started while the "
+      "backward computes the rest (smaller: more overlap, more calls)", positive_float(&C::dist_bucket_mb));
   add_choice(v, "dist.reduce", choice<DistReduce>(&C::dist_reduce, kDistReduceNames),
              "how a data-parallel job combines gradients: ordered (bit-identical to one process accumulating the "
              "same micro-batches) or fast (the library's all-reduce of each process's sum)");

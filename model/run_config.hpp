@@ -113,6 +113,10 @@ struct RunConfig {
   // dist.timeout: seconds a process of a data-parallel job waits for the
   // others in one exchange before it ends the job (dist/world.hpp).
   double dist_timeout = 300;
+  // dist.bucket_mb: dist.reduce = fast sums the gradient in buckets of at
+  // most this many MiB of f32 values, each started as soon as the backward
+  // has written it (model/gradient_buckets.hpp).
+  double dist_bucket_mb = 4;
   DistReduce dist_reduce = DistReduce::ordered;
   DistTransport dist_transport = DistTransport::automatic;
 

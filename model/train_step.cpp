@@ -9,6 +9,7 @@
 #include "engine/error.hpp"
 #include "engine/nvtx.hpp"
 #include "kernels/ops.hpp"
+#include "model/gradient_buckets.hpp"
 
 namespace mf::model {
 
@@ -71,8 +72,11 @@ TrainStep::TrainStep(const TrainConfig& cfg, Device device, cudaStream_t stream)
   }
   MF_CHECK(cfg_.world_size >= 1 && cfg_.world_rank >= 0 && cfg_.world_rank < cfg_.world_size,
            "TrainStep: rank {} of {} processes", cfg_.world_rank, cfg_.world_size);
-  MF_CHECK(cfg_.world_size == 1 || (cfg_.gather && (cfg_.reduce_in_order || cfg_.allreduce)),
-           "TrainStep: data parallelism needs gather (and allreduce for the fast reduction)");
+  MF_CHECK(cfg_.world_size == 1 ||
+               (cfg_.gather && (cfg_.reduce_in_order || (cfg_.allreduce_start && cfg_.allreduce_finish))),
+           "TrainStep: data parallelism needs gather (and allreduce_start/finish for the fast reduction)");
+  if (cfg_.world_size > 1 && !cfg_.reduce_in_order)
+    buckets_ = std::make_unique<GradientBuckets>(params_->params(), params_->size(), cfg_.bucket_elems);
   if (K > 1 || cfg_.world_size > 1) grad_scratch_ = make({params_->size()}, DType::f32, device, stream);
   if (cfg_.world_size > 1 && cfg_.reduce_in_order)
     gathered_ = make({cfg_.world_size * params_->size()}, DType::f32, device, stream);
@@ -249,6 +253,8 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
 
   // The loss and the heads' backward, down to demb.
   loss_and_heads(emb, labels, leak, g, demb, mix, stream);
+  for (const ParamInfo& p : pb.params())
+    if (p.head) gradients_final(p.name, stream);
 
   // Backward.
   if (mc.embedding > 0) {
@@ -256,9 +262,10 @@ void TrainStep::micro_batch(int j, cudaStream_t stream) {
     Tensor gw = pb.view(g, "embedding.weight"), gb = pb.view(g, "embedding.bias");
     ops::dense_backward(*features, pb.view(work, "embedding.weight"), emb_, demb_, false, gw, gb, &dtrunk, stream);
   }
+  gradients_final("embedding", stream);
   if (stack_) {
     Phase ph(timer_, "bwd.layers", stream);
-    stack_->backward(pb, x, g, drop, stream);
+    stack_->backward(pb, x, g, drop, stream, [&](std::string_view layer) { gradients_final(layer, stream); });
   } else {
     leakcnn_backward(x, g, drop, stream);
   }
@@ -443,6 +450,7 @@ void TrainStep::leakcnn_backward(const Tensor& x, Tensor& g, const DropoutContex
     Phase ph(timer_, "bwd.fc", stream);
     ops::dense_backward(flat, pb.view(work, "fc.weight"), fc_out_, *dfc, true, gfw, gfb, &dflat, stream);
   }
+  gradients_final("fc", stream);
   for (int i = L - 1; i >= 0; --i) {
     const std::string blk = fmt::format("blocks.{}.conv.", i);
     Tensor gw = pb.view(g, blk + "weight"), gb = pb.view(g, blk + "bias");
@@ -450,15 +458,30 @@ void TrainStep::leakcnn_backward(const Tensor& x, Tensor& g, const DropoutContex
     ops::conv_relu_pool_backward(i == 0 ? x : block_out_[std::size_t(i - 1)], pb.view(work, blk + "weight"),
                                  dblock_out_[std::size_t(i)], block_pool_code_[std::size_t(i)], mc.pools[std::size_t(i)],
                                  gw, gb, i == 0 ? nullptr : &dblock_out_[std::size_t(i - 1)], stream);
+    gradients_final(fmt::format("blocks.{}", i), stream);
   }
 }
 
+void TrainStep::start_sum(std::int64_t begin, std::int64_t end, cudaStream_t stream) {
+  Tensor bucket = params_->grad().slice(begin, end);
+  cfg_.allreduce_start(bucket, stream);
+}
+
+void TrainStep::gradients_final(std::string_view prefix, cudaStream_t stream) {
+  // With several micro-batches a step, the last one's gradient is added to
+  // the others only after its backward: every bucket then starts in run_step.
+  if (!buckets_ || cfg_.accum_steps > 1) return;
+  buckets_->ready(prefix, [&](std::int64_t b, std::int64_t e) { start_sum(b, e, stream); });
+}
+
 void TrainStep::run_step(cudaStream_t stream) {
+  if (buckets_) buckets_->begin();
   for (int j = 0; j < cfg_.accum_steps; ++j) micro_batch(j, stream);
   ParamBuffer& pb = *params_;
-  if (cfg_.world_size > 1 && !cfg_.reduce_in_order) {
+  if (buckets_) {  // dist.reduce = fast: the buckets not started during the backward, then the wait
     Phase ph(timer_, "allreduce", stream);
-    cfg_.allreduce(pb.grad(), stream);
+    buckets_->finish([&](std::int64_t b, std::int64_t e) { start_sum(b, e, stream); });
+    cfg_.allreduce_finish(stream);
   }
   Tensor* work = dtype_ == DType::f32 ? nullptr : &pb.work();
   Phase ph(timer_, "optimizer", stream);

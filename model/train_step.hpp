@@ -30,6 +30,7 @@
 #include <memory>
 #include <string>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "engine/tensor.hpp"
@@ -41,6 +42,8 @@
 #include "model/param_buffer.hpp"
 
 namespace mf::model {
+
+class GradientBuckets;
 
 struct TrainConfig {
   ModelConfig model;
@@ -88,16 +91,23 @@ struct TrainConfig {
   // With `reduce_in_order` (dist.reduce = ordered) the step
   // gathers every micro-batch's gradient and adds them in m's order, the
   // order one process accumulates in, so every rank holds that process's
-  // bits; otherwise (fast) each rank adds up its own micro-batches and
-  // `allreduce` (required then) sums that over the ranks, in the library's
-  // order. Batch norm's running statistics are replayed in m's order either
+  // bits; otherwise (fast) each rank adds up its own micro-batches and the
+  // library sums that over the ranks, in its own order, bucket by bucket
+  // (model/gradient_buckets.hpp: at most bucket_elems values each):
+  // `allreduce_start` (required then) starts a bucket's sum, from the
+  // backward as soon as the bucket's gradients are final (with one
+  // micro-batch per step; with several, after the last one's accumulation),
+  // and `allreduce_finish` waits for all of them before the optimizer
+  // (dist::Collectives::allreduce_sum_start/finish). Batch norm's running statistics are replayed in m's order either
   // way (each micro-batch's update gathered, then applied in turn), so every
   // rank keeps one process's statistics. On a GPU the step then runs
   // eagerly (no graph capture: the exchanges wait for the other ranks).
   int world_rank = 0, world_size = 1;
   bool reduce_in_order = true;
   std::function<void(const Tensor& mine, Tensor& all, cudaStream_t stream)> gather;
-  std::function<void(Tensor& gradient, cudaStream_t stream)> allreduce;
+  std::function<void(Tensor& bucket, cudaStream_t stream)> allreduce_start;
+  std::function<void(cudaStream_t stream)> allreduce_finish;
+  std::int64_t bucket_elems = std::int64_t(1) << 20;
 };
 
 struct StepMetrics {
@@ -173,6 +183,10 @@ class TrainStep {
 
  private:
   void run_step(cudaStream_t stream);  // the captured body
+  // dist.reduce = fast: the parameters `prefix` names have their step's
+  // gradient (GradientBuckets::ready); starts the buckets that are complete.
+  void gradients_final(std::string_view prefix, cudaStream_t stream);
+  void start_sum(std::int64_t begin, std::int64_t end, cudaStream_t stream);
   void micro_batch(int j, cudaStream_t stream);
   // world_size > 1: every rank's gradient of local micro-batch j, added into
   // the step's gradient in the order of the step's micro-batches.
@@ -202,6 +216,7 @@ class TrainStep {
   std::unique_ptr<ParamBuffer> params_;
   Tensor grad_scratch_;  // micro-batches after the first (k > 1)
   Tensor gathered_;      // dist.reduce = ordered: every rank's gradient of one micro-batch
+  std::unique_ptr<GradientBuckets> buckets_;  // dist.reduce = fast with world_size > 1
   // Batch norm's running statistics in the master buffer (offset, count), and
   // their values held across a micro-batch (data parallelism).
   std::vector<std::pair<std::int64_t, std::int64_t>> stat_ranges_;

@@ -359,12 +359,19 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
       comm_s_ += seconds_since(t0);
     };
   }
-  if (collectives_ && !tc.reduce_in_order)
-    tc.allreduce = [this](Tensor& g, cudaStream_t s) {
+  if (collectives_ && !tc.reduce_in_order) {
+    tc.bucket_elems = std::max<std::int64_t>(1, std::int64_t(cfg_.dist_bucket_mb * 1048576.0 / sizeof(float)));
+    tc.allreduce_start = [this](Tensor& bucket, cudaStream_t s) {
       const auto t0 = Clock::now();
-      collectives_->allreduce_sum(g, s, "summing the gradients");
+      collectives_->allreduce_sum_start(bucket, s, "summing the gradients");
       comm_s_ += seconds_since(t0);
     };
+    tc.allreduce_finish = [this](cudaStream_t s) {
+      const auto t0 = Clock::now();
+      collectives_->allreduce_finish(s, "summing the gradients");
+      comm_s_ += seconds_since(t0);
+    };
+  }
   train_step_ = std::make_unique<model::TrainStep>(tc, device_, *stream_);
   if (!train_step_->frozen_params().empty()) {
     std::vector<std::string> names;
