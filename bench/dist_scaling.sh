@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Data-parallel scaling on this machine's CPUs: LeakCNN (64 x 64 log-mels,
 # fp32, the default model) at one global batch, as 1 process x 1 thread,
-# 1 process x N threads and N processes x 1 thread (mpirun, ordered gradients, then dist.reduce = fast),
+# 1 process x N threads and N processes x 1 thread (mpirun, ordered gradients, then dist.reduce = fast
+# with one bucket, the default 4 MiB buckets and 1 MiB buckets started during the backward),
 # plus one process running the same step as N micro-batches (what the N
 # processes are bit-identical to). Prints steady samples/s (2nd epoch on),
 # the efficiency against N x the 1 x 1 figure, and the communication share.
@@ -34,4 +35,6 @@ run "1 process x 1 thread" 1 1 --batch-size "$B"
 run "1 process x $N threads" "$N" 1 --batch-size "$B"
 run "1 process, $N micro-batches" 1 1 --batch-size $((B / N)) --grad-accum "$N"
 run "$N processes x 1 thread" 1 "$N" --batch-size "$B"
-run "$N processes x 1 thread, fast" 1 "$N" --batch-size "$B" --set dist.reduce=fast
+run "$N processes x 1 thread, fast, 1 bucket" 1 "$N" --batch-size "$B" --set dist.reduce=fast --set dist.bucket_mb=1024
+run "$N processes x 1 thread, fast, 4 MiB buckets" 1 "$N" --batch-size "$B" --set dist.reduce=fast
+run "$N processes x 1 thread, fast, 1 MiB buckets" 1 "$N" --batch-size "$B" --set dist.reduce=fast --set dist.bucket_mb=1

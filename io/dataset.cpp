@@ -11,6 +11,7 @@
 
 #include "engine/isolate.hpp"
 #include "engine/parallel.hpp"
+#include "io/crops.hpp"
 #include "io/dataset_labels.hpp"
 #include "io/dataset_schema.hpp"
 #include "io/dataset_storage.hpp"
@@ -26,7 +27,13 @@
 namespace mf::io {
 
 std::string_view segment_layout_name(SegmentLayout l) {
-  return l == SegmentLayout::flat ? "flat [N, n_mels, frames]" : "file-structured [F, L, S, n_mels, frames]";
+  switch (l) {
+    case SegmentLayout::flat: return "flat [N, n_mels, frames]";
+    case SegmentLayout::file_structured: return "file-structured [F, L, S, n_mels, frames]";
+    case SegmentLayout::ragged: return "whole utterances [T, n_mels] + /lengths [F]";
+    case SegmentLayout::ragged_frames: return "frames of whole utterances";
+  }
+  return "?";
 }
 std::string_view storage_layout_name(StorageLayout l) {
   switch (l) {
@@ -40,6 +47,13 @@ std::string_view storage_layout_name(StorageLayout l) {
 
 std::string DatasetInfo::where(std::int64_t s) const {
   if (layout == SegmentLayout::flat) return fmt::format("segment {}", s);
+  if (layout == SegmentLayout::ragged) return fmt::format("utterance {}", s);
+  if (layout == SegmentLayout::ragged_frames) {
+    const auto next = std::upper_bound(utterance_offsets.begin(), utterance_offsets.end(), s);
+    const std::int64_t u = std::int64_t(next - utterance_offsets.begin()) - 1;
+    return fmt::format("frame {} of utterance {} (row {} of the segments)", s - utterance_offsets[std::size_t(u)], u,
+                       s);
+  }
   const std::int64_t f = s / segments_per_file, r = s % segments_per_file;
   return fmt::format("segment {} (file {}, long {}, short {})", s, f, r / short_per_long, r % short_per_long);
 }
@@ -97,6 +111,15 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& path, const Data
   // Storage before the labels: the per-segment arrays are sized from the
   // shape, which must first be known to be what the file holds.
   const bool fast = impl->resolve_storage(info, file, dset, file_size);
+  DatasetInfo frames;
+  if (info.ragged()) {
+    MF_CHECK(fast, "{}: whole utterances are read through the contiguous or chunked (gzip, shuffle) fast paths; "
+             "this file's {} storage is neither: rewrite it with h5py's defaults or compression=\"gzip\"", path,
+             storage_layout_name(info.storage.layout));
+    read_utterance_lengths(file, path, info);
+    frames = ragged_frames_view(info);
+    impl->view_frames_as_rows();
+  }
   read_labels(file, path, seg, names, info);
   read_leak(file, path, names, info);
   if (h5_path_exists(file, "/files")) {
@@ -118,7 +141,9 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& path, const Data
     impl->dset = std::move(dset);
     impl->file = std::move(file);
   }
-  return std::shared_ptr<const Dataset>(new Dataset(std::move(impl), std::move(info)));
+  auto ds = std::shared_ptr<Dataset>(new Dataset(std::move(impl), std::move(info)));
+  ds->frames_ = std::move(frames);
+  return ds;
 }
 
 std::string DatasetInfo::file_name(std::int64_t file) const {
@@ -132,10 +157,21 @@ void Dataset::read(std::span<const std::int64_t> rows, DType dt, void* dst, bool
   for (std::int64_t r : rows)
     MF_CHECK(r >= 0 && r < info_.num_segments, "{}: segment {} out of range: expected 0..{}", info_.path, r,
              info_.num_segments - 1);
+  if (info_.ragged()) {
+    std::vector<std::int64_t> starts(rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      starts[i] = center_crop_start(info_.utterance_frames(rows[i]), info_.frames);
+    return read_crops(rows, starts, dt, dst, check);
+  }
+  read_rows(info_, rows, dt, dst, check);
+}
+
+void Dataset::read_rows(const DatasetInfo& as, std::span<const std::int64_t> rows, DType dt, void* dst,
+                        bool check) const {
   switch (impl_->mode) {
-    case Impl::Mode::contiguous: return impl_->read_contiguous(info_, rows, dt, dst, check);
-    case Impl::Mode::chunked: return impl_->read_chunked(info_, rows, dt, dst, check);
-    case Impl::Mode::hdf5: return impl_->read_hdf5(info_, rows, dt, dst, check);
+    case Impl::Mode::contiguous: return impl_->read_contiguous(as, rows, dt, dst, check);
+    case Impl::Mode::chunked: return impl_->read_chunked(as, rows, dt, dst, check);
+    case Impl::Mode::hdf5: return impl_->read_hdf5(as, rows, dt, dst, check);
   }
 }
 

@@ -10,6 +10,14 @@
 //              segment inherits its file's label), values 0..C-1
 //   /leak      optional, integer or bool 0/1, shaped like /labels; when absent
 //              leak = (label != normal class)
+//   or, whole utterances (ragged; docs/dataset.md):
+//   /segments  [T, n_mels]: every utterance's frames, one after another
+//              (frame-major: a frame's n_mels values are contiguous)
+//   /lengths   any integer type, [F]: utterance f is frames
+//              [sum(lengths[:f]), sum(lengths[:f+1])); each >= 1, summing to T
+//   /labels    [F] (and /leak, /files as for file-structured data)
+//   A ragged dataset reads as F segments of crop_frames frames
+//   (DatasetNames::crop_frames), one crop per utterance (io/crops.hpp).
 //   attributes (on /segments or on the root group, optional): class_names
 //              (strings, defines C), sample_rate, hop_length, n_mels (must
 //              match the shape when present)
@@ -72,9 +80,14 @@ struct DatasetNames {
   std::vector<std::string> classes;
   // Whose classes those are, for messages ("the training set", "checkpoint runs/a/best.h5").
   std::string classes_from = "the model";
+  // Whole utterances (ragged files): the frames of every crop read from
+  // them (data.crop_frames); 0: the shortest utterance's length.
+  std::int64_t crop_frames = 0;
 };
 
-enum class SegmentLayout : std::uint8_t { flat, file_structured };
+// ragged_frames: a ragged file's frames as rows of one frame (Dataset's own
+// reads of crops; DatasetInfo::where names the utterance).
+enum class SegmentLayout : std::uint8_t { flat, file_structured, ragged, ragged_frames };
 enum class StorageLayout : std::uint8_t { contiguous, chunked, compact, other };
 std::string_view segment_layout_name(SegmentLayout l);
 std::string_view storage_layout_name(StorageLayout l);
@@ -123,6 +136,14 @@ struct DatasetInfo {
   // then (speaker verification's trial lists name files this way).
   std::vector<std::string> file_names;
   StorageInfo storage;
+  // Ragged data: utterance f's frames are [utterance_offsets[f],
+  // utterance_offsets[f + 1]) of /segments ([F + 1] entries, the last T).
+  std::vector<std::int64_t> utterance_offsets;
+
+  bool ragged() const { return layout == SegmentLayout::ragged; }
+  std::int64_t utterance_frames(std::int64_t f) const {
+    return utterance_offsets[std::size_t(f + 1)] - utterance_offsets[std::size_t(f)];
+  }
 
   std::int64_t file_of(std::int64_t segment) const { return segment / segments_per_file; }
   std::string file_name(std::int64_t file) const;
@@ -162,6 +183,13 @@ class Dataset {
   // threads may read at once. With check_finite, the first NaN/Inf throws with
   // its position (dst is then partly written).
   void read(std::span<const std::int64_t> rows, DType dst_type, void* dst, bool check_finite) const;
+  // Ragged data: crop i is frames starts[i], starts[i] + 1, ... of utterance
+  // rows[i], crop_frames of them, wrapping to the utterance's first frame
+  // after its last (io/crops.hpp has the rule), written as [n_mels, frames]
+  // like a segment. read() of ragged data reads the centred crops
+  // (center_crop_start). starts[i] must lie in [0, the utterance's length).
+  void read_crops(std::span<const std::int64_t> rows, std::span<const std::int64_t> starts, DType dst_type,
+                  void* dst, bool check_finite) const;
 
   // Reads everything (in blocks, `threads` at once, 0..kMaxReadThreads) into
   // a host buffer of N * n_mels * frames elements of dst_type.
@@ -171,8 +199,10 @@ class Dataset {
 
  private:
   explicit Dataset(std::unique_ptr<Impl> impl, DatasetInfo info);
+  void read_rows(const DatasetInfo& as, std::span<const std::int64_t> rows, DType dt, void* dst, bool check) const;
   std::unique_ptr<Impl> impl_;
   DatasetInfo info_;
+  DatasetInfo frames_;  // ragged data: the frames as rows [T, n_mels, 1] (SegmentLayout::ragged_frames)
 };
 
 }  // namespace mf::io

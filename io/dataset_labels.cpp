@@ -104,6 +104,7 @@ void read_labels(hid_t file, const std::string& path, const std::string& seg, co
   if (!h5_path_exists(file, lab))
     MF_THROW("{}: dataset {} is missing (expected integer labels [{}]); {}", path, lab, F, h5_root_listing(file));
   const std::string per = info.layout == SegmentLayout::flat ? "one per segment of " + seg
+                          : info.ragged()                    ? "one per utterance of /lengths, for " + seg
                                                              : "one per file, the first axis of " + seg;
   auto raw_labels =
       read_int_vector(file, lab, F, fmt::format("{} {}", per, shape_str(info.shape)), path, false);

@@ -40,9 +40,10 @@ void check_segment_type(hid_t dset, const std::string& path, const std::string& 
 void set_segment_shape(hid_t dset, const std::string& path, const std::string& seg, DatasetInfo& info) {
   info.shape = h5_dims(dset, fmt::format("{}: dataset {}", path, seg));
   const auto& sh = info.shape;
-  if (sh.size() != 3 && sh.size() != 5)
-    MF_THROW("{}: dataset {} has the wrong rank: expected 3 ([N, n_mels, frames]) or 5 ([F, L, S, n_mels, "
-             "frames]), found rank {} {}", path, seg, sh.size(), shape_str(sh));
+  if (sh.size() != 2 && sh.size() != 3 && sh.size() != 5)
+    MF_THROW("{}: dataset {} has the wrong rank: expected 3 ([N, n_mels, frames]), 5 ([F, L, S, n_mels, "
+             "frames]) or 2 (whole utterances [T, n_mels] with /lengths), found rank {} {}", path, seg, sh.size(),
+             shape_str(sh));
   const std::optional<std::int64_t> numel = checked_numel(sh);
   std::uint64_t bytes = 0;
   if (!numel || __builtin_mul_overflow(std::uint64_t(*numel), dtype_size(info.dtype), &bytes))
@@ -50,6 +51,12 @@ void set_segment_shape(hid_t dset, const std::string& path, const std::string& s
              "(damaged file?)", path, seg, shape_str(sh));
   if (*numel == 0) MF_THROW("{}: dataset {} is empty: shape {}", path, seg, shape_str(sh));
   // Every partial product below is at most numel: no overflow.
+  if (sh.size() == 2) {  // whole utterances: the counts come from /lengths (read_utterance_lengths)
+    info.layout = SegmentLayout::ragged;
+    info.n_mels = sh[1];
+    info.frames = 0;
+    return;
+  }
   if (sh.size() == 3) {
     info.layout = SegmentLayout::flat;
     info.num_segments = sh[0];
@@ -98,8 +105,9 @@ void read_frontend_attributes(hid_t dset, hid_t file, const std::string& path, D
   MF_CHECK(v[0] >= 2 && v[0] <= 65536 && v[0] == std::floor(v[0]),
            "{}: attribute n_fft: expected a whole number in [2, 65536], found {}", path, v[0]);
   MF_CHECK(v[1] >= 0 && v[2] > v[1], "{}: attributes fmin = {}, fmax = {}: expected 0 <= fmin < fmax", path, v[1], v[2]);
-  MF_CHECK(v[3] == double(info.frames), "{}: attribute frames = {} disagrees with the segments' {} frames", path, v[3],
-           info.frames);
+  // Whole utterances have no fixed frame count: the attribute is the front-end's segment length.
+  MF_CHECK(info.ragged() || v[3] == double(info.frames),
+           "{}: attribute frames = {} disagrees with the segments' {} frames", path, v[3], info.frames);
   info.n_fft = std::int64_t(v[0]);
   info.fmin = v[1];
   info.fmax = v[2];

@@ -22,6 +22,17 @@ void check_segment_type(hid_t dset, const std::string& path, const std::string& 
 // Needs info.dtype.
 void set_segment_shape(hid_t dset, const std::string& path, const std::string& seg, DatasetInfo& info);
 
+// Ragged data (io/dataset_ragged.cpp): /lengths read and checked (integers,
+// [F] with 1 <= F <= T, each >= 1, their running sum within T and equal to T
+// at the end: an error names the file, the dataset and the first bad entry),
+// then info.utterance_offsets, num_files = num_segments = F and frames (the
+// crop: names.crop_frames, or the shortest utterance). Needs the shape
+// checked against the file (resolve_storage) first.
+void read_utterance_lengths(hid_t file, const std::string& path, DatasetInfo& info);
+// What Dataset reads a ragged file's crops through: its frames as rows of one
+// frame ([T, n_mels, 1], SegmentLayout::ragged_frames).
+DatasetInfo ragged_frames_view(const DatasetInfo& info);
+
 // info.class_names, sample_rate, hop_length, and the check of an n_mels
 // attribute against the shape: the attributes on the segments dataset or, when
 // it has none of that name, on the root group. The HDF5 calls run in a child

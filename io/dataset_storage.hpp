@@ -53,6 +53,9 @@ struct Dataset::Impl {
   // info.storage. Returns whether reads take a fast path (else the caller
   // sets Mode::hdf5 and keeps `file` and `dset` open).
   bool resolve_storage(DatasetInfo& info, hid_t h5file, hid_t ds, std::uint64_t file_size);
+  // Ragged data: the chunked path's shape seen as [T, n_mels, 1], so its
+  // reads take frames as rows (io/dataset_ragged.cpp).
+  void view_frames_as_rows();
 
   // Dataset::read for each mode: rows already range-checked, dt f32/f16/bf16.
   void read_contiguous(const DatasetInfo& info, std::span<const std::int64_t> rows, DType dt, void* dst,

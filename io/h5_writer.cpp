@@ -32,7 +32,7 @@ void write_root_attributes(hid_t file, const WriteSpec& spec, const std::string&
   if (!spec.class_names.empty()) write_strings(file, "class_names", spec.class_names, true, path);
   if (spec.sample_rate > 0) write_attr_number(file, "sample_rate", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &spec.sample_rate, path);
   if (spec.hop_length > 0) write_attr_number(file, "hop_length", H5T_STD_I64LE, H5T_NATIVE_INT64, &spec.hop_length, path);
-  const std::int64_t nm = spec.shape[spec.shape.size() - 2];
+  const std::int64_t nm = spec.ragged ? spec.shape[1] : spec.shape[spec.shape.size() - 2];
   write_attr_number(file, "n_mels", H5T_STD_I64LE, H5T_NATIVE_INT64, &nm, path);
   for (const auto& [name, value] : spec.attributes) {
     if (const auto* d = std::get_if<double>(&value))
@@ -48,9 +48,11 @@ void write_root_attributes(hid_t file, const WriteSpec& spec, const std::string&
 H5Writer::H5Writer(const std::string& path, const WriteSpec& spec) : path_(path), spec_(spec) {
   silence_hdf5_errors();
   const auto& sh = spec.shape;
-  MF_CHECK(sh.size() == 3 || sh.size() == 5, "H5Writer: shape {} must have rank 3 or 5", shape_str(sh));
+  MF_CHECK(spec.ragged ? sh.size() == 2 && spec.appendable : sh.size() == 3 || sh.size() == 5,
+           "H5Writer: shape {} must have rank 3 or 5 (rank 2 and appendable for whole utterances)", shape_str(sh));
   MF_CHECK(spec.dtype == DType::f16 || spec.dtype == DType::f32, "H5Writer: dtype must be f16 or f32");
   seg_per_row_ = sh.size() == 5 ? sh[1] * sh[2] : 1;
+  row_elems_ = spec.ragged ? sh[1] : sh[sh.size() - 2] * sh[sh.size() - 1] * seg_per_row_;
   rows_ = spec.appendable ? 0 : sh[0];
   file_ = MF_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "{}: creating the file", path);
   ftype_ = spec.dtype == DType::f16 ? half_type() : H5Tcopy(H5T_IEEE_F32LE);
@@ -63,6 +65,7 @@ H5Writer::H5Writer(const std::string& path, const WriteSpec& spec) : path_(path)
   const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
   if (spec.storage != WriteStorage::contiguous || spec.appendable) {
     Shape ch = spec.chunk;
+    if (ch.empty() && spec.ragged) ch = Shape{256, sh[1]};  // a 2-4 s crop spans one or two chunks
     if (ch.empty())
       ch = sh.size() == 5 ? Shape{1, 1, sh[2], sh[3], sh[4]}
                           : Shape{std::max<std::int64_t>(1, std::min<std::int64_t>(16, sh[0])), sh[1], sh[2]};
@@ -111,8 +114,7 @@ void H5Writer::append(std::int64_t rows, const float* values) {
   MF_H5_CHECK(H5Dset_extent(dset_, dims.data()), "{}: growing /segments to {} rows", path_, rows_ + rows);
   rows_ += rows;
   write_rows(rows_ - rows, rows, values);
-  unsynced_bytes_ += rows * seg_per_row_ * spec_.shape[spec_.shape.size() - 2] * spec_.shape.back() *
-                     std::int64_t(dtype_size(spec_.dtype));
+  unsynced_bytes_ += rows * row_elems_ * std::int64_t(dtype_size(spec_.dtype));
   if (unsynced_bytes_ >= kWritebackBytes) {
     start_writeback();
     unsynced_bytes_ = 0;
@@ -136,7 +138,7 @@ void H5Writer::start_writeback() {
 
 void H5Writer::write_rows(std::int64_t first_row, std::int64_t rows, const float* values) {
   const auto& sh = spec_.shape;
-  const std::int64_t elems = sh[sh.size() - 2] * sh[sh.size() - 1] * seg_per_row_;
+  const std::int64_t elems = row_elems_;
   std::vector<hsize_t> start(sh.size(), 0), count(sh.begin(), sh.end());
   start[0] = hsize_t(first_row);
   count[0] = hsize_t(rows);
@@ -161,6 +163,24 @@ void H5Writer::finish(const std::vector<std::int64_t>& labels, const std::vector
   MF_CHECK(labels.size() == n && (leak.empty() || leak.size() == n) && (files.empty() || files.size() == n),
            "H5Writer: {}: {} rows but {} labels, {} leak values, {} file names", path_, n, labels.size(), leak.size(),
            files.size());
+  write_tables(labels, leak, files);
+  close();
+}
+
+void H5Writer::finish_utterances(const std::vector<std::int64_t>& lengths, const std::vector<std::int64_t>& labels,
+                                 const std::vector<std::uint8_t>& leak, const std::vector<std::string>& files) {
+  MF_CHECK(spec_.ragged, "H5Writer: {}: finish_utterances() needs a ragged spec", path_);
+  std::int64_t sum = 0;
+  for (const std::int64_t n : lengths) {
+    MF_CHECK(n >= 1, "H5Writer: {}: an utterance of {} frames (expected >= 1)", path_, n);
+    sum += n;
+  }
+  const std::size_t n = lengths.size();
+  MF_CHECK(sum == rows_, "H5Writer: {}: the lengths sum to {} frames, {} were appended", path_, sum, rows_);
+  MF_CHECK(labels.size() == n && (leak.empty() || leak.size() == n) && (files.empty() || files.size() == n),
+           "H5Writer: {}: {} utterances but {} labels, {} leak values, {} file names", path_, n, labels.size(),
+           leak.size(), files.size());
+  write_vector(file_, "lengths", H5T_STD_I64LE, H5T_NATIVE_INT64, lengths.data(), n, path_);
   write_tables(labels, leak, files);
   close();
 }

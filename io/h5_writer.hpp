@@ -38,6 +38,10 @@ struct WriteSpec {
   // More attributes of the root group: a number (f64 or i64) or a UTF-8 string.
   std::vector<std::pair<std::string, std::variant<double, std::int64_t, std::string>>> attributes;
   bool appendable = false;               // shape[0] is ignored: rows come from append()
+  // Whole utterances (io/dataset.hpp's ragged layout): shape [T, n_mels],
+  // appendable; append() adds frames (n_mels values each), and
+  // finish_utterances() writes /lengths with the per-utterance tables.
+  bool ragged = false;
 };
 
 class H5Writer {
@@ -58,6 +62,10 @@ class H5Writer {
   // /files), then close(). Their lengths must equal rows().
   void finish(const std::vector<std::int64_t>& labels, const std::vector<std::uint8_t>& leak,
               const std::vector<std::string>& files);
+  // Ragged only: each utterance's frames (summing to rows()), its label,
+  // optional leak and /files entry, then close().
+  void finish_utterances(const std::vector<std::int64_t>& lengths, const std::vector<std::int64_t>& labels,
+                         const std::vector<std::uint8_t>& leak, const std::vector<std::string>& files);
   void close();
 
  private:
@@ -65,6 +73,7 @@ class H5Writer {
   WriteSpec spec_;
   long long file_ = -1, dset_ = -1, ftype_ = -1;
   std::int64_t seg_per_row_ = 1;
+  std::int64_t row_elems_ = 0;  // values per row of /segments' first axis
   std::int64_t rows_ = 0;  // rows in the dataset (appendable: appended so far)
   std::vector<f16> half_;  // f16 staging, reused by every write (no allocation per batch)
   static constexpr std::int64_t kWritebackBytes = std::int64_t(8) << 20;

@@ -22,6 +22,7 @@
 #include "engine/nvtx.hpp"
 #include "engine/parallel.hpp"
 #include "engine/stream.hpp"
+#include "io/crops.hpp"
 #include "io/gather.hpp"
 
 namespace mf::io {
@@ -281,8 +282,8 @@ struct BatchReader::Impl {
           s.index[r] = std::int32_t(seg);
           s.file[r] = std::int32_t(in.file_of(seg));
         }
-        ds->read(std::span<const std::int64_t>(s.rows.data() + t.r0, std::size_t(t.r1 - t.r0)), cfg.dtype,
-                 static_cast<std::byte*>(s.x) + std::size_t(t.r0) * x_row_bytes, cfg.check_finite);
+        read_segments(std::span<const std::int64_t>(s.rows.data() + t.r0, std::size_t(t.r1 - t.r0)),
+                      state_of(s.seq).epoch, static_cast<std::byte*>(s.x) + std::size_t(t.r0) * x_row_bytes);
       } catch (const std::exception& e) {
         const ReaderState w = state_of(s.seq);
         err = std::make_exception_ptr(Error(
@@ -443,6 +444,18 @@ struct BatchReader::Impl {
     st.bytes_read += std::uint64_t(N) * in.segment_bytes();
   }
 
+  // Segments, or crops of whole utterances: epoch `epoch`'s random crops for
+  // training (ReaderConfig::random_crops), the centred ones otherwise.
+  void read_segments(std::span<const std::int64_t> rows, std::int64_t epoch, void* dst) const {
+    const DatasetInfo& in = ds->info();
+    if (!in.ragged() || !cfg.random_crops) return ds->read(rows, cfg.dtype, dst, cfg.check_finite);
+    thread_local std::vector<std::int64_t> starts;
+    starts.resize(rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      starts[i] = random_crop_start(cfg.seed, epoch, rows[i], in.utterance_frames(rows[i]), in.frames);
+    ds->read_crops(rows, starts, cfg.dtype, dst, cfg.check_finite);
+  }
+
   void parallel_read(const std::vector<std::int64_t>& rows, void* dst) {
     const int nt = std::max(1, cfg.threads);
     const std::size_t per = (rows.size() + std::size_t(nt) - 1) / std::size_t(nt);
@@ -520,7 +533,13 @@ BatchReader::BatchReader(std::shared_ptr<const Dataset> dataset, const ReaderCon
   m.x_row_bytes = std::size_t(in.segment_elems()) * dtype_size(cfg.dtype);
 
   const std::uint64_t need = std::uint64_t(m.N) * (m.x_row_bytes + 12) + std::uint64_t(m.bpe * m.B) * 4;
-  if (cfg.resident == Residency::automatic) {
+  // Whole utterances are cropped anew every epoch: read as the epoch needs them.
+  MF_CHECK(!in.ragged() || !cfg.random_crops || cfg.resident != Residency::on,
+           "reader: {} holds whole utterances, cropped anew every epoch: the streamed reader reads them; set "
+           "reader.gpu_cache = auto or off", in.path);
+  if (in.ragged() && cfg.random_crops) {
+    m.is_resident = false;
+  } else if (cfg.resident == Residency::automatic) {
     double avail = 0;
     if (m.gpu) {
       std::size_t free_b = 0, total_b = 0;

@@ -90,6 +90,10 @@ struct ReaderConfig {
   double max_device_share = 0.5; // of free device memory (available host memory on the CPU)
   bool check_finite = true;
   int per_class = 0;             // speaker-balanced batches of M per class (0: off; `shuffle` is then not read)
+  // Whole utterances (ragged data): a new crop per utterance every epoch
+  // (io/crops.hpp, from `seed`), read by the streamed reader; false: the
+  // centred crops, as Dataset::read gives them (evaluation).
+  bool random_crops = false;
 };
 
 struct ReaderState {

@@ -218,11 +218,66 @@ void synth_speaker_file(const SpeakerSynthConfig& cfg, int speaker, std::int64_t
   synth_detail::band_average(buf.data(), R, nseg, M, T, out);
 }
 
+std::int64_t synth_utterance_frames(const SpeakerSynthConfig& cfg, int speaker, std::int64_t rec) {
+  const std::int64_t lo = cfg.frames, hi = cfg.max_frames > 0 ? cfg.max_frames : 4 * cfg.frames;
+  const std::uint64_t h = splitmix64_hash(recording_seed(cfg.seed, speaker, rec) ^ 0x6c656e677468ull);  // "length"
+  return lo + std::int64_t(h % std::uint64_t(hi - lo + 1));
+}
+
+void synth_speaker_utterance(const SpeakerSynthConfig& cfg, int speaker, std::int64_t rec, float* out) {
+  SpeakerSynthConfig one = cfg;  // the utterance as one segment of its own length: [mels, length]
+  one.frames = synth_utterance_frames(cfg, speaker, rec);
+  one.long_segments = one.short_segments = 1;
+  const std::int64_t M = cfg.mels, T = one.frames;
+  std::vector<float> seg(std::size_t(M * T));
+  synth_speaker_file(one, speaker, rec, seg.data());
+  for (std::int64_t t = 0; t < T; ++t)
+    for (std::int64_t m = 0; m < M; ++m) out[t * M + m] = seg[std::size_t(m * T + t)];
+}
+
+namespace {
+
+// One split of whole utterances: appended in blocks of recordings, then /lengths.
+void write_utterance_split(const SpeakerSynthConfig& cfg, const SpeakerSplit& sp, WriteSpec ws) {
+  const std::int64_t fps = cfg.files_per_speaker, M = cfg.mels;
+  ws.shape = {0, M};
+  ws.ragged = ws.appendable = true;
+  std::vector<std::int64_t> labels = std::move(ws.labels), lengths(std::size_t(sp.files));
+  std::vector<std::string> files = std::move(ws.files);
+  ws.labels.clear();
+  ws.files.clear();
+  H5Writer w(sp.path, ws);
+  for (std::int64_t f = 0; f < sp.files; ++f)
+    lengths[std::size_t(f)] = synth_utterance_frames(cfg, sp.speakers[std::size_t(f / fps)], f % fps);
+  std::vector<float> buf;
+  for (std::int64_t f0 = 0; f0 < sp.files;) {
+    std::int64_t f1 = f0, frames = 0;  // about 64 MB of f32 a block
+    while (f1 < sp.files && (f1 == f0 || (frames + lengths[std::size_t(f1)]) * M * 4 <= (std::int64_t(64) << 20)))
+      frames += lengths[std::size_t(f1++)];
+    buf.resize(std::size_t(frames * M));
+    std::vector<std::int64_t> at(std::size_t(f1 - f0), 0);
+    for (std::int64_t i = 1; i < f1 - f0; ++i) at[std::size_t(i)] = at[std::size_t(i - 1)] + lengths[std::size_t(f0 + i - 1)];
+    parallel_for(f1 - f0, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) {
+        const std::int64_t f = f0 + i;
+        synth_speaker_utterance(cfg, sp.speakers[std::size_t(f / fps)], f % fps, buf.data() + at[std::size_t(i)] * M);
+      }
+    });
+    w.append(frames, buf.data());
+    f0 = f1;
+  }
+  w.finish_utterances(lengths, labels, {}, files);
+}
+
+}  // namespace
+
 std::vector<SpeakerSplit> write_synthetic_speakers(const std::string& dir, const SpeakerSynthConfig& cfg) {
   MF_CHECK(cfg.files_per_speaker >= 2,
            "data synth: --files-per-speaker must be >= 2 (a target trial needs two), found {}", cfg.files_per_speaker);
   MF_CHECK(cfg.mels >= 4 && cfg.frames >= 4, "data synth: --mels and --frames must be >= 4");
   MF_CHECK(cfg.long_segments >= 1 && cfg.short_segments >= 1, "data synth: --long and --short must be >= 1");
+  MF_CHECK(!cfg.utterances || cfg.max_frames == 0 || cfg.max_frames >= cfg.frames,
+           "data synth: --max-frames {} is below --frames {} (the shortest utterance)", cfg.max_frames, cfg.frames);
   MF_CHECK(cfg.dtype == DType::f16 || cfg.dtype == DType::f32, "data synth: --dtype must be f16 or f32");
   const auto splits = speaker_splits(cfg);
   std::filesystem::create_directories(dir);
@@ -250,6 +305,12 @@ std::vector<SpeakerSplit> write_synthetic_speakers(const std::string& dir, const
         ws.labels.push_back(std::int64_t(k));
         ws.files.push_back(speaker_file_name(sp.speakers[k], cfg.speakers, rec, fps));
       }
+    }
+    if (cfg.utterances) {
+      write_utterance_split(cfg, sp, std::move(ws));
+      sp.segments = sp.files;
+      out.push_back(std::move(sp));
+      continue;
     }
     H5Writer w(sp.path, ws);
     const std::int64_t block = std::max<std::int64_t>(1, (std::int64_t(64) << 20) / (spf * seg_elems * 4));

@@ -63,6 +63,11 @@ struct SpeakerSynthConfig {
   DType dtype = DType::f16;
   WriteStorage storage = WriteStorage::contiguous;
   double val_fraction = 0.15, test_fraction = 0.15;  // of the speakers (each split gets >= 2)
+  // Whole utterances (`--utterances`): each recording one utterance of
+  // frames..max_frames frames (uniform, drawn from (seed, speaker, recording)),
+  // written in the ragged layout; long_segments and short_segments unused.
+  bool utterances = false;
+  std::int64_t max_frames = 0;  // 0: 4 x frames
 };
 
 struct SpeakerSplit {
@@ -83,10 +88,17 @@ std::array<std::vector<int>, 3> speaker_splits(const SpeakerSynthConfig& cfg);
 // Recording `rec` of `speaker`: L*S segments of n_mels*frames values into `out`.
 void synth_speaker_file(const SpeakerSynthConfig& cfg, int speaker, std::int64_t rec, float* out);
 
+// Whole-utterance mode: the length of recording `rec` of `speaker`, and its
+// frames (frame-major [length, mels], as the ragged layout stores them);
+// deterministic in (seed, speaker, recording) as the fixed-segment files are.
+std::int64_t synth_utterance_frames(const SpeakerSynthConfig& cfg, int speaker, std::int64_t rec);
+void synth_speaker_utterance(const SpeakerSynthConfig& cfg, int speaker, std::int64_t rec, float* out);
+
 // Writes DIR/train.h5, DIR/val.h5, DIR/test.h5 (DIR is created): labels are
 // each split's speaker indices, class_names the global names of its speakers
 // (so test.h5's class 0 is e.g. "spk0034"), /files "spkNNNN/recNN", files in
-// speaker-major order. No /leak dataset (it is not a leak task).
+// speaker-major order. No /leak dataset (it is not a leak task). Whole
+// utterances: /segments [T, mels] and /lengths, one utterance per recording.
 std::vector<SpeakerSplit> write_synthetic_speakers(const std::string& dir, const SpeakerSynthConfig& cfg);
 
 }  // namespace mf::io

@@ -182,6 +182,10 @@ void data_fields(std::vector<Field>& v) {
   add(v, "data.normal_class", &C::normal_class, "an integer in [-1, 2147483647]",
       "class meaning 'no leak' when /leak is absent (-1: the class named normal, else 0)",
       int_range(&C::normal_class, -1, kMaxInt32));
+  add(v, "data.crop_frames", &C::crop_frames, "0 or an integer in [1, 1000000]",
+      "whole-utterance datasets (ragged /segments [T, n_mels] with /lengths): frames per crop; training draws a "
+      "new crop of every utterance each epoch, evaluation takes the centred one; shorter utterances wrap (0: unset; "
+      "required for such data)", int_range(&C::crop_frames, 0, 1000000));
   add(v, "data.per_class", &C::per_class, "0 or an integer in [2, 1024]",
       "speaker-balanced batches: each batch holds this many segments of each of batch/per_class classes, from "
       "different files where possible (the prototypical losses need it; 0: plain shuffled batches)",

@@ -71,6 +71,7 @@ struct RunConfig {
   std::string leak_name = "leak";
   std::int64_t normal_class = -1;  // leak = (label != normal_class) when /leak is absent; -1: the class named "normal", else 0
   std::int64_t per_class = 0;      // speaker-balanced batches: segments per class per batch (0: off)
+  std::int64_t crop_frames = 0;    // whole utterances: frames per crop (a new random crop each epoch); 0: unset
 
   // [model]
   // model.arch: leakcnn, cnn (the layers below) or a preset of

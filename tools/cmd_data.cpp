@@ -41,9 +41,14 @@ void run_synth_speakers(const std::string& out, const io::SpeakerSynthConfig& cf
   const auto t0 = std::chrono::steady_clock::now();
   const auto splits = io::write_synthetic_speakers(out, cfg);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  fmt::print("melforge data synth: {} speakers, {} files per speaker, segments [{} x {}] {}, L={} S={}, seed {}\n",
-             cfg.speakers, cfg.files_per_speaker, cfg.mels, cfg.frames, dtype_name(cfg.dtype), cfg.long_segments,
-             cfg.short_segments, cfg.seed);
+  if (cfg.utterances)
+    fmt::print("melforge data synth: {} speakers, {} files per speaker, whole utterances of {}..{} frames x {} mels "
+               "{}, seed {}\n", cfg.speakers, cfg.files_per_speaker, cfg.frames,
+               cfg.max_frames > 0 ? cfg.max_frames : 4 * cfg.frames, cfg.mels, dtype_name(cfg.dtype), cfg.seed);
+  else
+    fmt::print("melforge data synth: {} speakers, {} files per speaker, segments [{} x {}] {}, L={} S={}, seed {}\n",
+               cfg.speakers, cfg.files_per_speaker, cfg.mels, cfg.frames, dtype_name(cfg.dtype), cfg.long_segments,
+               cfg.short_segments, cfg.seed);
   for (const auto& sp : splits)
     fmt::print("  {:<5} {:<40} {:>6} files {:>8} segments  {} speakers ({}..{})\n", sp.name, sp.path, sp.files,
                sp.segments, sp.speakers.size(), io::speaker_name(sp.speakers.front(), cfg.speakers),
@@ -171,6 +176,11 @@ void register_data(CLI::App& app) {
   auto* per_speaker =
       synth->add_option("--files-per-speaker", spk.files_per_speaker, "Speaker mode: recordings per speaker")
           ->capture_default_str();
+  auto* utterances = synth->add_flag("--utterances", spk.utterances,
+                                     "Speaker mode: one whole utterance per recording, of --frames to --max-frames "
+                                     "frames, in the ragged layout (docs/dataset.md); train with data.crop_frames");
+  auto* max_frames = synth->add_option("--max-frames", spk.max_frames,
+                                       "With --utterances: the longest utterance (default 4 x --frames)");
   synth->add_option("--mels", cfg.mels, "Mel bins")->capture_default_str();
   synth->add_option("--frames", cfg.frames, "Frames per segment")->capture_default_str();
   synth->add_option("--long", cfg.long_segments, "Long segments per file (L)")->capture_default_str();
@@ -182,10 +192,12 @@ void register_data(CLI::App& app) {
   synth->add_option("--storage", storage, "HDF5 storage of the segments (gzip = chunked + shuffle + deflate)")
       ->capture_default_str()
       ->type_name(one_of_type({"contiguous", "chunked", "gzip"}));
-  synth->callback([files, classes, per_speaker] {
+  synth->callback([files, classes, per_speaker, utterances, max_frames] {
     cfg.dtype = parse_dtype(dtype);
     cfg.storage = io::parse_write_storage(storage);
     MF_CHECK(spk.speakers > 0 || per_speaker->count() == 0, "data synth: --files-per-speaker needs --speakers N");
+    MF_CHECK(spk.speakers > 0 || utterances->count() == 0, "data synth: --utterances needs --speakers N");
+    MF_CHECK(spk.utterances || max_frames->count() == 0, "data synth: --max-frames needs --utterances");
     if (spk.speakers == 0) return run_synth(out, cfg);
     MF_CHECK(files->count() == 0 && classes->count() == 0,
              "data synth: --files and --classes are for the leak dataset; with --speakers use --files-per-speaker");

@@ -24,6 +24,7 @@ io::DatasetNames dataset_names(const model::RunConfig& cfg) {
   n.leak = cfg.leak_name;
   n.normal_class = int(cfg.normal_class);
   n.num_classes = int(cfg.num_classes);
+  n.crop_frames = cfg.crop_frames;
   return n;
 }
 
@@ -95,6 +96,7 @@ io::ReaderConfig reader_config(const model::RunConfig& cfg, Device dev, DType dt
   rc.resident = cfg.gpu_cache;
   rc.max_device_share = cfg.gpu_cache_fraction;
   if (train) rc.per_class = int(cfg.per_class);
+  rc.random_crops = train && cfg.overfit_batches == 0;  // whole utterances: a new crop each epoch
   return rc;
 }
 

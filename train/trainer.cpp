@@ -117,6 +117,9 @@ RunData open_run_data(const RunConfig& cfg, const std::string& num_classes_from,
   RunData d;
   d.train = io::Dataset::open(cfg.train_path, names);
   const io::DatasetInfo& ti = d.train->info();
+  MF_CHECK(!ti.ragged() || cfg.crop_frames > 0, "{}: holds {} whole utterances (the shortest {} frames): set "
+           "data.crop_frames to the frames of each training crop (voxceleb_trainer's 2 s are 200 frames at a 10 ms "
+           "hop)", cfg.train_path, ti.num_files, ti.frames);
   // A classifier's validation and test data have the training set's classes,
   // matched by name; an embedding model's are other speakers (scored by trials).
   io::DatasetNames model_names = names;

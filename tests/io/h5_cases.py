@@ -65,6 +65,36 @@ good_fs("fs_f32_chunked", np.float32, chunks=(1, 3, 4, M, T))
 good_fs("fs_f16_contiguous_named", np.float16, seg_name="mel", lab_name="y", leak=False, fixed_names=True)
 good_fs("fs_f32_fletcher32", np.float32, chunks=(1, 1, 4, M, T), fletcher32=True)   # H5Dread fallback path
 
+# Whole utterances (the ragged layout): frames [T, M] one utterance after
+# another, /lengths [F]. NAME.frames.bin: every frame as float32 [T, M];
+# NAME.crops.bin: the crops of RAGGED_CROPS (utterance, start) of RAGGED_N
+# frames as NumPy cuts them (frames start, start+1, ... wrapping to the
+# utterance's first frame: numpy.take(mode="wrap")), each [M, RAGGED_N].
+RAGGED_LENGTHS = [5, 17, 12, 3, 30, 9]
+RAGGED_N = 10
+RAGGED_CROPS = [(0, 0), (0, 4), (1, 3), (1, 7), (2, 2), (3, 0), (3, 2), (4, 20), (4, 0), (5, 0)]
+
+
+def good_ragged(name, dtype, **kw):
+    x = values((sum(RAGGED_LENGTHS), M), dtype)
+    y = np.array([0, 1, 2, 1, 0, 2], dtype=np.int64)
+    with h5py.File(os.path.join(out, name + ".h5"), "w") as f:
+        f.create_dataset("segments", data=x, **kw)
+        f.create_dataset("lengths", data=np.array(RAGGED_LENGTHS, np.int32))
+        f.create_dataset("labels", data=y)
+        f.attrs["class_names"] = ["normal", "leak_a", "leak_b"]
+    x.astype(np.float32).reshape(-1).tofile(os.path.join(out, name + ".frames.bin"))
+    offsets = np.concatenate([[0], np.cumsum(RAGGED_LENGTHS)])
+    crops = []
+    for u, start in RAGGED_CROPS:
+        utt = x[offsets[u]:offsets[u + 1]].astype(np.float32)
+        crops.append(np.take(utt, np.arange(start, start + RAGGED_N), axis=0, mode="wrap").T)
+    np.stack(crops).reshape(-1).tofile(os.path.join(out, name + ".crops.bin"))
+
+
+good_ragged("ragged_f16_contiguous", np.float16)
+good_ragged("ragged_f32_gzip", np.float32, chunks=(7, 5), compression="gzip", shuffle=True)  # chunks split mels
+
 # Compact layout (tiny data kept in the object header): the H5Dread fallback path.
 x = values((3, M, T), np.float32)
 y = np.array([0, 1, 1], dtype=np.int16)
@@ -99,6 +129,23 @@ bad("label_count", lambda f: (f.create_dataset("segments", data=good_x),
                               f.create_dataset("labels", data=good_y[:5])))
 bad("negative_label", lambda f: (f.create_dataset("segments", data=good_x),
                                  f.create_dataset("labels", data=np.array([0, 1, -1, 0, 1, 2], np.int32))))
+
+
+def ragged_case(name, lengths, frames=20):
+    def build(f):
+        f.create_dataset("segments", data=values((frames, M), np.float32))
+        if lengths is not None:
+            f.create_dataset("lengths", data=lengths)
+        f.create_dataset("labels", data=np.zeros(len(lengths) if lengths is not None else 4, np.int32))
+    bad(name, build)
+
+
+ragged_case("ragged_no_lengths", None)
+ragged_case("ragged_lengths_sum", np.array([5, 5, 9], np.int32))
+ragged_case("ragged_lengths_zero", np.array([5, 0, 15], np.int64))
+ragged_case("ragged_lengths_overrun", np.array([10, 15], np.int32))
+ragged_case("ragged_lengths_too_many", np.ones(21, np.int8))
+ragged_case("ragged_lengths_float", np.array([10.0, 10.0], np.float32))
 
 
 def range_case(f):

@@ -197,6 +197,15 @@ TEST_CASE("each malformed file fails at open with a message naming file, dataset
       {"bad_sample_rate_array.h5", {"attribute sample_rate", "expected one number (a scalar), found shape [2]"}},
       {"bad_class_names_not_utf8.h5", {"attribute class_names", "entry 1 is not UTF-8 text (byte 0xE9 at index 3)"}},
       {"bad_files_not_utf8.h5", {"dataset /files", "entry 2 is not UTF-8 text (byte 0xC3 at index 0)"}},
+      // Whole utterances: /lengths must exist and cut /segments' frames exactly.
+      {"bad_ragged_no_lengths.h5", {"dataset /lengths is missing", "[20, 8] holds whole utterances",
+                                    "summing to 20"}},
+      {"bad_ragged_lengths_sum.h5", {"dataset /lengths sums to 19 frames", "[20, 8] holds 20"}},
+      {"bad_ragged_lengths_zero.h5", {"dataset /lengths entry 1 is 0", "expected a length of 1..15 frames",
+                                      "utterance 1 starts at frame 5"}},
+      {"bad_ragged_lengths_overrun.h5", {"dataset /lengths entry 1 is 15", "expected a length of 1..10 frames"}},
+      {"bad_ragged_lengths_too_many.h5", {"dataset /lengths has shape [21]", "expected [F] with 1 <= F <= 20"}},
+      {"bad_ragged_lengths_float.h5", {"dataset /lengths must hold integers", "found 32-bit float"}},
   };
   for (const Bad& b : cases) {
     const std::string bfile = b.file;

@@ -1,0 +1,44 @@
+// Crops of whole utterances (ragged datasets, io/dataset.hpp): where each
+// epoch's crop of an utterance starts, and which frames it holds.
+//
+// A crop of N frames starting at frame s of an utterance of L frames holds
+// frames (s + k) mod L for k = 0..N-1: an utterance at least N long gives N
+// consecutive frames (s <= L - N); a shorter one is repeated from its start
+// (voxceleb_trainer's numpy.pad(..., 'wrap') of a short utterance).
+//
+// Training crops start at a position drawn from (seed, epoch, utterance) by
+// a counter-based hash: uniform over the L - N + 1 whole crops, a new one
+// every epoch, independent of the batch order, the thread count and the
+// process, so a resumed run reads the same crops. Evaluation crops are centred.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/counter_rng.hpp"
+
+namespace mf::io {
+
+// The middle whole crop (0 for an utterance shorter than the crop).
+inline std::int64_t center_crop_start(std::int64_t length, std::int64_t crop) {
+  return length > crop ? (length - crop) / 2 : 0;
+}
+
+// Epoch `epoch`'s crop of utterance `utterance`: uniform over [0, length - crop]
+// (0 for an utterance shorter than the crop).
+inline std::int64_t random_crop_start(std::uint64_t seed, std::int64_t epoch, std::int64_t utterance,
+                                      std::int64_t length, std::int64_t crop) {
+  if (length <= crop) return 0;
+  const std::uint64_t key = splitmix64_hash(splitmix64_hash(splitmix64_hash(seed ^ 0x63726f70ull /* "crop" */) +
+                                                            std::uint64_t(epoch)) +
+                                            std::uint64_t(utterance));
+  // Multiply-shift onto [0, positions): no modulo bias worth the name (positions << 2^32).
+  const auto positions = std::uint64_t(length - crop + 1);
+  return std::int64_t((unsigned __int128)key * positions >> 64);
+}
+
+// The utterance frame that frame k of a crop starting at `start` holds.
+inline std::int64_t crop_frame(std::int64_t start, std::int64_t k, std::int64_t length) {
+  return (start + k) % length;
+}
+
+}  // namespace mf::io

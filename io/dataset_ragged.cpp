@@ -1,0 +1,109 @@
+// Whole utterances (the ragged layout of io/dataset.hpp): /lengths at open,
+// and crops read as segments. A crop's frames are rows of the [T, n_mels]
+// dataset, read through the same fast paths as segments (a frame is a row
+// of n_mels x 1 values), then turned to [n_mels, frames].
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "io/crops.hpp"
+#include "io/dataset.hpp"
+#include "io/dataset_schema.hpp"
+#include "io/dataset_storage.hpp"
+#include "io/h5_lookup.hpp"
+#include "io/h5_read.hpp"
+
+namespace mf::io {
+
+void read_utterance_lengths(hid_t file, const std::string& path, DatasetInfo& info) {
+  const std::string name = "/lengths";
+  const std::int64_t T = info.shape[0];
+  if (!h5_path_exists(file, name))
+    MF_THROW("{}: dataset {} is missing: /segments {} holds whole utterances (rank 2, [T, n_mels]), which need "
+             "their lengths in frames, [F] integers summing to {}; {}", path, name, shape_str(info.shape), T,
+             h5_root_listing(file));
+  const H5Value d = H5Value::dataset(file, name, path, name);
+  if (d.type_class() != H5T_INTEGER) MF_THROW("{}: dataset {} must hold integers, found {}", path, name, d.type_desc());
+  // Checked before anything is sized from it: at most one utterance per frame.
+  if (d.null_space() || d.dims().size() != 1 || d.dims()[0] < 1 || d.dims()[0] > T)
+    MF_THROW("{}: dataset {} has {}: expected [F] with 1 <= F <= {} (one length per utterance, each >= 1 frame "
+             "of /segments {})", path, name, d.null_space() ? d.shape_desc() : "shape " + shape_str(d.dims()), T,
+             shape_str(info.shape));
+  const std::vector<std::int64_t> lengths = d.read_vector<std::int64_t>(H5T_NATIVE_INT64);
+  info.utterance_offsets.assign(lengths.size() + 1, 0);
+  std::int64_t sum = 0, shortest = T;
+  for (std::size_t f = 0; f < lengths.size(); ++f) {
+    const std::int64_t n = lengths[f];
+    if (n < 1 || n > T - sum)
+      MF_THROW("{}: dataset {} entry {} is {}: expected a length of 1..{} frames (utterance {} starts at frame {} "
+               "of /segments' {})", path, name, f, n, std::max<std::int64_t>(1, T - sum), f, sum, T);
+    sum += n;
+    shortest = std::min(shortest, n);
+    info.utterance_offsets[f + 1] = sum;
+  }
+  if (sum != T)
+    MF_THROW("{}: dataset {} sums to {} frames, but /segments {} holds {}: expected the lengths of all its "
+             "utterances", path, name, sum, shape_str(info.shape), T);
+  info.num_files = info.num_segments = std::int64_t(lengths.size());
+  info.segments_per_file = info.long_per_file = info.short_per_long = 1;
+  const std::int64_t crop = info.names.crop_frames;
+  MF_CHECK(crop >= 0, "{}: a crop of {} frames: expected >= 0", path, crop);
+  info.frames = crop > 0 ? crop : shortest;
+}
+
+DatasetInfo ragged_frames_view(const DatasetInfo& info) {
+  DatasetInfo v;
+  v.path = info.path;
+  v.layout = SegmentLayout::ragged_frames;
+  v.shape = {info.shape[0], info.n_mels, 1};
+  v.num_segments = v.num_files = info.shape[0];
+  v.n_mels = info.n_mels;
+  v.frames = 1;
+  v.dtype = info.dtype;
+  v.utterance_offsets = info.utterance_offsets;
+  return v;
+}
+
+void Dataset::Impl::view_frames_as_rows() {
+  // [T, n_mels] -> [T, n_mels, 1]: the chunk index is row-major over the grid,
+  // so a trailing axis of one chunk leaves every chunk's number unchanged.
+  if (mode != Mode::chunked) return;
+  dims.push_back(1);
+  chunk.push_back(1);
+  grid.push_back(1);
+}
+
+void Dataset::read_crops(std::span<const std::int64_t> rows, std::span<const std::int64_t> starts, DType dt,
+                         void* dst, bool check) const {
+  MF_CHECK(info_.ragged(), "{}: crops are read from whole utterances; this file holds {} segments", info_.path,
+           segment_layout_name(info_.layout));
+  MF_CHECK(rows.size() == starts.size(), "Dataset::read_crops: {} rows and {} starts", rows.size(), starts.size());
+  MF_CHECK(dt == DType::f32 || dt == DType::f16 || dt == DType::bf16,
+           "Dataset::read_crops: destination dtype must be f32, f16 or bf16, found {}", dtype_name(dt));
+  const std::int64_t N = info_.frames, M = info_.n_mels;
+  std::vector<std::int64_t> frames(rows.size() * std::size_t(N));
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const std::int64_t u = rows[i];
+    MF_CHECK(u >= 0 && u < info_.num_segments, "{}: utterance {} out of range: expected 0..{}", info_.path, u,
+             info_.num_segments - 1);
+    const std::int64_t len = info_.utterance_frames(u), off = info_.utterance_offsets[std::size_t(u)];
+    MF_CHECK(starts[i] >= 0 && starts[i] < len, "{}: a crop of utterance {} starting at frame {}: expected 0..{}",
+             info_.path, u, starts[i], len - 1);
+    for (std::int64_t k = 0; k < N; ++k) frames[i * std::size_t(N) + std::size_t(k)] = off + crop_frame(starts[i], k, len);
+  }
+  // Read as [crops x N, M] (frame-major, as stored), then each crop to [M, N].
+  const std::size_t esz = dtype_size(dt);
+  thread_local std::vector<std::byte> staged;
+  staged.resize(frames.size() * std::size_t(M) * esz);
+  read_rows(frames_, frames, dt, staged.data(), check);
+  auto* out = static_cast<std::byte*>(dst);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const std::byte* in = staged.data() + i * std::size_t(N * M) * esz;
+    std::byte* o = out + i * std::size_t(N * M) * esz;
+    for (std::int64_t t = 0; t < N; ++t)
+      for (std::int64_t m = 0; m < M; ++m)
+        std::memcpy(o + std::size_t(m * N + t) * esz, in + std::size_t(t * M + m) * esz, esz);
+  }
+}
+
+}  // namespace mf::io
