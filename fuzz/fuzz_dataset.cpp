@@ -1,7 +1,8 @@
 // Fuzz target: an HDF5 dataset file as `melforge data inspect` and `melforge
 // train` open it (io::Dataset::open: schema, attributes, labels, storage
 // resolution), then every segment read back as `data inspect` and the reader
-// do (Dataset::read with the non-finite check, sorted and unsorted rows).
+// do (Dataset::read with the non-finite check, sorted and unsorted rows);
+// whole utterances (ragged files) also as wrapping crops (Dataset::read_crops).
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -28,6 +29,30 @@ void check_info(const mf::io::DatasetInfo& in) {
   for (auto l : in.file_labels) FUZZ_CHECK(l >= 0 && l < in.num_classes, kTarget);
   for (auto v : in.leak) FUZZ_CHECK(v <= 1, kTarget);
   for (auto v : in.file_leak) FUZZ_CHECK(v <= 1, kTarget);
+  if (!in.ragged()) return;
+  // Whole utterances: offsets from 0 to T, each utterance at least one frame.
+  FUZZ_CHECK(in.utterance_offsets.size() == std::size_t(in.num_files) + 1, kTarget);
+  FUZZ_CHECK(in.utterance_offsets.front() == 0 && in.utterance_offsets.back() == in.shape[0], kTarget);
+  std::int64_t shortest = in.shape[0];
+  for (std::int64_t f = 0; f < in.num_files; ++f) {
+    FUZZ_CHECK(in.utterance_frames(f) >= 1, kTarget);
+    shortest = std::min(shortest, in.utterance_frames(f));
+  }
+  FUZZ_CHECK(in.frames == shortest, kTarget);  // no crop_frames given: the shortest utterance
+}
+
+// Ragged data: a wrapping crop (longer than the shortest utterance) of every
+// utterance from its last frame, through read_crops' own path.
+void read_crops_back(const mf::io::Dataset& ds) {
+  const mf::io::DatasetInfo& in = ds.info();
+  if (!in.ragged() || double(in.shape[0]) * double(in.n_mels) * 4.0 > kMaxReadBytes) return;
+  std::vector<std::int64_t> rows, starts;
+  for (std::int64_t f = 0; f < std::min<std::int64_t>(in.num_files, 64); ++f) {
+    rows.push_back(f);
+    starts.push_back(in.utterance_frames(f) - 1);
+  }
+  std::vector<float> buf(rows.size() * std::size_t(in.segment_elems()));
+  ds.read_crops(rows, starts, mf::DType::f32, buf.data(), true);
 }
 
 void read_back(const mf::io::Dataset& ds) {
@@ -58,6 +83,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto ds = mf::io::Dataset::open(path);
     check_info(ds->info());
     read_back(*ds);
+    read_crops_back(*ds);
   } catch (const mf::Error&) {
     // the expected answer to a malformed file
   } catch (...) {

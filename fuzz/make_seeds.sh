@@ -2,7 +2,7 @@
 # Seed corpora for the fuzz targets, made from valid files melforge itself
 # writes (plus one h5py-written dataset, the other writer users have):
 #   OUT/dataset/      data synth train/val files (f16 contiguous, f32 chunked,
-#                     gzip) and a flat h5py file with a /leak dataset
+#                     gzip, whole utterances) and a flat h5py file with a /leak dataset
 #   OUT/checkpoint/   ckpt-*.h5 and best.h5 of a short CPU training run (fp32
 #                     and bf16)
 #   OUT/safetensors/  that run exported as F32, BF16 and F16
@@ -60,6 +60,8 @@ quiet data synth --out "$work/dgz" "${small[@]}" --seed 3 --storage gzip
 cp "$work/d16/val.h5" "$OUT/dataset/synth-f16-contiguous.h5"
 cp "$work/d32/val.h5" "$OUT/dataset/synth-f32-chunked.h5"
 cp "$work/dgz/val.h5" "$OUT/dataset/synth-f16-gzip.h5"
+quiet data synth --out "$work/dutt" --speakers 6 --files-per-speaker 2 --mels 8 --frames 4 --max-frames 24 --utterances
+cp "$work/dutt/val.h5" "$OUT/dataset/synth-utterances-f16-chunked.h5"
 "$PY" - "$OUT/dataset/h5py-flat-leak.h5" <<'PYEOF'
 import sys
 import h5py

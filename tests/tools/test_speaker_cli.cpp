@@ -197,3 +197,37 @@ TEST_CASE("speakers: --resume auto after --stop-after-steps with grad_accum 2 an
   for (const char* a : {"master", "adam_m", "adam_v", "adamw_state"})
     CHECK_MESSAGE(got.array(a).bytes == want.array(a).bytes, "array ", a);
 }
+
+TEST_CASE("speakers, whole utterances: random crops each epoch, --resume auto bit-identical, crop_frames required") {
+  TempDir d("speaker_utterances");
+  Result r = run(fmt::format("data synth --out {} --speakers 12 --files-per-speaker 8 --mels 16 --frames 12 "
+                             "--max-frames 60 --utterances --seed 2", d / "data"));
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK(has(r, "whole utterances of 12..60 frames x 16 mels"));
+  const std::string data = d / "data";
+  // 64 training utterances / 8: 8 steps an epoch; crops of 24 frames (the shortest wrap).
+  const std::string common = fmt::format(
+      "train --train {}/train.h5 --val {}/val.h5 --epochs 3 --batch-size 8 --device cpu --progress plain "
+      "--lr 5e-3 --set loss.type=aam_softmax --set model.heads=class --set data.per_class=2 --set model.arch=cnn "
+      "--set 'model.layers=[{{type=\"conv\",k=3,cout=8,batch_norm=true,pool=2}},{{type=\"global_avg_pool\"}}]' "
+      "--set model.embedding=16",
+      data, data);
+  r = run(fmt::format("{} --out {}", common, d / "nocrop"));
+  CHECK(r.code != 0);
+  CHECK(has(r, "holds 64 whole utterances (the shortest 12 frames): set data.crop_frames"));
+  r = run(fmt::format("{} --set data.crop_frames=24 --out {}", common, d / "full"));
+  REQUIRE(r.code == 0);
+  CHECK(has(r, "final validation: EER"));
+  const mf::model::Checkpoint want = mf::model::read_checkpoint(last_checkpoint(d / "full"));
+  REQUIRE(want.get_int("step") == 24);
+  r = run(fmt::format("{} --set data.crop_frames=24 --out {} --stop-after-steps 12", common, d / "part"));
+  REQUIRE(r.code == 0);
+  r = run(fmt::format("{} --set data.crop_frames=24 --out {} --resume auto", common, d / "part"));
+  REQUIRE(r.code == 0);
+  CHECK(has(r, "resuming from"));
+  const mf::model::Checkpoint got = mf::model::read_checkpoint(last_checkpoint(d / "part"));
+  CHECK(got.get_int("step") == 24);
+  for (const char* a : {"master", "adam_m", "adam_v", "adamw_state"})
+    CHECK_MESSAGE(got.array(a).bytes == want.array(a).bytes, "array ", a);
+}
