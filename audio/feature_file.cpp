@@ -31,9 +31,11 @@ std::vector<std::pair<std::string, std::variant<double, std::int64_t, std::strin
 FeatureFileResult write_feature_file(const fs::path& out, const std::vector<FeatureFileEntry>& entries,
                                      const FeatureFileSpec& spec, const PipelineProgress& progress) {
   const auto& p = spec.pipeline.frontend;
+  const bool whole = spec.pipeline.whole_files;
   io::WriteSpec ws;
-  ws.shape = {0, p.long_segments, p.short_segments, p.n_mels, p.frames};
+  ws.shape = whole ? Shape{0, p.n_mels} : Shape{0, p.long_segments, p.short_segments, p.n_mels, p.frames};
   ws.appendable = true;
+  ws.ragged = whole;
   ws.dtype = spec.dtype;
   ws.storage = spec.gzip ? io::WriteStorage::gzip : io::WriteStorage::chunked;
   ws.class_names = spec.class_names;
@@ -53,8 +55,8 @@ FeatureFileResult write_feature_file(const fs::path& out, const std::vector<Feat
     std::vector<std::int64_t> labels;
     std::vector<std::uint8_t> leak;
     std::vector<std::string> names;
-    const auto sink = [&](std::span<const std::size_t> good, const float* values) {
-      w.append(std::int64_t(good.size()), values);
+    std::vector<std::int64_t> lengths;
+    const auto record = [&](std::span<const std::size_t> good) {
       for (auto g : good) {
         labels.push_back(entries[g].label);
         if (has_leak) leak.push_back(std::uint8_t(entries[g].leak));
@@ -62,14 +64,34 @@ FeatureFileResult write_feature_file(const fs::path& out, const std::vector<Feat
         r.written.push_back(g);
       }
     };
-    r.outcomes = pipeline.run(paths, sink, progress);
+    if (whole) {
+      r.outcomes = pipeline.run_utterances(
+          paths,
+          [&](std::span<const std::size_t> good, std::span<const std::int64_t> frames, const float* values) {
+            std::int64_t total = 0;
+            for (const std::int64_t f : frames) total += f;
+            w.append(total, values);
+            lengths.insert(lengths.end(), frames.begin(), frames.end());
+            record(good);
+          },
+          progress);
+    } else {
+      r.outcomes = pipeline.run(
+          paths,
+          [&](std::span<const std::size_t> good, const float* values) {
+            w.append(std::int64_t(good.size()), values);
+            record(good);
+          },
+          progress);
+    }
     if (w.rows() == 0) {
       const auto bad = std::find_if(r.outcomes.begin(), r.outcomes.end(), [](const auto& o) { return !o.ok; });
       MF_CHECK(bad != r.outcomes.end(), "{}: no audio files to write", out.string());
       MF_THROW("{}: none of its {} audio files could be used (the first, {}: {})", out.string(), entries.size(),
                paths[std::size_t(bad - r.outcomes.begin())].string(), bad->reason);
     }
-    w.finish(labels, leak, names);
+    if (whole) w.finish_utterances(lengths, labels, leak, names);
+    else w.finish(labels, leak, names);
   });
   r.times = pipeline.times();
   return r;

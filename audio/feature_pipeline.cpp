@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -58,6 +59,7 @@ struct FeaturePipeline::Impl {
   struct Slot {
     std::vector<std::size_t> files;  // indices into the run's paths
     std::vector<FileOutcome> outcome;
+    std::vector<std::vector<float>> utterance;  // whole_files: each file's [frames, n_mels]
     PinnedBuffer wave, feat;
     float* d_wave = nullptr;
     float* d_feat = nullptr;
@@ -78,6 +80,10 @@ struct FeaturePipeline::Impl {
     W = p.window_samples();
     E = p.segments() * p.n_mels * p.frames;
     const bool gpu = opt.device.is_cuda();
+    MF_CHECK(!opt.whole_files || !gpu, "whole utterances: the front-end runs on the CPU (the CUDA op takes fixed "
+             "windows); use --device cpu");
+    MF_CHECK(!opt.whole_files || p.segments() == 1, "whole utterances: one segment per file (--long 1 --short 1), "
+             "found {} x {}", p.long_segments, p.short_segments);
     K = opt.batch_files > 0 ? opt.batch_files : (gpu ? 256 : 64);
     K = std::max<std::int64_t>(1, std::min<std::int64_t>(K, std::int64_t(kSlotBytes / (4 * std::size_t(W + E)))));
     times.threads = opt.threads > 0 ? opt.threads : std::max(1, int(std::thread::hardware_concurrency()));
@@ -153,19 +159,64 @@ struct FeaturePipeline::Impl {
     }
   }
 
+  // Whole-utterance mode: the file's whole spectrogram, [frames, n_mels].
+  void load_utterance(const std::filesystem::path& path, std::vector<float>& utt, FileOutcome& out, double& dec_s,
+                      double& res_s, double& feat_s) {
+    const auto& p = opt.frontend;
+    try {
+      auto t0 = Clock::now();
+      MonoAudio a = decode_mono_for(path, p.sample_rate, std::numeric_limits<std::int64_t>::max());
+      dec_s += seconds_since(t0);
+      out.audio_seconds = double(a.file_frames) / double(a.sample_rate);
+      t0 = Clock::now();
+      std::vector<float> x = a.sample_rate == p.sample_rate ? std::move(a.samples)
+                                                            : resample(a.samples, double(a.sample_rate), double(p.sample_rate));
+      res_s += seconds_since(t0);
+      const auto n = std::int64_t(x.size());
+      if (n < p.min_samples()) {
+        if (!opt.pad) {
+          out.reason = fmt::format("too short: {:.3f} s gives {} frames at hop {} and {} Hz, fewer than the {} "
+                                   "--frames an utterance must have ({:.3f} s) (--pad pads short files with silence)",
+                                   out.audio_seconds, 1 + n / p.hop_length, p.hop_length, p.sample_rate, p.frames,
+                                   double(p.min_samples()) / double(p.sample_rate));
+          return;
+        }
+        out.padded = true;
+      }
+      FrontendParams q = p;  // this file's length: one segment of all its frames
+      q.frames = std::max(p.frames, 1 + n / p.hop_length);
+      x.resize(std::size_t(q.window_samples()), 0.f);  // the window past the end is silence (center padding)
+      t0 = Clock::now();
+      std::vector<float> mel(std::size_t(q.n_mels * q.frames));
+      make_logmel_cpu(q, /*threaded=*/false)->compute(1, x.data(), mel.data(), nullptr);
+      utt.resize(mel.size());
+      for (std::int64_t t = 0; t < q.frames; ++t)
+        for (std::int64_t m = 0; m < q.n_mels; ++m) utt[std::size_t(t * q.n_mels + m)] = mel[std::size_t(m * q.frames + t)];
+      feat_s += seconds_since(t0);
+      out.ok = true;
+    } catch (const Error& e) {
+      out.reason = e.message();
+    }
+  }
+
   // Decodes the slot's files on the decode threads (each takes the next file).
   void decode_batch(Slot& s, const std::vector<std::filesystem::path>& paths) {
     const auto n = s.files.size();
     s.outcome.assign(n, FileOutcome{});
+    s.utterance.assign(opt.whole_files ? n : 0, {});
     std::atomic<std::size_t> next{0};
     float* wave = static_cast<float*>(s.wave.data());
     float* feat = static_cast<float*>(s.feat.data());
     const int threads = int(std::min<std::size_t>(std::size_t(times.threads), n));
     run_on_threads(threads, [&](int) {
       double dec = 0, res = 0, fe = 0;
-      for (std::size_t i; (i = next.fetch_add(1)) < n;)
-        load_file(paths[s.files[i]], wave + std::int64_t(i) * W, feat + std::int64_t(i) * E, s.outcome[i], dec, res,
-                  fe);
+      for (std::size_t i; (i = next.fetch_add(1)) < n;) {
+        if (opt.whole_files)
+          load_utterance(paths[s.files[i]], s.utterance[i], s.outcome[i], dec, res, fe);
+        else
+          load_file(paths[s.files[i]], wave + std::int64_t(i) * W, feat + std::int64_t(i) * E, s.outcome[i], dec,
+                    res, fe);
+      }
       std::lock_guard<std::mutex> lk(times_mutex);
       times.decode_thread_s += dec;
       times.resample_thread_s += res;
@@ -194,6 +245,23 @@ struct FeaturePipeline::Impl {
     s.gpu_end.record(d2h);
   }
 
+  // Whole-utterance sink side: the good files' frames, concatenated.
+  void deliver_utterances(Slot& s, const UtteranceSink& sink) {
+    const auto t0 = Clock::now();
+    std::vector<std::size_t> good;
+    std::vector<std::int64_t> frames;
+    std::vector<float> values;
+    for (std::size_t i = 0; i < s.files.size(); ++i) {
+      if (!s.outcome[i].ok) continue;
+      good.push_back(s.files[i]);
+      frames.push_back(std::int64_t(s.utterance[i].size()) / opt.frontend.n_mels);
+      values.insert(values.end(), s.utterance[i].begin(), s.utterance[i].end());
+      std::vector<float>().swap(s.utterance[i]);
+    }
+    if (!good.empty()) sink(good, frames, values.data());
+    times.sink_s += seconds_since(t0);
+  }
+
   // Sink side: waits for the slot's features, compacts the good rows, calls the sink.
   void deliver(Slot& s, const FeatureSink& sink) {
     if (op->on_device()) {
@@ -220,6 +288,19 @@ const PipelineTimes& FeaturePipeline::times() const { return impl_->times; }
 
 std::vector<FileOutcome> FeaturePipeline::run(const std::vector<std::filesystem::path>& paths, const FeatureSink& sink,
                                               const PipelineProgress& progress) {
+  MF_CHECK(!impl_->opt.whole_files, "FeaturePipeline::run: whole_files delivers through run_utterances");
+  return run_batches(paths, [&](int s) { impl_->deliver(impl_->slots[s], sink); }, progress);
+}
+
+std::vector<FileOutcome> FeaturePipeline::run_utterances(const std::vector<std::filesystem::path>& paths,
+                                                         const UtteranceSink& sink, const PipelineProgress& progress) {
+  MF_CHECK(impl_->opt.whole_files, "FeaturePipeline::run_utterances needs PipelineOptions::whole_files");
+  return run_batches(paths, [&](int s) { impl_->deliver_utterances(impl_->slots[s], sink); }, progress);
+}
+
+std::vector<FileOutcome> FeaturePipeline::run_batches(const std::vector<std::filesystem::path>& paths,
+                                                      const std::function<void(int slot)>& deliver,
+                                                      const PipelineProgress& progress) {
   Impl& im = *impl_;
   const auto t0 = Clock::now();
   std::vector<FileOutcome> outcomes(paths.size());
@@ -237,7 +318,7 @@ std::vector<FileOutcome> FeaturePipeline::run(const std::vector<std::filesystem:
     for (int s; (s = ready.pop()) != kStop;) {
       if (!sink_failed) {
         try {
-          im.deliver(im.slots[s], sink);
+          deliver(s);
         } catch (...) {
           sink_error = std::current_exception();
           sink_failed = true;

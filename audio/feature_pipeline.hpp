@@ -38,6 +38,12 @@ struct PipelineOptions {
   Device device = Device::cpu(); // where the logmel op runs
   int threads = 0;               // decode threads; 0: one per core
   std::int64_t batch_files = 0;  // files per batch; 0: 64 on the CPU, 256 on a GPU
+  // Whole utterances (`data build --utterances`): every file's whole
+  // spectrogram, 1 + samples / hop_length frames (librosa's count), delivered
+  // frame-major to an UtteranceSink; frontend.frames is then the shortest kept
+  // (shorter: skipped, or padded with pad). CPU only: the CUDA op takes
+  // fixed windows.
+  bool whole_files = false;
 };
 
 struct FileOutcome {
@@ -64,6 +70,10 @@ struct PipelineTimes {
 // good files, ascending; values holds their features, [files.size(),
 // segments, n_mels, frames] f32. Called from one thread, batches in order.
 using FeatureSink = std::function<void(std::span<const std::size_t> files, const float* values)>;
+// Whole utterances: `frames[i]` frames of file files[i], one after another,
+// frame-major ([sum(frames), n_mels] f32).
+using UtteranceSink =
+    std::function<void(std::span<const std::size_t> files, std::span<const std::int64_t> frames, const float* values)>;
 // progress(done files, good files, audio seconds so far), from the main thread.
 using PipelineProgress = std::function<void(std::int64_t, std::int64_t, double)>;
 
@@ -78,10 +88,17 @@ class FeaturePipeline {
   // error of the sink or (strict) of a file.
   std::vector<FileOutcome> run(const std::vector<std::filesystem::path>& paths, const FeatureSink& sink,
                                const PipelineProgress& progress = {});
+  // PipelineOptions::whole_files: the same, each file whole.
+  std::vector<FileOutcome> run_utterances(const std::vector<std::filesystem::path>& paths, const UtteranceSink& sink,
+                                          const PipelineProgress& progress = {});
   const PipelineTimes& times() const;
 
  private:
   struct Impl;
+  // The batches' loop: decode (and CPU features) on the main and decode
+  // threads, then `deliver(slot)` of each batch on the sink thread, in order.
+  std::vector<FileOutcome> run_batches(const std::vector<std::filesystem::path>& paths,
+                                       const std::function<void(int slot)>& deliver, const PipelineProgress& progress);
   std::unique_ptr<Impl> impl_;
 };
 

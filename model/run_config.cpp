@@ -350,7 +350,9 @@ void reader_eval_fields(std::vector<Field>& v) {
                                                                       : std::string("a number in (0, 1]");
       });
   // [eval]
-  add(v, "eval.val_every", &C::val_every, "an integer > 0", "validate every N epochs", positive_int(&C::val_every));
+  add(v, "eval.every", &C::val_every, "an integer > 0",
+      "validate every N epochs (and after the last; voxceleb_trainer's test_interval); eval.patience counts "
+      "validations", positive_int(&C::val_every));
   add(v, "eval.threshold", &C::threshold, "a number in (0, 1)", "leak decision threshold on the leak probability",
       [](const C& c) {
         return c.threshold > 0 && c.threshold < 1 ? std::string{} : std::string("a number in (0, 1)");
@@ -475,7 +477,13 @@ const std::vector<Field>& fields() {
   return f;
 }
 
+// Keys that were renamed: the old name still reads (a run's stored
+// config.toml, a user's file), to_toml writes the new one.
+constexpr std::pair<std::string_view, std::string_view> kRenamedKeys[] = {{"eval.val_every", "eval.every"}};
+
 const Field* find_field(std::string_view key) {
+  for (const auto& [old_name, new_name] : kRenamedKeys)
+    if (key == old_name) key = new_name;
   for (const Field& f : fields())
     if (f.key == key) return &f;
   return nullptr;

@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "audio/dataset_builder.hpp"
+#include "engine/error.hpp"
 #include "tools/cli_help.hpp"
 #include "tools/commands.hpp"
 
@@ -82,11 +83,13 @@ void print_times(const audio::BuildReport& r) {
 
 void print_report(const audio::BuildReport& r, const audio::BuildOptions& opt) {
   const auto& p = opt.pipeline.frontend;
-  fmt::print("melforge data build: {} classes ({}), {} Hz, n_fft {}, hop {}, {} mels [{}, {}] Hz, "
-             "{} x {} segments of {} frames per file, {} on {}\n",
+  const std::string layout = opt.pipeline.whole_files
+                                 ? fmt::format("whole utterances of >= {} frames", p.frames)
+                                 : fmt::format("{} x {} segments of {} frames per file", p.long_segments,
+                                               p.short_segments, p.frames);
+  fmt::print("melforge data build: {} classes ({}), {} Hz, n_fft {}, hop {}, {} mels [{}, {}] Hz, {}, {} on {}\n",
              r.class_names.size(), fmt::join(r.class_names, ", "), p.sample_rate, p.n_fft, p.hop_length, p.n_mels,
-             p.fmin, p.fmax_hz(), p.long_segments, p.short_segments, p.frames, dtype_name(opt.dtype),
-             opt.pipeline.device.str());
+             p.fmin, p.fmax_hz(), layout, dtype_name(opt.dtype), opt.pipeline.device.str());
   for (const auto& s : r.splits) {
     if (s.path.empty()) {
       fmt::print("  {:<5} no files (not written)\n", s.name);
@@ -132,9 +135,14 @@ void register_data_build(CLI::App& data) {
   b->add_option("--mels", p.n_mels, "Mel bands")->capture_default_str();
   b->add_option("--fmin", p.fmin, "Lowest mel frequency (Hz)")->capture_default_str();
   b->add_option("--fmax", p.fmax, "Highest mel frequency (Hz; 0 = sample rate / 2)")->capture_default_str();
-  b->add_option("--frames", p.frames, "Frames per segment")->capture_default_str();
-  b->add_option("--long", p.long_segments, "Long segments per file (L)")->capture_default_str();
-  b->add_option("--short", p.short_segments, "Short segments per long segment (S)")->capture_default_str();
+  b->add_option("--frames", p.frames, "Frames per segment (with --utterances: the shortest utterance kept)")
+      ->capture_default_str();
+  auto* long_opt = b->add_option("--long", p.long_segments, "Long segments per file (L)")->capture_default_str();
+  auto* short_opt =
+      b->add_option("--short", p.short_segments, "Short segments per long segment (S)")->capture_default_str();
+  b->add_flag("--utterances", o.pipeline.whole_files,
+              "Whole utterances: each file's whole spectrogram in the ragged layout (/segments [T, mels] + /lengths, "
+              "docs/dataset.md), for random-crop training (data.crop_frames); the front-end runs on the CPU");
   b->add_flag("--pad", o.pipeline.pad, "Pad files too short for L*S segments with silence (default: skip them)");
   b->add_flag("--strict", o.pipeline.strict, "Stop at the first file that cannot be used (default: skip, report)");
   checked_one_of(b->add_option("--compress", a.compress, "Compression of /segments")->capture_default_str(),
@@ -146,8 +154,14 @@ void register_data_build(CLI::App& data) {
       ->capture_default_str();
   checked_one_of(b->add_option("--progress", a.progress, "Progress display")->capture_default_str(),
                  {"auto", "tty", "plain", "off"});
-  b->callback([] {
+  b->callback([long_opt, short_opt] {
     a.opt.split = audio::parse_split(a.split);
+    if (a.opt.pipeline.whole_files) {
+      MF_CHECK(long_opt->count() == 0 && short_opt->count() == 0,
+               "data build --utterances: each file is one whole utterance; --long and --short cut fixed segments");
+      a.opt.pipeline.frontend.long_segments = a.opt.pipeline.frontend.short_segments = 1;
+      if (a.device == "auto") a.device = "cpu";
+    }
     a.opt.pipeline.device = parse_device(a.device);
     a.opt.dtype = parse_dtype(a.dtype);
     a.opt.gzip = a.compress == "gzip";

@@ -238,3 +238,52 @@ TEST_CASE("data build: --labels CSV with a leak column; --split-by groups never 
   CHECK(mf::testing::error_of([&] { audio::parse_split("0.7,0.2"); }).find("three") != std::string::npos);
   CHECK(mf::testing::error_of([&] { audio::parse_split("0.7,0.2,0.2"); }).find("sum to 1") != std::string::npos);
 }
+
+TEST_CASE("data build --utterances: each file whole, 1 + samples / hop frames, the fixed window's frames first") {
+  mf::testing::TempDir dir("audio_build_utterances");
+  const std::vector<std::pair<const char*, std::int64_t>> files = {
+      {"a/one.wav", 4000}, {"a/two.wav", 9000}, {"b/three.wav", 20000}, {"b/four.wav", 6100}, {"b/short.wav", 500}};
+  std::map<std::string, std::int64_t> samples;
+  std::uint64_t seed = 1;
+  for (const auto& [name, n] : files) {
+    TestAudioSpec s;
+    s.sample_rate = 8000;  // the front-end's rate: no resampling, so prefixes decode the same
+    s.frames = n;
+    s.signal = TestSignal::noise;
+    s.seed = seed++;
+    fs::create_directories((dir.path() / "audio" / name).parent_path());
+    mf::testing::write_test_audio(dir.path() / "audio" / name, AudioFileFormat::wav_pcm16, s);
+    samples[name] = n;
+  }
+  auto o = options(dir.path() / "audio", dir.path() / "out");
+  o.split = audio::parse_split("1,0,0");
+  o.pipeline.whole_files = true;
+  o.pipeline.frontend.long_segments = o.pipeline.frontend.short_segments = 1;  // --frames 8: the shortest kept
+  const auto r = audio::build_dataset(o);
+  REQUIRE(r.skipped.size() == 1);
+  CHECK(r.skipped[0].path == "b/short.wav");
+  CHECK(r.skipped[0].reason.find("fewer than the 8 --frames an utterance must have") != std::string::npos);
+  io::DatasetNames names;
+  names.crop_frames = 8;
+  const auto ds = io::Dataset::open(r.splits[0].path.string(), names);
+  const io::DatasetInfo& in = ds->info();
+  REQUIRE(in.ragged());
+  REQUIRE(in.num_files == 4);
+  CHECK(in.n_fft == 256);
+  const auto p = o.pipeline.frontend;
+  auto fixed = audio::make_logmel_cpu(p);  // one segment of 8 frames from the file's first window
+  const auto names_written = read_files_dataset(r.splits[0].path);
+  for (std::int64_t f = 0; f < in.num_files; ++f) {
+    const std::string name = names_written[std::size_t(f)];
+    CAPTURE(name);
+    CHECK(in.utterance_frames(f) == 1 + samples[name] / p.hop_length);  // librosa's frame count (center=True)
+    auto a = audio::load_mono(dir.path() / "audio" / name, p.sample_rate);
+    std::vector<float> row(std::size_t(p.window_samples()), 0.f), want(std::size_t(p.n_mels * p.frames));
+    std::copy_n(a.samples.begin(), std::min(a.samples.size(), row.size()), row.begin());
+    fixed->compute(1, row.data(), want.data(), nullptr);
+    std::vector<float> got(want.size());
+    const std::vector<std::int64_t> rows = {f}, starts = {0};
+    ds->read_crops(rows, starts, DType::f32, got.data(), true);  // [mels, 8]
+    CHECK(got == want);
+  }
+}

@@ -39,6 +39,19 @@ fast_dev_run = true
   validate(c);
 }
 
+TEST_CASE("a renamed key still reads under its old name; to_toml writes the new one") {
+  RunConfig c;
+  load_toml_string(c, "[eval]\nval_every = 3\n", "old-run/config.toml");  // eval.every's name before
+  CHECK(c.val_every == 3);
+  apply_override(c, "eval.every=4");
+  CHECK(c.val_every == 4);
+  apply_override(c, "data.crop_frames=200");
+  const std::string text = to_toml(c);
+  CHECK(text.find("every = 4") != std::string::npos);
+  CHECK(text.find("val_every") == std::string::npos);
+  CHECK(text.find("crop_frames = 200") != std::string::npos);
+}
+
 TEST_CASE("unknown keys get a did-you-mean") {
   RunConfig c;
   CHECK(error_of([&] { load_toml_string(c, "[optim]\nlearning_rat = 1\n", "x.toml"); }).find("unknown") !=
