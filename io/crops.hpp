@@ -36,6 +36,14 @@ inline std::int64_t random_crop_start(std::uint64_t seed, std::int64_t epoch, st
   return std::int64_t((unsigned __int128)key * positions >> 64);
 }
 
+// Crop k of K evenly spaced crops (evaluation, K >= 2): numpy.linspace(0,
+// length - crop, K)[k] rounded down, voxceleb_trainer's rule (first and last
+// whole crops included; 0 for every crop of an utterance shorter than one).
+inline std::int64_t eval_crop_start(std::int64_t k, std::int64_t crops, std::int64_t length, std::int64_t crop) {
+  if (length <= crop || crops < 2) return crops < 2 ? center_crop_start(length, crop) : 0;
+  return k * (length - crop) / (crops - 1);
+}
+
 // The utterance frame that frame k of a crop starting at `start` holds.
 inline std::int64_t crop_frame(std::int64_t start, std::int64_t k, std::int64_t length) {
   return (start + k) % length;

@@ -47,7 +47,10 @@ std::string_view storage_layout_name(StorageLayout l) {
 
 std::string DatasetInfo::where(std::int64_t s) const {
   if (layout == SegmentLayout::flat) return fmt::format("segment {}", s);
-  if (layout == SegmentLayout::ragged) return fmt::format("utterance {}", s);
+  if (layout == SegmentLayout::ragged)
+    return segments_per_file == 1 ? fmt::format("utterance {}", s)
+                                   : fmt::format("segment {} (crop {} of utterance {})", s, s % segments_per_file,
+                                                 s / segments_per_file);
   if (layout == SegmentLayout::ragged_frames) {
     const auto next = std::upper_bound(utterance_offsets.begin(), utterance_offsets.end(), s);
     const std::int64_t u = std::int64_t(next - utterance_offsets.begin()) - 1;
@@ -158,10 +161,13 @@ void Dataset::read(std::span<const std::int64_t> rows, DType dt, void* dst, bool
     MF_CHECK(r >= 0 && r < info_.num_segments, "{}: segment {} out of range: expected 0..{}", info_.path, r,
              info_.num_segments - 1);
   if (info_.ragged()) {
-    std::vector<std::int64_t> starts(rows.size());
-    for (std::size_t i = 0; i < rows.size(); ++i)
-      starts[i] = center_crop_start(info_.utterance_frames(rows[i]), info_.frames);
-    return read_crops(rows, starts, dt, dst, check);
+    const std::int64_t K = info_.segments_per_file;
+    std::vector<std::int64_t> utterances(rows.size()), starts(rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      utterances[i] = rows[i] / K;
+      starts[i] = eval_crop_start(rows[i] % K, K, info_.utterance_frames(utterances[i]), info_.frames);
+    }
+    return read_crops(utterances, starts, dt, dst, check);
   }
   read_rows(info_, rows, dt, dst, check);
 }

@@ -83,6 +83,16 @@ struct DatasetNames {
   // Whole utterances (ragged files): the frames of every crop read from
   // them (data.crop_frames); 0: the shortest utterance's length.
   std::int64_t crop_frames = 0;
+  // Evaluation of whole utterances (eval.crops): each utterance read as this
+  // many evenly spaced crops (eval_crop_start), consecutive segments of one
+  // file (segments_per_file), so a file's embedding or vote is over its
+  // crops. 1: the centred crop. Not for training (the reader's random crops
+  // take one per utterance).
+  std::int64_t crops_per_utterance = 1;
+  // Evaluation of whole utterances at their own lengths (eval.crops = full):
+  // read() still gives crops, but evaluation reads each utterance whole
+  // (read_utterance), train/eval_shard.cpp.
+  bool whole_utterances = false;
 };
 
 // ragged_frames: a ragged file's frames as rows of one frame (Dataset's own
@@ -184,12 +194,16 @@ class Dataset {
   // its position (dst is then partly written).
   void read(std::span<const std::int64_t> rows, DType dst_type, void* dst, bool check_finite) const;
   // Ragged data: crop i is frames starts[i], starts[i] + 1, ... of utterance
-  // rows[i], crop_frames of them, wrapping to the utterance's first frame
-  // after its last (io/crops.hpp has the rule), written as [n_mels, frames]
-  // like a segment. read() of ragged data reads the centred crops
-  // (center_crop_start). starts[i] must lie in [0, the utterance's length).
+  // rows[i] (an utterance, not a segment), crop_frames of them, wrapping to
+  // the utterance's first frame after its last (io/crops.hpp has the rule),
+  // written as [n_mels, frames] like a segment. read() of ragged data reads
+  // segment s as crop s % K of utterance s / K (K = crops_per_utterance):
+  // the centred crop for K = 1, else eval_crop_start's. starts[i] must lie
+  // in [0, the utterance's length).
   void read_crops(std::span<const std::int64_t> rows, std::span<const std::int64_t> starts, DType dst_type,
                   void* dst, bool check_finite) const;
+  // Ragged data: utterance u whole, [n_mels, its frames], into dst.
+  void read_utterance(std::int64_t u, DType dst_type, void* dst, bool check_finite) const;
 
   // Reads everything (in blocks, `threads` at once, 0..kMaxReadThreads) into
   // a host buffer of N * n_mels * frames elements of dst_type.
@@ -200,6 +214,8 @@ class Dataset {
  private:
   explicit Dataset(std::unique_ptr<Impl> impl, DatasetInfo info);
   void read_rows(const DatasetInfo& as, std::span<const std::int64_t> rows, DType dt, void* dst, bool check) const;
+  void read_frames(std::span<const std::int64_t> rows, std::span<const std::int64_t> starts, std::int64_t frames,
+                   DType dt, void* dst, bool check) const;
   std::unique_ptr<Impl> impl_;
   DatasetInfo info_;
   DatasetInfo frames_;  // ragged data: the frames as rows [T, n_mels, 1] (SegmentLayout::ragged_frames)

@@ -44,8 +44,12 @@ void read_utterance_lengths(hid_t file, const std::string& path, DatasetInfo& in
   if (sum != T)
     MF_THROW("{}: dataset {} sums to {} frames, but /segments {} holds {}: expected the lengths of all its "
              "utterances", path, name, sum, shape_str(info.shape), T);
-  info.num_files = info.num_segments = std::int64_t(lengths.size());
-  info.segments_per_file = info.long_per_file = info.short_per_long = 1;
+  const std::int64_t K = info.names.crops_per_utterance;
+  MF_CHECK(K >= 1 && K <= 1024, "{}: {} crops per utterance: expected 1..1024", path, K);
+  info.num_files = std::int64_t(lengths.size());
+  info.num_segments = info.num_files * K;
+  info.segments_per_file = info.short_per_long = K;
+  info.long_per_file = 1;
   const std::int64_t crop = info.names.crop_frames;
   MF_CHECK(crop >= 0, "{}: a crop of {} frames: expected >= 0", path, crop);
   info.frames = crop > 0 ? crop : shortest;
@@ -75,17 +79,30 @@ void Dataset::Impl::view_frames_as_rows() {
 
 void Dataset::read_crops(std::span<const std::int64_t> rows, std::span<const std::int64_t> starts, DType dt,
                          void* dst, bool check) const {
+  read_frames(rows, starts, info_.frames, dt, dst, check);
+}
+
+void Dataset::read_utterance(std::int64_t u, DType dt, void* dst, bool check) const {
+  MF_CHECK(info_.ragged() && u >= 0 && u < info_.num_files, "{}: utterance {}: expected 0..{} of whole utterances",
+           info_.path, u, info_.num_files - 1);
+  const std::int64_t row[1] = {u}, start[1] = {0};
+  read_frames(row, start, info_.utterance_frames(u), dt, dst, check);
+}
+
+// Crops of N frames (read_crops: N = info_.frames).
+void Dataset::read_frames(std::span<const std::int64_t> rows, std::span<const std::int64_t> starts, std::int64_t N,
+                          DType dt, void* dst, bool check) const {
   MF_CHECK(info_.ragged(), "{}: crops are read from whole utterances; this file holds {} segments", info_.path,
            segment_layout_name(info_.layout));
   MF_CHECK(rows.size() == starts.size(), "Dataset::read_crops: {} rows and {} starts", rows.size(), starts.size());
   MF_CHECK(dt == DType::f32 || dt == DType::f16 || dt == DType::bf16,
            "Dataset::read_crops: destination dtype must be f32, f16 or bf16, found {}", dtype_name(dt));
-  const std::int64_t N = info_.frames, M = info_.n_mels;
+  const std::int64_t M = info_.n_mels;
   std::vector<std::int64_t> frames(rows.size() * std::size_t(N));
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const std::int64_t u = rows[i];
-    MF_CHECK(u >= 0 && u < info_.num_segments, "{}: utterance {} out of range: expected 0..{}", info_.path, u,
-             info_.num_segments - 1);
+    MF_CHECK(u >= 0 && u < info_.num_files, "{}: utterance {} out of range: expected 0..{}", info_.path, u,
+             info_.num_files - 1);
     const std::int64_t len = info_.utterance_frames(u), off = info_.utterance_offsets[std::size_t(u)];
     MF_CHECK(starts[i] >= 0 && starts[i] < len, "{}: a crop of utterance {} starting at frame {}: expected 0..{}",
              info_.path, u, starts[i], len - 1);

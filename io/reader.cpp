@@ -534,6 +534,9 @@ BatchReader::BatchReader(std::shared_ptr<const Dataset> dataset, const ReaderCon
 
   const std::uint64_t need = std::uint64_t(m.N) * (m.x_row_bytes + 12) + std::uint64_t(m.bpe * m.B) * 4;
   // Whole utterances are cropped anew every epoch: read as the epoch needs them.
+  MF_CHECK(!in.ragged() || !cfg.random_crops || in.segments_per_file == 1,
+           "reader: {}: random crops take one crop per utterance; the file was opened with {} (evaluation's "
+           "crops_per_utterance)", in.path, in.segments_per_file);
   MF_CHECK(!in.ragged() || !cfg.random_crops || cfg.resident != Residency::on,
            "reader: {} holds whole utterances, cropped anew every epoch: the streamed reader reads them; set "
            "reader.gpu_cache = auto or off", in.path);
@@ -608,6 +611,7 @@ std::int64_t BatchReader::batches_per_epoch() const { return impl_->bpe; }
 bool BatchReader::resident() const { return impl_->is_resident; }
 const ReaderConfig& BatchReader::config() const { return impl_->cfg; }
 const DatasetInfo& BatchReader::info() const { return impl_->ds->info(); }
+const Dataset& BatchReader::dataset() const { return *impl_->ds; }
 ReaderStats BatchReader::stats() const {
   std::lock_guard lk(impl_->stats_mu);
   return impl_->st;

@@ -136,6 +136,7 @@ class BatchReader {
   bool resident() const;
   const ReaderConfig& config() const;
   const DatasetInfo& info() const;
+  const Dataset& dataset() const;
   ReaderStats stats() const;
 
   // The segment indices of batch (epoch, position): sorted real rows, then

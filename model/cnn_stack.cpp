@@ -499,10 +499,13 @@ void CnnStack::backward(ParamBuffer& pb, const Tensor& x, Tensor& g, const Dropo
 }
 
 Tensor CnnStack::forward_eval(const ParamBuffer& pb, const Tensor& x, cudaStream_t stream) const {
-  MF_CHECK(x.ndim() == 4 && x.size(1) == cfg_.in_mels && x.size(2) == cfg_.in_frames && x.size(3) == 1,
-           "CnnStack::forward_eval: x must be [N, {}, {}, 1] (nhwc), found {}", cfg_.in_mels, cfg_.in_frames, x.str());
+  MF_CHECK(x.ndim() == 4 && x.size(1) == cfg_.in_mels && cfg_.takes_frames(x.size(2)) && x.size(3) == 1,
+           "CnnStack::forward_eval: x must be [N, {}, {}, 1] (nhwc; other frame counts only when the stack ends in "
+           "global or attentive pooling), found {}", cfg_.in_mels, cfg_.in_frames, x.str());
   const std::int64_t n = x.size(0);
-  std::vector<std::unique_ptr<Node>> nodes = make_nodes(cfg_, Alloc{n, dtype_, device_, stream, false, fold_bn_});
+  ModelConfig at = cfg_;  // the layers' shapes at this input's frames
+  at.in_frames = int(x.size(2));
+  std::vector<std::unique_ptr<Node>> nodes = make_nodes(at, Alloc{n, dtype_, device_, stream, false, fold_bn_});
   const Params P{const_cast<ParamBuffer&>(pb)};  // inference reads only: no statistic is updated
   const DropoutContext none;
   for (std::size_t i = 0; i < nodes.size(); ++i) {

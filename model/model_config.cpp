@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "engine/error.hpp"
+#include "model/param_buffer.hpp"
 
 namespace mf::model {
 
@@ -27,6 +28,19 @@ std::int64_t ModelConfig::flat_features() const {
 std::int64_t ModelConfig::trunk_features() const {
   if (arch == Arch::leakcnn) return dense;
   return cnn_shapes(layers, in_mels, in_frames).back().features();
+}
+
+bool ModelConfig::takes_frames(std::int64_t frames) const {
+  if (frames == in_frames) return true;
+  if (arch != Arch::cnn || frames < 1 || frames > (std::int64_t(1) << 30)) return false;
+  ModelConfig other = *this;
+  other.in_frames = int(frames);
+  try {
+    other.validate();
+    return other.trunk_features() == trunk_features() && param_layout(other).size == param_layout(*this).size;
+  } catch (const Error&) {
+    return false;  // too short for the stack's strides and pools
+  }
 }
 
 void ModelConfig::validate() const {

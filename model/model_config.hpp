@@ -84,6 +84,12 @@ struct ModelConfig {
   bool class_head() const { return loss == LossType::softmax || loss == LossType::softmaxproto; }
   // Logits of the heads together: C, plus 1 for the leak head (0 without a class head).
   int head_outputs() const { return class_head() ? classes + (leak_head ? 1 : 0) : 0; }
+  // Whether inference can run on inputs of `frames` frames (in_mels mels):
+  // in_frames itself, or any length for which a CNN stack has the same
+  // features and parameters (one that ends in global or attentive pooling;
+  // not LeakCNN or a flattening stack). Evaluation crops of another length
+  // and whole utterances need it.
+  bool takes_frames(std::int64_t frames) const;
   // Throws mf::Error naming the key when something does not fit.
   void validate() const;
   std::string str() const;

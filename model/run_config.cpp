@@ -44,9 +44,9 @@ struct Field {
   std::string accepted;
   std::string help;
   Check check;  // may be empty
-  // An integer key that also takes the word "auto", held as 0 and written
-  // back as "auto" (the trainer resolves it from the data).
-  bool auto_zero = false;
+  // An integer key that also takes a word, held as 0 and written back as the
+  // word: "auto" (the trainer resolves it from the data), "full" (eval.crops).
+  std::string_view zero_word;
 };
 
 constexpr std::string_view kAuto = "auto";
@@ -234,7 +234,7 @@ void model_fields(std::vector<Field>& v) {
   add(v, "model.embedding", &C::embedding, "auto or an integer in [1, 65536]",
       "a linear embedding layer of this width before the heads / metric loss; auto: none with the softmax loss, 256 "
       "on leakcnn with a metric loss (a CNN stack's last layer is its embedding)", int_range(&C::embedding, 0, 65536));
-  v.back().auto_zero = true;
+  v.back().zero_word = kAuto;
   add_choice(v, "model.input_norm", choice<InputNorm>(&C::input_norm, kInputNormNames),
              "instance: normalise each mel band of each segment over time (mean 0, variance 1) at the input");
   add_choice(v, "model.heads", choice<Heads>(&C::heads, kHeadsNames),
@@ -262,7 +262,7 @@ void train_fields(std::vector<Field>& v) {
         const std::string e = c.batch_size == 0 ? std::string{} : positive_int(&C::batch_size)(c);
         return e.empty() ? e : "auto or " + e;
       });
-  v.back().auto_zero = true;
+  v.back().zero_word = kAuto;
   add(v, "train.grad_accum", &C::grad_accum, "an integer > 0", "micro-batches per optimizer step",
       positive_int(&C::grad_accum));
   add_choice(v, "train.precision", precision_choice(), "compute precision (auto: bf16 on a GPU, fp32 on the CPU)");
@@ -353,6 +353,17 @@ void reader_eval_fields(std::vector<Field>& v) {
   add(v, "eval.every", &C::val_every, "an integer > 0",
       "validate every N epochs (and after the last; voxceleb_trainer's test_interval); eval.patience counts "
       "validations", positive_int(&C::val_every));
+  add(v, "eval.crops", &C::eval_crops, "an integer in [1, 1024] or full",
+      "whole-utterance evaluation (validation, test, embed, verify, eval): N evenly spaced crops of eval.crop_frames "
+      "per utterance, the file's embedding the L2-normalised mean of theirs (or its vote over them); full: each "
+      "utterance whole, at its own length (models ending in global or attentive pooling)",
+      [](const C& c) {
+        return c.eval_crops >= 0 && c.eval_crops <= 1024 ? std::string{} : std::string("an integer in [1, 1024] or full");
+      });
+  v.back().zero_word = "full";
+  add(v, "eval.crop_frames", &C::eval_crop_frames, "0 or an integer in [1, 1000000]",
+      "frames of each evaluation crop of whole utterances (0: data.crop_frames; another length needs a model ending "
+      "in global or attentive pooling)", int_range(&C::eval_crop_frames, 0, 1000000));
   add(v, "eval.threshold", &C::threshold, "a number in (0, 1)", "leak decision threshold on the leak probability",
       [](const C& c) {
         return c.threshold > 0 && c.threshold < 1 ? std::string{} : std::string("a number in (0, 1)");
@@ -551,7 +562,7 @@ void assign(RunConfig& cfg, const Field& f, const toml::node& n, std::string_vie
           if (!n.is_string()) wrong();
           cfg.*m = *n.value<std::string>();
         } else if constexpr (std::is_same_v<T, std::int64_t>) {
-          if (f.auto_zero && n.value_exact<std::string>() == std::string(kAuto)) {
+          if (!f.zero_word.empty() && n.value_exact<std::string>() == std::string(f.zero_word)) {
             cfg.*m = 0;
             return;
           }
@@ -755,7 +766,7 @@ void set_key(RunConfig& cfg, std::string_view key, std::string_view value) {
     cfg.**lm = parse_word_list(key, value, f->accepted);
     return;
   }
-  if (f->auto_zero && value == kAuto) {
+  if (!f->zero_word.empty() && value == f->zero_word) {
     cfg.*std::get<std::int64_t RunConfig::*>(f->member) = 0;
     return;
   }
@@ -859,8 +870,8 @@ std::vector<std::pair<std::string, std::string>> config_values(const RunConfig& 
         for (auto x : cfg.*m) a.push_back(x);
         one.insert_or_assign(name, std::move(a));
       } else if constexpr (std::is_same_v<T, std::int64_t>) {
-        if (f.auto_zero && cfg.*m == 0)
-          one.insert_or_assign(name, std::string(kAuto));
+        if (!f.zero_word.empty() && cfg.*m == 0)
+          one.insert_or_assign(name, std::string(f.zero_word));
         else
           one.insert_or_assign(name, cfg.*m);
       } else if constexpr (!std::is_same_v<T, std::vector<CnnLayer>>) {

@@ -144,7 +144,9 @@ struct RunConfig {
   double gpu_cache_fraction = 0.5;
 
   // [eval]
-  std::int64_t val_every = 1;  // epochs
+  std::int64_t val_every = 1;  // epochs (eval.every)
+  std::int64_t eval_crops = 1;        // whole utterances: evaluation crops per utterance; 0: full (eval.crops = full)
+  std::int64_t eval_crop_frames = 0;  // their frames; 0: data.crop_frames
   double threshold = 0.5;      // leak decision threshold
   // Early stopping / best checkpoint; auto: val.file.macro_f1, or val.eer for
   // an embedding model (a metric loss), resolved by the trainer.

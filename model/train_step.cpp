@@ -533,8 +533,9 @@ void TrainStep::step(cudaStream_t stream) {
 
 EvalOutput TrainStep::forward_eval(const Tensor& xin, cudaStream_t stream) {
   const ModelConfig& mc = cfg_.model;
-  MF_CHECK(xin.ndim() == 4 && xin.size(1) == mc.in_mels && xin.size(2) == mc.in_frames && xin.size(3) == 1,
-           "forward_eval: x must be [B, {}, {}, 1] (nhwc), found {}", mc.in_mels, mc.in_frames, xin.str());
+  MF_CHECK(xin.ndim() == 4 && xin.size(1) == mc.in_mels && mc.takes_frames(xin.size(2)) && xin.size(3) == 1,
+           "forward_eval: x must be [B, {}, {}, 1] (nhwc; other frame counts only for a stack ending in global or "
+           "attentive pooling), found {}", mc.in_mels, mc.in_frames, xin.str());
   const std::int64_t B = xin.size(0);
   ParamBuffer& pb = *params_;
   Tensor& work = pb.work();

@@ -6,8 +6,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
+
 #include <string>
 #include <vector>
+
+#include "model/run_config.hpp"
 
 namespace mf::cli {
 
@@ -43,6 +47,29 @@ inline void add_audio_input_options(CLI::App* cmd, std::vector<std::string>& aud
   cmd->add_flag("--pad", pad, "With --audio: pad files too short for the model's segments with silence")
       ->needs(audio_opt);
   cmd->add_option("--threads", threads, "With --audio: decode threads (0: one per core)")->capture_default_str();
+}
+
+// Whole-utterance evaluation options of eval, embed and verify (eval.crops,
+// eval.crop_frames of docs/training.md); empty / 0: the checkpoint's.
+struct CropOptions {
+  std::string crops;
+  std::int64_t crop_frames = 0;
+};
+inline void add_crop_options(CLI::App* cmd, CropOptions& c) {
+  cmd->add_option("--crops", c.crops,
+                  "Whole-utterance data: N evenly spaced crops per utterance, or full (each utterance whole; models "
+                  "ending in global or attentive pooling); default: the checkpoint's eval.crops")
+      ->type_name("{N,full}");
+  cmd->add_option("--crop-frames", c.crop_frames,
+                  "Whole-utterance data: frames per crop (default: the checkpoint's eval.crop_frames, else "
+                  "data.crop_frames)")
+      ->type_name("INT");
+}
+// Sets them into the checkpoint's configuration, checked as --set would be.
+inline void apply_crop_options(const CropOptions& c, model::RunConfig& cfg) {
+  if (!c.crops.empty()) model::apply_override(cfg, "eval.crops=" + c.crops);
+  if (c.crop_frames != 0) model::apply_override(cfg, "eval.crop_frames=" + std::to_string(c.crop_frames));
+  model::validate(cfg);
 }
 
 }  // namespace mf::cli

@@ -209,6 +209,7 @@ struct InferArgs {
   std::int64_t batch_size = 256;
   double threshold = -1;
   bool per_segment = false;
+  CropOptions crop;
   // predict --audio
   std::vector<std::string> audio, sets;
   bool pad = false;
@@ -253,10 +254,12 @@ void register_eval(CLI::App& app) {
   static InferArgs a;
   add_infer_options(cmd, a);
   cmd->get_option("--data")->required();
+  add_crop_options(cmd, a.crop);
   cmd->callback([] {
     const Device dev = parse_device(a.device);
     Stream stream(dev, "eval");
     train::LoadedModel lm = train::load_model(a.checkpoint, a.device, a.precision, stream);
+    apply_crop_options(a.crop, lm.cfg);
     std::shared_ptr<const io::Dataset> ds;
     const train::EvalRun r = run_eval(a, lm, stream, ds);
     json j = model::to_json(r.result, lm.class_names);

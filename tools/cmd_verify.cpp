@@ -30,6 +30,7 @@ struct EmbedArgs {
   std::string checkpoint, data, out, device = "auto", precision, trials, scores_out, cohort;
   std::int64_t batch_size = 256, cohort_top = 300;
   bool per_segment = false;
+  CropOptions crop;
   // embed --audio
   std::vector<std::string> audio, sets;
   bool pad = false;
@@ -47,6 +48,7 @@ void add_model_options(CLI::App* cmd, EmbedArgs& a) {
   cmd->add_option("--batch-size", a.batch_size, "Segments per forward pass")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  add_crop_options(cmd, a.crop);
 }
 
 // The segment embeddings of a dataset, in order.
@@ -83,6 +85,7 @@ void register_embed(CLI::App& app) {
     const Device dev = parse_device(a.device);
     Stream stream(dev, "embed");
     train::LoadedModel lm = train::load_model(a.checkpoint, a.device, a.precision, stream);
+    apply_crop_options(a.crop, lm.cfg);
     std::unique_ptr<train::AudioFeatures> feats;
     if (!a.audio.empty())
       feats = train::audio_features_for_model(a.audio, lm.cfg, lm.model.in_mels, lm.model.in_frames, lm.class_names,
@@ -174,6 +177,7 @@ void register_verify(CLI::App& app) {
     const Device dev = parse_device(a.device);
     Stream stream(dev, "verify");
     train::LoadedModel lm = train::load_model(a.checkpoint, a.device, a.precision, stream);
+    apply_crop_options(a.crop, lm.cfg);
     DataEmbeddings d = embed_data(lm, a.data, a.batch_size, stream);
     const io::DatasetInfo& info = d.ds->info();
     const train::Embeddings files = train::file_embeddings(d.segments, info.segments_per_file);

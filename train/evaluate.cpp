@@ -78,11 +78,13 @@ EvalRun evaluate(model::TrainStep& ts, io::BatchReader& reader, const EvalOption
   const int C = ts.config().model.classes;
   MF_CHECK(info.num_classes <= C, "{}: labels have {} classes but the model has {}", info.path, info.num_classes, C);
   std::int64_t n = info.num_segments;
+  // Files to vote over: file-structured data, and whole utterances (each its
+  // eval.crops crops).
+  const bool has_files = info.layout == io::SegmentLayout::file_structured || info.ragged();
   if (o.max_segments > 0 && o.max_segments < n) {
     n = o.max_segments;
     // Whole files, when there are files and at least one fits.
-    if (info.layout == io::SegmentLayout::file_structured && n >= info.segments_per_file)
-      n = n / info.segments_per_file * info.segments_per_file;
+    if (has_files && n >= info.segments_per_file) n = n / info.segments_per_file * info.segments_per_file;
   }
   const bool has_leak = ts.config().model.leak_head;
   EvalRun r;
@@ -94,7 +96,7 @@ EvalRun evaluate(model::TrainStep& ts, io::BatchReader& reader, const EvalOption
   // The same loss as training (without label smoothing).
   r.result.loss = model::mean_loss(r.segments, o.class_loss_weight, o.leak_loss_weight);
   r.result.segment = model::segment_metrics(r.segments, o.threshold);
-  if (info.layout == io::SegmentLayout::file_structured && n >= info.segments_per_file) {
+  if (has_files && n >= info.segments_per_file) {
     const std::int64_t F = n / info.segments_per_file;
     const std::int64_t used = F * info.segments_per_file;
     // Voting runs where the model does; its inputs are the host copies.

@@ -133,7 +133,7 @@ LoadedModel load_model(const fs::path& checkpoint, const std::string& device, co
 
 std::shared_ptr<const io::Dataset> open_model_data(const LoadedModel& lm, const std::string& path,
                                                    const std::string& what) {
-  io::DatasetNames names = dataset_names(lm.cfg);
+  io::DatasetNames names = eval_dataset_names(lm.cfg);
   // A classifier's data has the checkpoint's classes, matched by name; an
   // embedding model's is other speakers (scored by trials), as many as the
   // file has. Neither takes its class count from the training configuration.
@@ -146,9 +146,15 @@ std::shared_ptr<const io::Dataset> open_model_data(const LoadedModel& lm, const 
   if (lm.model.loss == model::LossType::softmax) names.classes = lm.class_names;
   auto ds = io::Dataset::open(path, names);  // its errors name the file
   const auto& info = ds->info();
-  MF_CHECK(info.n_mels == lm.model.in_mels && info.frames == lm.model.in_frames,
-           "{}: segments are {}x{}, the model takes {}x{}", what, info.n_mels, info.frames, lm.model.in_mels,
-           lm.model.in_frames);
+  MF_CHECK(info.n_mels == lm.model.in_mels && lm.model.takes_frames(info.frames),
+           "{}: segments are {}x{}, the model takes {}x{}{}", what, info.n_mels, info.frames, lm.model.in_mels,
+           lm.model.in_frames,
+           info.ragged() ? " (whole utterances: crops of another length need a stack ending in global or attentive "
+                           "pooling; set --crop-frames to the model's)"
+                         : "");
+  MF_CHECK(!info.ragged() || !names.whole_utterances || lm.model.takes_frames(lm.model.in_frames + 1),
+           "{}: --crops full (eval.crops) evaluates each utterance at its own length, which needs a stack ending in "
+           "global or attentive pooling; this model takes {} frames only: use --crops N", what, lm.model.in_frames);
   if (!names.classes.empty() && info.classes_present.size() < info.class_names.size())
     log_info("{}: {} of the model's {} classes ({}), matched by name", what, info.classes_present.size(),
              info.class_names.size(), fmt::join(info.classes_present, ", "));

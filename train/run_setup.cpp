@@ -28,6 +28,14 @@ io::DatasetNames dataset_names(const model::RunConfig& cfg) {
   return n;
 }
 
+io::DatasetNames eval_dataset_names(const model::RunConfig& cfg) {
+  io::DatasetNames n = dataset_names(cfg);
+  n.crop_frames = cfg.eval_crop_frames > 0 ? cfg.eval_crop_frames : cfg.crop_frames;
+  n.crops_per_utterance = std::max<std::int64_t>(1, cfg.eval_crops);
+  n.whole_utterances = cfg.eval_crops == 0;  // eval.crops = full
+  return n;
+}
+
 model::ModelConfig model_config(const model::RunConfig& cfg, std::int64_t mels, std::int64_t frames, int classes) {
   model::ModelConfig m;
   m.in_mels = int(mels);

@@ -21,6 +21,10 @@ namespace mf::train {
 // nullopt (auto) -> bf16 on a GPU, fp32 on the CPU; otherwise the precision given.
 model::Precision resolve_precision(std::optional<model::Precision> precision, Device dev);
 io::DatasetNames dataset_names(const model::RunConfig& cfg);
+// The same for evaluation data (validation, test, eval, embed, verify): whole
+// utterances read as eval.crops crops of eval.crop_frames (else
+// data.crop_frames) each.
+io::DatasetNames eval_dataset_names(const model::RunConfig& cfg);
 // The LeakCNN for inputs of mels x frames and `classes` classes, with the
 // heads of cfg.heads (resolved: class or class+leak); throws when the
 // configuration does not make a valid model for them.

@@ -122,7 +122,9 @@ RunData open_run_data(const RunConfig& cfg, const std::string& num_classes_from,
            "hop)", cfg.train_path, ti.num_files, ti.frames);
   // A classifier's validation and test data have the training set's classes,
   // matched by name; an embedding model's are other speakers (scored by trials).
-  io::DatasetNames model_names = names;
+  io::DatasetNames model_names = eval_dataset_names(cfg);
+  model_names.num_classes_from = num_classes_from;
+  model_names.normal_class_from = normal_class_from;
   model_names.classes_from = "the training set " + cfg.train_path;
   if (cfg.loss_type == model::LossType::softmax)
     model_names.classes = ti.class_names;
@@ -131,8 +133,10 @@ RunData open_run_data(const RunConfig& cfg, const std::string& num_classes_from,
   auto open_compatible = [&](const std::string& path, const char* key) {
     auto ds = io::Dataset::open(path, model_names);  // its errors name the file
     const io::DatasetInfo& vi = ds->info();
-    MF_CHECK(vi.n_mels == ti.n_mels && vi.frames == ti.frames, "{} {}: segments are {}x{}, the training set's {}x{}",
-             key, vi.path, vi.n_mels, vi.frames, ti.n_mels, ti.frames);
+    // Whole utterances may be evaluated at another crop length (eval.crop_frames): the model is checked then.
+    MF_CHECK(vi.n_mels == ti.n_mels && (vi.frames == ti.frames || vi.ragged()),
+             "{} {}: segments are {}x{}, the training set's {}x{}", key, vi.path, vi.n_mels, vi.frames, ti.n_mels,
+             ti.frames);
     if (!model_names.classes.empty() && vi.classes_present.size() < vi.class_names.size())
       log_info("{} {}: {} of the training set's {} classes ({}), matched by name", key, vi.path,
                vi.classes_present.size(), vi.class_names.size(), fmt::join(vi.classes_present, ", "));
@@ -296,6 +300,17 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
   resolve_frontend(cfg_, ti);
   saved_settings([&] {
     model_config_ = model_config(cfg_, ti.n_mels, ti.frames, data_.classes);
+    for (const auto* ds : {data_.val.get(), data_.test.get()}) {
+      MF_CHECK(!ds || !ds->info().ragged() || cfg_.eval_crops != 0 || model_config_.takes_frames(ti.frames + 1),
+               "{}: eval.crops = full evaluates each utterance at its own length, which needs a stack ending in "
+               "global or attentive pooling; this model ({}) takes {} frames only: use eval.crops = N",
+               ds->info().path, model_config_.arch == model::Arch::leakcnn ? "LeakCNN" : "a flattening stack",
+               ti.frames);
+      MF_CHECK(!ds || model_config_.takes_frames(ds->info().frames),
+               "{}: evaluation crops of {} frames (eval.crop_frames), but the model takes {} (a stack ending in "
+               "global or attentive pooling takes any length; LeakCNN and flattening stacks do not): set "
+               "eval.crop_frames = {}", ds->info().path, ds->info().frames, ti.frames, ti.frames);
+    }
     (void)model::param_layout(model_config_);  // its size bound, before anything is allocated
     if (cfg_.batch_size == 0) {
       cfg_.batch_size = auto_batch_size(ti.num_segments, cfg_.grad_accum, device_.is_cuda());

@@ -231,3 +231,54 @@ TEST_CASE("speakers, whole utterances: random crops each epoch, --resume auto bi
   for (const char* a : {"master", "adam_m", "adam_v", "adamw_state"})
     CHECK_MESSAGE(got.array(a).bytes == want.array(a).bytes, "array ", a);
 }
+
+TEST_CASE("speakers, whole utterances: N-crop and full-length embeddings equal NumPy's crops embedded as segments") {
+  TempDir d("speaker_eval_crops");
+  Result r = run(fmt::format("data synth --out {} --speakers 8 --files-per-speaker 4 --mels 16 --frames 10 "
+                             "--max-frames 50 --utterances --seed 4", d / "data"));
+  REQUIRE(r.code == 0);
+  const std::string data = d / "data", py = MELFORGE_ORACLE_PYTHON, ref = MELFORGE_SOURCE_DIR "/tests/tools/crops_reference.py";
+  r = run(fmt::format("train --train {}/train.h5 --epochs 1 --batch-size 8 --device cpu --progress off "
+                      "--set loss.type=aam_softmax --set model.heads=class --set model.arch=cnn --set data.crop_frames=16 "
+                      "--set 'model.layers=[{{type=\"conv\",k=3,cout=8,batch_norm=true,pool=2}},{{type=\"attentive_stats_pool\"}}]' "
+                      "--set model.embedding=8 --out {}", data, d / "run"));
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const std::string ckpt = last_checkpoint(d / "run");
+  const std::string cut = d / "cut";
+  std::filesystem::create_directories(cut);
+  REQUIRE(std::system(fmt::format("{} {} cut {}/test.h5 3 20 {}", py, ref, data, cut).c_str()) == 0);
+  const auto embed = [&](const std::string& file, const std::string& extra, const std::string& out) {
+    const Result e = run(fmt::format("embed --checkpoint {} --data {} --out {} --device cpu {}", ckpt, file, out, extra));
+    INFO(e.out);
+    REQUIRE(e.code == 0);
+  };
+  const auto same = [&](const std::string& a, const std::string& b, const char* tol) {
+    CHECK(std::system(fmt::format("{} {} compare {} {} {}", py, ref, a, b, tol).c_str()) == 0);
+  };
+  // 3 crops of 20 frames (not the 16 of training: an attentive-pooling stack takes any length).
+  embed(data + "/test.h5", "--crops 3 --crop-frames 20", d / "multi.h5");
+  embed(cut + "/crops.h5", "", d / "multi_ref.h5");
+  same(d / "multi.h5", d / "multi_ref.h5", "0");  // the same segments in the same batches: the same bits
+  // Each utterance whole, at its own length.
+  embed(data + "/test.h5", "--crops full", d / "full.h5");
+  for (int u = 0; u < 8; ++u) {
+    CAPTURE(u);
+    embed(fmt::format("{}/utt_{}.h5", cut, u), "", d / fmt::format("utt_{}.h5", u));
+  }
+  REQUIRE(std::system(fmt::format("{} -c \"import h5py, numpy as np; rows = [h5py.File('{}/utt_%d.h5' % u)['embeddings'][:] "
+                                  "for u in range(8)]; f = h5py.File('{}/full_ref.h5', 'w'); "
+                                  "f['embeddings'] = np.concatenate(rows)\"", py, d.path.string(), d.path.string())
+                          .c_str()) == 0);
+  same(d / "full.h5", d / "full_ref.h5", "1e-6");
+  // The comparison can fail: whole utterances are not 3 crops of 20 frames.
+  CHECK(std::system(fmt::format("{} {} compare {} {} 1e-3", py, ref, d / "multi.h5", d / "full.h5").c_str()) != 0);
+  // A model with a fixed flatten cannot take whole utterances: the error says to use crops.
+  r = run(fmt::format("train --train {0}/train.h5 --val {0}/val.h5 --epochs 1 --batch-size 8 --device cpu "
+                      "--progress off --set loss.type=aam_softmax --set model.heads=class --set data.crop_frames=16 "
+                      "--set model.channels=[4] --set model.pools=[2] --set model.dense=8 --set eval.crops=full --out {1}",
+                      data, d / "leakcnn"));
+  CHECK(r.code != 0);
+  CHECK(has(r, "eval.crops = full evaluates each utterance at its own length"));
+  CHECK(has(r, "use eval.crops = N"));
+}
