@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   mf::bench::register_step(app);
   mf::bench::register_conv(app);
   mf::bench::register_reader(app);
+  mf::bench::register_crops(app);
   mf::bench::register_verify(app);
   mf::bench::register_logmel(app);
   mf::bench::register_allreduce(app);

@@ -31,9 +31,12 @@ inline std::int64_t random_crop_start(std::uint64_t seed, std::int64_t epoch, st
   const std::uint64_t key = splitmix64_hash(splitmix64_hash(splitmix64_hash(seed ^ 0x63726f70ull /* "crop" */) +
                                                             std::uint64_t(epoch)) +
                                             std::uint64_t(utterance));
-  // Multiply-shift onto [0, positions): no modulo bias worth the name (positions << 2^32).
+  // Multiply-shift of the hash's high 32 bits onto [0, positions): a bias
+  // below positions / 2^32 (under 1e-3 for a crop start in an hour of 10 ms
+  // frames); a modulo past 2^32 positions (years of audio).
   const auto positions = std::uint64_t(length - crop + 1);
-  return std::int64_t((unsigned __int128)key * positions >> 64);
+  if (positions > (std::uint64_t(1) << 32)) return std::int64_t(key % positions);
+  return std::int64_t(((key >> 32) * positions) >> 32);
 }
 
 // Crop k of K evenly spaced crops (evaluation, K >= 2): numpy.linspace(0,

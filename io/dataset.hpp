@@ -218,7 +218,7 @@ class Dataset {
                    DType dt, void* dst, bool check) const;
   std::unique_ptr<Impl> impl_;
   DatasetInfo info_;
-  DatasetInfo frames_;  // ragged data: the frames as rows [T, n_mels, 1] (SegmentLayout::ragged_frames)
+  DatasetInfo frames_;  // ragged data: the frames as rows [T, 1, n_mels] (SegmentLayout::ragged_frames)
 };
 
 }  // namespace mf::io

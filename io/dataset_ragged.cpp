@@ -15,6 +15,22 @@
 
 namespace mf::io {
 
+namespace {
+
+// [rows, cols] -> [cols, rows], in tiles of 16 x 16 (both sides stay in cache).
+template <class T>
+void transpose(const T* in, std::int64_t rows, std::int64_t cols, T* out) {
+  constexpr std::int64_t kTile = 16;
+  for (std::int64_t r0 = 0; r0 < rows; r0 += kTile)
+    for (std::int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      const std::int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
+      for (std::int64_t c = c0; c < c1; ++c)
+        for (std::int64_t r = r0; r < r1; ++r) out[c * rows + r] = in[r * cols + c];
+    }
+}
+
+}  // namespace
+
 void read_utterance_lengths(hid_t file, const std::string& path, DatasetInfo& info) {
   const std::string name = "/lengths";
   const std::int64_t T = info.shape[0];
@@ -59,22 +75,22 @@ DatasetInfo ragged_frames_view(const DatasetInfo& info) {
   DatasetInfo v;
   v.path = info.path;
   v.layout = SegmentLayout::ragged_frames;
-  v.shape = {info.shape[0], info.n_mels, 1};
+  v.shape = {info.shape[0], 1, info.n_mels};  // a frame's values are one run: one row of n_mels
   v.num_segments = v.num_files = info.shape[0];
-  v.n_mels = info.n_mels;
-  v.frames = 1;
+  v.n_mels = 1;
+  v.frames = info.n_mels;
   v.dtype = info.dtype;
   v.utterance_offsets = info.utterance_offsets;
   return v;
 }
 
 void Dataset::Impl::view_frames_as_rows() {
-  // [T, n_mels] -> [T, n_mels, 1]: the chunk index is row-major over the grid,
-  // so a trailing axis of one chunk leaves every chunk's number unchanged.
+  // [T, n_mels] -> [T, 1, n_mels]: the chunk index is row-major over the
+  // grid, so an axis of one chunk leaves every chunk's number unchanged.
   if (mode != Mode::chunked) return;
-  dims.push_back(1);
-  chunk.push_back(1);
-  grid.push_back(1);
+  dims.insert(dims.begin() + 1, 1);
+  chunk.insert(chunk.begin() + 1, 1);
+  grid.insert(grid.begin() + 1, 1);
 }
 
 void Dataset::read_crops(std::span<const std::int64_t> rows, std::span<const std::int64_t> starts, DType dt,
@@ -98,7 +114,8 @@ void Dataset::read_frames(std::span<const std::int64_t> rows, std::span<const st
   MF_CHECK(dt == DType::f32 || dt == DType::f16 || dt == DType::bf16,
            "Dataset::read_crops: destination dtype must be f32, f16 or bf16, found {}", dtype_name(dt));
   const std::int64_t M = info_.n_mels;
-  std::vector<std::int64_t> frames(rows.size() * std::size_t(N));
+  thread_local std::vector<std::int64_t> frames;  // reused: a batch's crops are ~10^4-10^5 frames
+  frames.resize(rows.size() * std::size_t(N));
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const std::int64_t u = rows[i];
     MF_CHECK(u >= 0 && u < info_.num_files, "{}: utterance {} out of range: expected 0..{}", info_.path, u,
@@ -117,9 +134,8 @@ void Dataset::read_frames(std::span<const std::int64_t> rows, std::span<const st
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const std::byte* in = staged.data() + i * std::size_t(N * M) * esz;
     std::byte* o = out + i * std::size_t(N * M) * esz;
-    for (std::int64_t t = 0; t < N; ++t)
-      for (std::int64_t m = 0; m < M; ++m)
-        std::memcpy(o + std::size_t(m * N + t) * esz, in + std::size_t(t * M + m) * esz, esz);
+    if (esz == 4) transpose(reinterpret_cast<const std::uint32_t*>(in), N, M, reinterpret_cast<std::uint32_t*>(o));
+    else transpose(reinterpret_cast<const std::uint16_t*>(in), N, M, reinterpret_cast<std::uint16_t*>(o));
   }
 }
 

@@ -129,7 +129,8 @@ void Dataset::Impl::read_chunked(const DatasetInfo& info, std::span<const std::i
     std::int64_t chunk;
     std::int64_t row;
   };
-  std::vector<Need> need;
+  thread_local std::vector<Need> need;  // reused across calls (no page faults from a fresh 100 KB+ vector each batch)
+  need.clear();
   need.reserve(rows.size() * std::size_t(gm * gt));
   for (std::size_t r = 0; r < rows.size(); ++r) {
     std::int64_t s = rows[r], lin = 0;

@@ -30,7 +30,7 @@ void set_segment_shape(hid_t dset, const std::string& path, const std::string& s
 // checked against the file (resolve_storage) first.
 void read_utterance_lengths(hid_t file, const std::string& path, DatasetInfo& info);
 // What Dataset reads a ragged file's crops through: its frames as rows of one
-// frame ([T, n_mels, 1], SegmentLayout::ragged_frames).
+// frame ([T, 1, n_mels], SegmentLayout::ragged_frames).
 DatasetInfo ragged_frames_view(const DatasetInfo& info);
 
 // info.class_names, sample_rate, hop_length, and the check of an n_mels

@@ -53,8 +53,9 @@ struct Dataset::Impl {
   // info.storage. Returns whether reads take a fast path (else the caller
   // sets Mode::hdf5 and keeps `file` and `dset` open).
   bool resolve_storage(DatasetInfo& info, hid_t h5file, hid_t ds, std::uint64_t file_size);
-  // Ragged data: the chunked path's shape seen as [T, n_mels, 1], so its
-  // reads take frames as rows (io/dataset_ragged.cpp).
+  // Ragged data: the chunked path's shape seen as [T, 1, n_mels], so its
+  // reads take frames as rows of one "mel" of n_mels "frames" (each chunk's
+  // part of a frame is then one run of values, io/dataset_ragged.cpp).
   void view_frames_as_rows();
 
   // Dataset::read for each mode: rows already range-checked, dt f32/f16/bf16.
@@ -72,6 +73,9 @@ struct Dataset::Impl {
   const std::byte* decode_chunk(std::int64_t c) const;
   [[noreturn]] void throw_nonfinite(const DatasetInfo& info, std::int64_t seg, std::int64_t elem,
                                     float v) const {
+    if (info.layout == SegmentLayout::ragged_frames)  // a row is one frame, [1, n_mels]
+      MF_THROW("{}: {} holds a non-finite value ({}) at {}, mel {}: expected finite log-mel values", path, seg_name, v,
+               info.where(seg), elem);
     MF_THROW("{}: {} holds a non-finite value ({}) at {}, mel {}, frame {}: expected finite log-mel values", path,
              seg_name, v, info.where(seg), elem / info.frames, elem % info.frames);
   }

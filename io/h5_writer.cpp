@@ -48,8 +48,8 @@ void write_root_attributes(hid_t file, const WriteSpec& spec, const std::string&
 H5Writer::H5Writer(const std::string& path, const WriteSpec& spec) : path_(path), spec_(spec) {
   silence_hdf5_errors();
   const auto& sh = spec.shape;
-  MF_CHECK(spec.ragged ? sh.size() == 2 && spec.appendable : sh.size() == 3 || sh.size() == 5,
-           "H5Writer: shape {} must have rank 3 or 5 (rank 2 and appendable for whole utterances)", shape_str(sh));
+  MF_CHECK(spec.ragged ? sh.size() == 2 : sh.size() == 3 || sh.size() == 5,
+           "H5Writer: shape {} must have rank 3 or 5 (rank 2 for whole utterances)", shape_str(sh));
   MF_CHECK(spec.dtype == DType::f16 || spec.dtype == DType::f32, "H5Writer: dtype must be f16 or f32");
   seg_per_row_ = sh.size() == 5 ? sh[1] * sh[2] : 1;
   row_elems_ = spec.ragged ? sh[1] : sh[sh.size() - 2] * sh[sh.size() - 1] * seg_per_row_;
@@ -81,7 +81,7 @@ H5Writer::H5Writer(const std::string& path, const WriteSpec& spec) : path_(path)
                       path);
   H5Pclose(dcpl);
   H5Sclose(sp);
-  if (!spec.appendable) write_tables(spec.labels, spec.leak, spec.files);
+  if (!spec.appendable && !spec.ragged) write_tables(spec.labels, spec.leak, spec.files);
   write_root_attributes(file_, spec, path);
 }
 

@@ -38,8 +38,9 @@ struct WriteSpec {
   // More attributes of the root group: a number (f64 or i64) or a UTF-8 string.
   std::vector<std::pair<std::string, std::variant<double, std::int64_t, std::string>>> attributes;
   bool appendable = false;               // shape[0] is ignored: rows come from append()
-  // Whole utterances (io/dataset.hpp's ragged layout): shape [T, n_mels],
-  // appendable; append() adds frames (n_mels values each), and
+  // Whole utterances (io/dataset.hpp's ragged layout): shape [T, n_mels];
+  // appendable, append() adds frames (n_mels values each), else
+  // write_segments() writes frames [first, first + n) of the T; either way
   // finish_utterances() writes /lengths with the per-utterance tables.
   bool ragged = false;
 };

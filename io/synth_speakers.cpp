@@ -240,15 +240,19 @@ namespace {
 // One split of whole utterances: appended in blocks of recordings, then /lengths.
 void write_utterance_split(const SpeakerSynthConfig& cfg, const SpeakerSplit& sp, WriteSpec ws) {
   const std::int64_t fps = cfg.files_per_speaker, M = cfg.mels;
-  ws.shape = {0, M};
-  ws.ragged = ws.appendable = true;
   std::vector<std::int64_t> labels = std::move(ws.labels), lengths(std::size_t(sp.files));
   std::vector<std::string> files = std::move(ws.files);
+  std::int64_t T = 0;
+  for (std::int64_t f = 0; f < sp.files; ++f) {
+    lengths[std::size_t(f)] = synth_utterance_frames(cfg, sp.speakers[std::size_t(f / fps)], f % fps);
+    T += lengths[std::size_t(f)];
+  }
+  ws.shape = {T, M};  // the storage as --storage says (contiguous by default; chunks of 256 frames otherwise)
+  ws.ragged = true;
   ws.labels.clear();
   ws.files.clear();
   H5Writer w(sp.path, ws);
-  for (std::int64_t f = 0; f < sp.files; ++f)
-    lengths[std::size_t(f)] = synth_utterance_frames(cfg, sp.speakers[std::size_t(f / fps)], f % fps);
+  std::int64_t written = 0;
   std::vector<float> buf;
   for (std::int64_t f0 = 0; f0 < sp.files;) {
     std::int64_t f1 = f0, frames = 0;  // about 64 MB of f32 a block
@@ -263,7 +267,8 @@ void write_utterance_split(const SpeakerSynthConfig& cfg, const SpeakerSplit& sp
         synth_speaker_utterance(cfg, sp.speakers[std::size_t(f / fps)], f % fps, buf.data() + at[std::size_t(i)] * M);
       }
     });
-    w.append(frames, buf.data());
+    w.write_segments(written, frames, buf.data());
+    written += frames;
     f0 = f1;
   }
   w.finish_utterances(lengths, labels, {}, files);

@@ -65,7 +65,8 @@ struct SpeakerSynthConfig {
   double val_fraction = 0.15, test_fraction = 0.15;  // of the speakers (each split gets >= 2)
   // Whole utterances (`--utterances`): each recording one utterance of
   // frames..max_frames frames (uniform, drawn from (seed, speaker, recording)),
-  // written in the ragged layout; long_segments and short_segments unused.
+  // written in the ragged layout (storage as for segments; chunks of 256
+  // frames); long_segments and short_segments unused.
   bool utterances = false;
   std::int64_t max_frames = 0;  // 0: 4 x frames
 };

@@ -162,11 +162,11 @@ Choice arch_choice() {
 using C = RunConfig;
 
 void add(std::vector<Field>& v, std::string key, Member m, std::string accepted, std::string help, Check check = {}) {
-  v.push_back(Field{std::move(key), m, std::move(accepted), std::move(help), std::move(check)});
+  v.push_back(Field{std::move(key), m, std::move(accepted), std::move(help), std::move(check), {}});
 }
 void add_choice(std::vector<Field>& v, std::string key, Choice c, std::string help) {
   std::string accepted = "one of " + c.choices;
-  v.push_back(Field{std::move(key), std::move(c), std::move(accepted), std::move(help), {}});
+  v.push_back(Field{std::move(key), std::move(c), std::move(accepted), std::move(help), {}, {}});
 }
 
 // The keys of the data files and their dataset names ([data]), in help order.
