@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "engine/float_convert.hpp"
 #include "io/crops.hpp"
 #include "io/dataset.hpp"
 #include "io/dataset_schema.hpp"
@@ -125,18 +126,22 @@ void Dataset::read_frames(std::span<const std::int64_t> rows, std::span<const st
              info_.path, u, starts[i], len - 1);
     for (std::int64_t k = 0; k < N; ++k) frames[i * std::size_t(N) + std::size_t(k)] = off + crop_frame(starts[i], k, len);
   }
-  // Read as [crops x N, M] (frame-major, as stored), then each crop to [M, N].
-  const std::size_t esz = dtype_size(dt);
-  thread_local std::vector<std::byte> staged;
-  staged.resize(frames.size() * std::size_t(M) * esz);
-  read_rows(frames_, frames, dt, staged.data(), check);
-  auto* out = static_cast<std::byte*>(dst);
+  // Read as [crops x N, M] in the file's type (frame-major, as stored; the
+  // non-finite check names the frame), each crop turned to [M, N] in that
+  // type (half the bytes of f32 for f16 files), then one conversion to dt.
+  const DType ft = info_.dtype;
+  const std::size_t fsz = dtype_size(ft), values = frames.size() * std::size_t(M);
+  thread_local std::vector<std::byte> staged, turned;
+  staged.resize(values * fsz);
+  read_rows(frames_, frames, ft, staged.data(), check);
+  std::byte* out = ft == dt ? static_cast<std::byte*>(dst) : (turned.resize(values * fsz), turned.data());
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    const std::byte* in = staged.data() + i * std::size_t(N * M) * esz;
-    std::byte* o = out + i * std::size_t(N * M) * esz;
-    if (esz == 4) transpose(reinterpret_cast<const std::uint32_t*>(in), N, M, reinterpret_cast<std::uint32_t*>(o));
+    const std::byte* in = staged.data() + i * std::size_t(N * M) * fsz;
+    std::byte* o = out + i * std::size_t(N * M) * fsz;
+    if (fsz == 4) transpose(reinterpret_cast<const std::uint32_t*>(in), N, M, reinterpret_cast<std::uint32_t*>(o));
     else transpose(reinterpret_cast<const std::uint16_t*>(in), N, M, reinterpret_cast<std::uint16_t*>(o));
   }
+  if (ft != dt) convert_floats(out, ft, dst, dt, std::int64_t(values), /*check=*/false);  // checked above
 }
 
 }  // namespace mf::io
