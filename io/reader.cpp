@@ -146,9 +146,16 @@ struct BatchReader::Impl {
   // threads must not be destroyed); a no-op after ~BatchReader stopped them.
   ~Impl() { stop_workers(); }
 
+  // Where batch `seq` (counted from `base`) lies: with shares, the seq-th of
+  // this share's positions share, share + shares, ... of each epoch.
   ReaderState state_of(std::int64_t seq) const {
-    const std::int64_t pos = base.position + seq;
-    return {base.epoch + pos / bpe, pos % bpe};
+    if (cfg.shares == 1) {
+      const std::int64_t pos = base.position + seq;
+      return {base.epoch + pos / bpe, pos % bpe};
+    }
+    const std::int64_t per_epoch = (bpe - cfg.share + cfg.shares - 1) / cfg.shares;
+    const std::int64_t idx = base.position / cfg.shares + seq;
+    return {base.epoch + idx / per_epoch, cfg.share + idx % per_epoch * cfg.shares};
   }
 
   std::shared_ptr<const std::vector<std::int64_t>> order(std::int64_t epoch) const {
@@ -528,6 +535,9 @@ BatchReader::BatchReader(std::shared_ptr<const Dataset> dataset, const ReaderCon
   MF_CHECK(m.bpe > 0, "reader: {} has {} segments, fewer than one batch of {} with the last partial batch "
            "dropped: use a smaller batch, or pad the last batch (ReaderConfig::last_batch = LastBatch::pad)", in.path,
            m.N, m.B);
+  MF_CHECK(cfg.shares >= 1 && cfg.share >= 0 && cfg.share < cfg.shares && m.bpe >= cfg.shares,
+           "reader: {}: share {} of {} of {} batches per epoch: expected 0 <= share < shares <= batches", in.path,
+           cfg.share, cfg.shares, m.bpe);
   m.gpu = cfg.device.is_cuda();
   if (m.gpu) set_current(cfg.device);
   m.x_row_bytes = std::size_t(in.segment_elems()) * dtype_size(cfg.dtype);
@@ -580,7 +590,7 @@ Batch BatchReader::next(cudaStream_t stream) {
   const ReaderState w = m.state_of(m.next_seq);
   b.epoch = w.epoch;
   b.position = w.position;
-  b.last_in_epoch = w.position == m.bpe - 1;
+  b.last_in_epoch = w.position + m.cfg.shares >= m.bpe;  // this share's last of the epoch
   ++m.next_seq;
   std::lock_guard lk(m.stats_mu);
   ++m.st.batches;
@@ -588,13 +598,16 @@ Batch BatchReader::next(cudaStream_t stream) {
   return b;
 }
 
-ReaderState BatchReader::state() const { return impl_->state_of(impl_->next_seq); }
+ReaderState BatchReader::state() const {
+  const ReaderState s = impl_->state_of(impl_->next_seq);
+  return {s.epoch, s.position - impl_->cfg.share};  // the group's position
+}
 
 void BatchReader::restore(const ReaderState& s) {
   Impl& m = *impl_;
-  MF_CHECK(s.epoch >= 0 && s.position >= 0 && s.position < m.bpe,
+  MF_CHECK(s.epoch >= 0 && s.position >= 0 && s.position < m.bpe && s.position % m.cfg.shares == 0,
            "reader: cannot restore (epoch {}, position {}): expected epoch >= 0 and position 0..{} ({} batches "
-           "per epoch)", s.epoch, s.position, m.bpe - 1, m.bpe);
+           "per epoch), a multiple of the {} shares", s.epoch, s.position, m.bpe - 1, m.bpe, m.cfg.shares);
   if (!m.is_resident) {
     m.drain();
     if (m.gpu) m.copy_stream.synchronize();

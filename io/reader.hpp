@@ -94,6 +94,14 @@ struct ReaderConfig {
   // (io/crops.hpp, from `seed`), read by the streamed reader; false: the
   // centred crops, as Dataset::read gives them (evaluation).
   bool random_crops = false;
+  // Data parallelism: this process's share of the batches. Of every `shares`
+  // consecutive batch positions of an epoch (p, p+1, ...) the reader reads
+  // and delivers only p + share: process `share` of `shares` reads its own
+  // micro-batches and no one else's. state() and restore() count positions
+  // over all of them (the group's position, a multiple of `shares`), so
+  // every process has the same state. An epoch holds this share's batches
+  // below batches_per_epoch().
+  int share = 0, shares = 1;
 };
 
 struct ReaderState {

@@ -342,11 +342,13 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
   dist::World::get().set_timeout(cfg_.dist_timeout);
   if (world_.distributed()) check_job(ti);
   saved_settings([&] {
-    // Every process reads the step's batches (of batch_size / world size) and
-    // keeps its own: the order of one process running micro-batches of
-    // batch_size / world size with world size times the accumulation.
+    // The order of one process running micro-batches of batch_size / world
+    // size with world size times the accumulation; each process reads only
+    // its own of them (ReaderConfig::share).
     io::ReaderConfig rc = reader_config(cfg_, device_, act_dtype_, true);
     rc.batch_size = cfg_.batch_size / world_.size();
+    rc.share = world_.rank();  // each process reads its own micro-batches only
+    rc.shares = world_.size();
     train_reader_ = std::make_unique<io::BatchReader>(data_.train, rc);
   });
   // Opening the datasets and (resident mode) loading the training set: the
@@ -634,31 +636,25 @@ void Trainer::Run::finish_training() {
 // ---- train_epoch: the optimizer steps -----------------------------------------------
 
 // Micro-batch j of the next step: the reader's batch into the step's inputs.
-// With several processes each reads the step's next world-size batches and
-// keeps the one of its rank. A batch is the reader's again at its next call
-// of next() (io/reader.hpp), so this process's batch is copied into the
-// step's inputs before the others are read: holding it across those calls
-// let a ring slot be refilled under it (4 processes trained on other data).
+// With several processes the reader reads only this rank's share of the
+// batches (io::ReaderConfig::share: batch j * world_size + rank of the step's
+// micro-batches, no one else's). A batch is the reader's again at its next
+// call of next() (io/reader.hpp), so it is copied into the step's inputs now.
 void Trainer::Run::feed_step(std::int64_t j) {
-  for (int r = 0; r < world_.size(); ++r) {
-    io::Batch b;
-    {
-      MF_NVTX_RANGE("data_wait");
-      const auto w0 = Clock::now();
-      b = train_reader_->next(*stream_);
-      wait_ms_ += 1000.0 * seconds_since(w0);
-    }
-    if (r != world_.rank()) continue;
-    last_batch_ = std::move(b);
-    MF_NVTX_RANGE("h2d_input");
-    EventTimer::Scope t(*timer_, "h2d", *stream_);
-    const std::int64_t b0 = j * micro_batch_, b1 = (j + 1) * micro_batch_;
-    Tensor x = train_step_->input_x().slice(b0, b1), y = train_step_->input_labels().slice(b0, b1),
-           l = train_step_->input_leak().slice(b0, b1);
-    x.copy_from(last_batch_.x, *stream_);
-    y.copy_from(last_batch_.labels, *stream_);
-    l.copy_from(last_batch_.leak, *stream_);
+  {
+    MF_NVTX_RANGE("data_wait");
+    const auto w0 = Clock::now();
+    last_batch_ = train_reader_->next(*stream_);
+    wait_ms_ += 1000.0 * seconds_since(w0);
   }
+  MF_NVTX_RANGE("h2d_input");
+  EventTimer::Scope t(*timer_, "h2d", *stream_);
+  const std::int64_t b0 = j * micro_batch_, b1 = (j + 1) * micro_batch_;
+  Tensor x = train_step_->input_x().slice(b0, b1), y = train_step_->input_labels().slice(b0, b1),
+         l = train_step_->input_leak().slice(b0, b1);
+  x.copy_from(last_batch_.x, *stream_);
+  y.copy_from(last_batch_.labels, *stream_);
+  l.copy_from(last_batch_.leak, *stream_);
 }
 
 bool Trainer::Run::train_epoch() {

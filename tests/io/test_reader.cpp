@@ -222,6 +222,40 @@ TEST_CASE("state/restore resumes exactly, across an epoch boundary, in a fresh r
   CHECK_THROWS_WITH_AS(a.restore({0, 7}), doctest::Contains("position 0..6"), Error);
 }
 
+TEST_CASE("shares: each process's reader delivers exactly its positions of the plain order, and resumes") {
+  auto ds = pattern_ds(io::WriteStorage::contiguous);
+  const io::ReaderConfig c = cfg_cpu(16);  // 7 batches per epoch
+  io::BatchReader all(ds, c);
+  std::vector<std::vector<std::int32_t>> plain;  // epochs 0 and 1, position by position
+  for (int k = 0; k < 14; ++k) plain.push_back(ints(all.next().index));
+  for (const bool resident : {false, true}) {
+    for (int share = 0; share < 3; ++share) {
+      CAPTURE(resident);
+      CAPTURE(share);
+      io::ReaderConfig sc = c;
+      sc.share = share;
+      sc.shares = 3;
+      sc.resident = resident ? io::Residency::on : io::Residency::off;
+      io::BatchReader mine(ds, sc);
+      // Epoch 0: positions share, share + 3 (< 7) and, for share 0, 6; then epoch 1 from share again.
+      std::vector<int> want;
+      for (int e = 0; e < 2; ++e)
+        for (int p = share; p < 7; p += 3) want.push_back(e * 7 + p);
+      CHECK(mine.state() == io::ReaderState{0, 0});
+      for (std::size_t k = 0; k < want.size(); ++k) {
+        const io::Batch b = mine.next();
+        CHECK(ints(b.index) == plain[std::size_t(want[k])]);
+        CHECK(b.position == want[k] % 7);
+        CHECK(b.last_in_epoch == (want[k] % 7 + 3 >= 7));
+      }
+      mine.restore({1, 3});  // the group's position: this share's batch 3 + share of epoch 1
+      CHECK(mine.state() == io::ReaderState{1, 3});
+      if (3 + share < 7) CHECK(ints(mine.next().index) == plain[std::size_t(7 + 3 + share)]);
+      CHECK_THROWS_WITH_AS(mine.restore({0, 2}), doctest::Contains("a multiple of the 3 shares"), Error);
+    }
+  }
+}
+
 TEST_CASE("resident mode gathers the same batches as streaming, in every compute dtype") {
   auto ds = pattern_ds(io::WriteStorage::gzip);
   for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
