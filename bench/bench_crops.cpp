@@ -31,7 +31,7 @@ namespace {
 
 struct CropOpts {
   std::int64_t utterances = 4096, mels = 64, frames = 200, batch = 128;
-  std::string threads = "1,2", storage = "contiguous";
+  std::string threads = "1,2", storage = "contiguous", device = "cpu";
   int epochs = 3;
 };
 
@@ -109,15 +109,16 @@ void run_crops(const CropOpts& o) {
   rc.seed = 1;
   rc.resident = io::Residency::off;
   rc.random_crops = true;
+  rc.device = parse_device(o.device);  // on a GPU: each batch copied to the device, as training gets it
   check_first_batch(rd, rc);
   const double bytes = double(o.utterances / o.batch * o.batch) * double(o.mels * o.frames) * 2;  // f16 values delivered
-  fmt::print("crops of {} frames x {} mels (f16) from {} utterances of {}..{} frames ({} storage), batch {}; "
+  fmt::print("crops of {} frames x {} mels (f16) from {} utterances of {}..{} frames ({} storage), batch {}, to {}; "
              "fixed segments of the same size beside\n", o.frames, o.mels, o.utterances, o.frames, 4 * o.frames,
-             o.storage, o.batch);
+             o.storage, o.batch, rc.device.str());
   fmt::print("{:<34} {:>12} {:>9} {:>12} {:>9} {:>10}\n", "threads", "crops/s", "GB/s", "segments/s", "GB/s",
              "crop/seg");
   nlohmann::json res = {{"utterances", o.utterances}, {"mels", o.mels}, {"frames", o.frames}, {"batch", o.batch},
-                        {"storage", o.storage}, {"runs", nlohmann::json::array()}};
+                        {"storage", o.storage}, {"device", rc.device.str()}, {"runs", nlohmann::json::array()}};
   std::size_t pos = 0;
   while (pos < o.threads.size()) {
     const std::size_t c = o.threads.find(',', pos);
@@ -152,6 +153,7 @@ void register_crops(CLI::App& app) {
   cmd->add_option("--threads", o.threads, "Reader thread counts, comma-separated")->capture_default_str();
   cmd->add_option("--storage", o.storage, "contiguous|chunked|gzip")->capture_default_str();
   cmd->add_option("--epochs", o.epochs, "Timed epochs (the best is kept) after one warm-up")->capture_default_str();
+  cmd->add_option("--device", o.device, "Where the batches go (cpu, cuda)")->capture_default_str();
   cmd->callback([] { run_crops(o); });
 }
 

@@ -323,6 +323,7 @@ if step more; then
   bench_run step-resnet34se-light 50 step --arch resnet34se-light --batch 256 --precision bf16
   bench_run adamw 30 adamw
   bench_run reader 40 reader
+  bench_run crops-cuda 30 crops --device cuda --utterances 2048 --threads 2,8
   # The training step's collectives on the GPU (one process: NCCL's own path; several GPUs: run it under mpirun).
   bench_run allreduce-cuda 30 allreduce --device cuda --max-bytes 67108864
 fi
