@@ -238,3 +238,21 @@ TEST_CASE("dist: dist.reduce = fast repeats its bits and stays within rounding o
   }
   CHECK_MESSAGE(worst <= 1e-5f * scale, "max |fast - ordered| ", worst, " for weights up to ", scale);
 }
+
+TEST_CASE("dist: whole utterances, random crops and 3-crop validation are bit-identical to one process") {
+  TempDir d("dist_utt");
+  REQUIRE(run_cli(fmt::format("data synth --out {} --speakers 8 --files-per-speaker 6 --mels 16 --frames 12 "
+                              "--max-frames 48 --utterances", d / "data")).code == 0);
+  const std::string common = fmt::format(
+      "train --train {0}/train.h5 --val {0}/val.h5 --epochs 2 --device cpu --progress off --seed 3 "
+      "--set model.arch=cnn --set 'model.layers=[{{type=\"conv\",k=3,cout=8,batch_norm=true,pool=2}},"
+      "{{type=\"global_avg_pool\"}}]' --set model.embedding=16 --set model.heads=class --set loss.type=aam_softmax "
+      "--set data.crop_frames=20 --set eval.crops=3 --set reader.threads=1", d / "data");
+  const CliResult one = run_cli(fmt::format("{} --out {} --batch-size 4 --grad-accum 2", common, d / "one"));
+  REQUIRE_MESSAGE(one.code == 0, one.out);
+  const CliResult two = sh(fmt::format("{} {} --out {} --batch-size 8", mpirun(2), common, d / "two"));
+  REQUIRE_MESSAGE(two.code == 0, two.out);
+  REQUIRE(last_checkpoint(d / "one/checkpoints").filename() == last_checkpoint(d / "two/checkpoints").filename());
+  check_same_state(last_checkpoint(d / "one/checkpoints"), last_checkpoint(d / "two/checkpoints"));
+  CHECK(val_report(d / "one/report.json") == val_report(d / "two/report.json"));
+}
