@@ -118,6 +118,22 @@ struct FeaturePipeline::Impl {
     }
   }
 
+  // The file's mono samples at the front-end's rate (at most `limit` of
+  // them where no resampling follows); its duration into out, seconds into dec_s and res_s.
+  std::vector<float> decode_at_rate(const std::filesystem::path& path, std::int64_t limit, FileOutcome& out,
+                                    double& dec_s, double& res_s) const {
+    const auto& p = opt.frontend;
+    auto t0 = Clock::now();
+    MonoAudio a = decode_mono_for(path, p.sample_rate, limit);
+    dec_s += seconds_since(t0);
+    out.audio_seconds = double(a.file_frames) / double(a.sample_rate);
+    if (a.sample_rate == p.sample_rate) return std::move(a.samples);
+    t0 = Clock::now();
+    std::vector<float> x = resample(a.samples, double(a.sample_rate), double(p.sample_rate));
+    res_s += seconds_since(t0);
+    return x;
+  }
+
   // One file into row `row` of the slot's waveforms; on the CPU also its
   // features into `feat` (the decode thread runs the op: decoding and FFTs
   // overlap across threads, no thread waits for a batch).
@@ -125,14 +141,7 @@ struct FeaturePipeline::Impl {
                  double& res_s, double& feat_s) {
     const auto& p = opt.frontend;
     try {
-      auto t0 = Clock::now();
-      MonoAudio a = decode_mono_for(path, p.sample_rate, W);  // a prefix when no resampling follows
-      dec_s += seconds_since(t0);
-      out.audio_seconds = double(a.file_frames) / double(a.sample_rate);
-      t0 = Clock::now();
-      std::vector<float> x = a.sample_rate == p.sample_rate ? std::move(a.samples)
-                                                            : resample(a.samples, double(a.sample_rate), double(p.sample_rate));
-      res_s += seconds_since(t0);
+      std::vector<float> x = decode_at_rate(path, W, out, dec_s, res_s);  // a prefix when no resampling follows
       const auto n = std::int64_t(x.size());
       if (n < p.min_samples()) {
         if (!opt.pad) {
@@ -150,7 +159,7 @@ struct FeaturePipeline::Impl {
       std::fill(row + m, row + W, 0.f);
       out.ok = true;
       if (!op->on_device()) {
-        t0 = Clock::now();
+        const auto t0 = Clock::now();
         op->compute(1, row, feat, nullptr);
         feat_s += seconds_since(t0);
       }
@@ -164,14 +173,7 @@ struct FeaturePipeline::Impl {
                       double& res_s, double& feat_s) {
     const auto& p = opt.frontend;
     try {
-      auto t0 = Clock::now();
-      MonoAudio a = decode_mono_for(path, p.sample_rate, std::numeric_limits<std::int64_t>::max());
-      dec_s += seconds_since(t0);
-      out.audio_seconds = double(a.file_frames) / double(a.sample_rate);
-      t0 = Clock::now();
-      std::vector<float> x = a.sample_rate == p.sample_rate ? std::move(a.samples)
-                                                            : resample(a.samples, double(a.sample_rate), double(p.sample_rate));
-      res_s += seconds_since(t0);
+      std::vector<float> x = decode_at_rate(path, std::numeric_limits<std::int64_t>::max(), out, dec_s, res_s);
       const auto n = std::int64_t(x.size());
       if (n < p.min_samples()) {
         if (!opt.pad) {
@@ -186,7 +188,7 @@ struct FeaturePipeline::Impl {
       FrontendParams q = p;  // this file's length: one segment of all its frames
       q.frames = std::max(p.frames, 1 + n / p.hop_length);
       x.resize(std::size_t(q.window_samples()), 0.f);  // the window past the end is silence (center padding)
-      t0 = Clock::now();
+      const auto t0 = Clock::now();
       std::vector<float> mel(std::size_t(q.n_mels * q.frames));
       make_logmel_cpu(q, /*threaded=*/false)->compute(1, x.data(), mel.data(), nullptr);
       utt.resize(mel.size());
