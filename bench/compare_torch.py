@@ -34,7 +34,12 @@ data trials --per-file 10 --seed 0`) scored by `melforge verify` (the final
 checkpoint) and by PyTorch's file embeddings (mean of segment embeddings,
 L2-normalised, cosine), the EER by the same rule (docs/verification.md).
 Reported: each side's steady samples/s, test EER and minDCF (P_target 0.05
-and 0.01). The dry mode checks torch_metric_train's numpy EER and minDCF
+and 0.01). Whole utterances (ragged data, `data synth --utterances`):
+--crop-frames N trains both sides on a new crop of N frames per utterance per
+epoch (melforge: data.crop_frames; PyTorch: the same crops, io/crops.hpp's rule
+ported in bench/crop_rule.py), --eval-crops K|full with --eval-crop-frames M
+evaluates the test utterances the same way on both sides (melforge verify
+--crops/--crop-frames). The dry mode checks torch_metric_train's numpy EER and minDCF
 against melforge verify's on verify's own scores.csv. Threads: --threads sets
 torch's; melforge's CPU backend follows OMP_NUM_THREADS (recorded in the JSON).
 
@@ -392,7 +397,15 @@ def parse_args(argv):
     p.add_argument("--embedding", type=int, default=0, help="--loss: embedding width (0: melforge's auto, 256 on LeakCNN)")
     p.add_argument("--input-norm", action="store_true", help="--loss: instance norm of each mel band at the input")
     p.add_argument("--trials", help="--loss: a trial list of test.h5 (default: melforge data trials --per-file 10)")
+    p.add_argument("--crop-frames", type=int, default=0,
+                   help="--loss, whole-utterance data: a new random crop of N frames per utterance per epoch "
+                        "(melforge data.crop_frames; the same crops on PyTorch's side)")
+    p.add_argument("--eval-crops", help="--loss, whole-utterance test data: K evenly spaced crops per utterance, or "
+                                        "full (melforge verify --crops; default: the checkpoint's eval.crops, 1)")
+    p.add_argument("--eval-crop-frames", type=int, default=0, help="frames per evaluation crop (default --crop-frames)")
     a = p.parse_args(argv)
+    if a.loss is None and (a.crop_frames or a.eval_crops or a.eval_crop_frames):
+        p.error("--crop-frames, --eval-crops and --eval-crop-frames go with --loss")
     if a.loss is None and (a.per_class or a.embedding or a.input_norm or a.trials):
         p.error("--per-class, --embedding, --input-norm and --trials go with --loss")
     if a.loss in ("angleproto", "softmaxproto") and a.per_class < 2:
@@ -657,11 +670,11 @@ def final_checkpoint(run_dir):
     return max(ckpts, key=os.path.getmtime) if ckpts else None
 
 
-def melforge_verify(melforge, ckpt, test_h5, trials, work_dir, timeout):
+def melforge_verify(melforge, ckpt, test_h5, trials, work_dir, timeout, extra=()):
     """`melforge verify` on the CPU: (its JSON, scores.csv path) or (None, reason)."""
     scores = os.path.join(work_dir, "melforge-scores.csv")
     cmd = [melforge, "verify", "--checkpoint", ckpt, "--data", test_h5, "--trials", trials, "--device", "cpu",
-           "--out", scores]
+           "--out", scores, *extra]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.SubprocessError) as e:
@@ -708,6 +721,8 @@ def melforge_loss_run(args, melforge, d, trials, work_dir, device, precision, mo
                  "--set", f"model.input_norm={'instance' if args.input_norm else 'none'}"]
     if args.per_class:
         loss_args += ["--set", f"data.per_class={args.per_class}"]
+    if args.crop_frames:
+        loss_args += ["--set", f"data.crop_frames={args.crop_frames}"]
     model_args = (["--set", f"model.arch={args.arch}"] + (["--config", args.layers_toml] if args.layers_toml else [])
                   if stack else melforge_model_args(model))
     cmd = [melforge, "train", "--train", os.path.join(d, "train.h5"), "--val", os.path.join(d, "val.h5"),
@@ -726,12 +741,26 @@ def melforge_loss_run(args, melforge, d, trials, work_dir, device, precision, mo
     ckpt = final_checkpoint(run_dir)
     if ckpt is None:
         return dict(row, status="failed", reason=f"no checkpoint in {run_dir}"), {}, True, None
-    ver, scores = melforge_verify(melforge, ckpt, os.path.join(d, "test.h5"), trials, work_dir, args.timeout)
+    ver, scores = melforge_verify(melforge, ckpt, os.path.join(d, "test.h5"), trials, work_dir, args.timeout,
+                                  verify_crop_args(args))
     if ver is None:
         return dict(row, status="failed", reason=scores), {}, True, None
     row.update(test_eer=ver["eer"], test_min_dcf_005=ver.get("min_dcf_0.05"), test_min_dcf_001=ver.get("min_dcf_0.01"),
                test_trials=ver["trials"], checkpoint=ckpt)
     det = {"command": cmd, "report": report, "verify": ver}
+    modes = args.eval_crops.split(",") if args.eval_crops else []
+    if len(modes) > 1:  # the other evaluations of the same checkpoint
+        by = {modes[0]: ver["eer"]}
+        for mode in modes[1:]:
+            w = os.path.join(work_dir, f"verify-{mode}")
+            os.makedirs(w, exist_ok=True)
+            v2, _ = melforge_verify(melforge, ckpt, os.path.join(d, "test.h5"), trials, w, args.timeout,
+                                    verify_crop_args(args, mode))
+            if v2 is None:
+                return dict(row, status="failed", reason=f"verify --crops {mode}: {_}"), det, True, ckpt
+            det[f"verify_{mode}"] = v2
+            by[mode] = v2["eer"]
+        row["test_eer_by_eval"] = by
     if args.dry_run:
         got, ok = check_eer_rule(scores, ver)
         det["eer_rule_check"] = {"numpy": got, "melforge": ver["eer"], "ok": ok}
@@ -740,6 +769,21 @@ def melforge_loss_run(args, melforge, d, trials, work_dir, device, precision, mo
         if not ok:
             return dict(row, status="failed", reason="numpy EER differs from melforge verify's"), det, True, ckpt
     return row, det, False, ckpt
+
+
+def verify_crop_args(args, mode=None):
+    """`melforge verify`'s evaluation of whole utterances, as --eval-crops/--eval-crop-frames say
+    (mode: one of a comma list, default the first)."""
+    mode = mode or (args.eval_crops.split(",")[0] if args.eval_crops else None)
+    extra = ["--crops", mode] if mode else []
+    frames = args.eval_crop_frames or args.crop_frames
+    return extra + (["--crop-frames", str(frames)] if frames and mode != "full" else [])
+
+
+def torch_crop_args(args):
+    return ((["--crop-frames", str(args.crop_frames)] if args.crop_frames else []) +
+            (["--eval-crops", args.eval_crops] if args.eval_crops else []) +
+            (["--eval-crop-frames", str(args.eval_crop_frames)] if args.eval_crop_frames else []))
 
 
 def torch_loss_run(args, d, trials, work_dir, device, model, model_json, threads):
@@ -754,6 +798,7 @@ def torch_loss_run(args, d, trials, work_dir, device, model, model_json, threads
     cmd += ["--input-norm"] if args.input_norm else []
     cmd += ["--model-json", model_json] if model_json else torch_model_args(model)
     cmd += ["--threads", str(threads)] if threads else []
+    cmd += torch_crop_args(args)
     cmd += shlex.split(args.torch_args)
     if device != "cpu":
         return {"run": "pytorch", "status": "unavailable",
@@ -772,6 +817,7 @@ def torch_loss_run(args, d, trials, work_dir, device, model, model_json, threads
             "steady_samples_per_s": r["steady_samples_per_s"], "test_eer": r["test"]["eer"],
             "test_min_dcf_005": r["test"].get("min_dcf_0.05"), "test_min_dcf_001": r["test"].get("min_dcf_0.01"),
             "test_trials": r["test"]["trials"], "torch_version": full["torch_version"],
+            "test_eer_by_eval": {m: t["eer"] for m, t in r.get("tests", {}).items()} or None,
             "torch_threads": full["torch_threads"]}, full, False
 
 
@@ -790,7 +836,8 @@ def run_loss_comparison(args, melforge, out_dir, work_dir, device, precision, de
     model = ({"arch": args.arch} if stack else
              leakcnn_model(args))
     model = dict(model, loss=args.loss, per_class=args.per_class, embedding=args.embedding,
-                 input_norm=args.input_norm)
+                 input_norm=args.input_norm, crop_frames=args.crop_frames or None, eval_crops=args.eval_crops,
+                 eval_crop_frames=args.eval_crop_frames or None)
     threads = args.threads if args.threads is not None else (os.cpu_count() if device == "cpu" else None)
     mrow, mdet, mfail, ckpt = melforge_loss_run(args, melforge, data_dir, trials, work_dir, device, precision,
                                                 model, stack)

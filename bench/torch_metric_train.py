@@ -33,9 +33,22 @@ trial of --trials (VoxCeleb format, names as the dataset's /files, or
 computed here in numpy (eer() below), and minDCF at P_target 0.05 and 0.01
 (C_miss = C_fa = 1, normalised; min_dcf() below), as `melforge verify`.
 
+Whole utterances (ragged files, docs/dataset.md; bench/crop_rule.py):
+--crop-frames N trains on one crop of N frames per utterance per epoch, at
+melforge's io::random_crop_start(--seed, epoch, utterance, length, N) (frames
+(start + k) mod length: a short utterance wraps), the batches melforge's
+per-epoch permutation of the utterances (or --per-class's). A ragged --test
+is evaluated with --eval-crops K (default 1: the centred crop) evenly spaced
+crops of --eval-crop-frames (default --crop-frames) per utterance at
+io::eval_crop_start, the file embedding the L2-normalised mean of the crops'
+raw embeddings, or --eval-crops full: each utterance whole, at its own length
+(a model ending in global or attentive pooling). Without these flags, fixed
+segments as before. bench/check_crop_rule.py checks the port against melforge.
+
   torch_metric_train.py --train train.h5 --test test.h5 --trials trials.txt --loss aam_softmax
                         [--per-class 2] [--embedding 64] [--input-norm] [--channels 8,16,32 --dense 64]
                         [--epochs N --batch-size B --lr X --seed S --threads T] [--json OUT]
+                        [--crop-frames 200 --eval-crops 5|full --eval-crop-frames 200]   (ragged files)
 """
 import argparse
 import datetime
@@ -54,6 +67,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from cnn_stack_torch import CnnStack  # noqa: E402
+from crop_rule import RaggedSplit, eval_crop_start  # noqa: E402
 from leakcnn_torch import LeakCNN, lr_at  # noqa: E402
 from metric_losses_torch import has_class_head  # noqa: E402
 from torch_train import H5Split, _mix, batch_rows, epoch_order, melforge_init, stack_decay_names  # noqa: E402
@@ -241,13 +255,36 @@ def loss_of(model, h, y, args):
     return model.loss(h, y)
 
 
+def is_ragged(path):
+    with h5py.File(path, "r") as f:
+        return "lengths" in f and f["segments"].ndim == 2
+
+
 @torch.no_grad()
-def evaluate(model, test, trials, batch=256):
-    model.eval()
-    x = torch.from_numpy(test.read_all().astype(np.float32)).unsqueeze(1)
+def ragged_file_embeddings(model, test, crops, crop, batch=256):
+    """[F, E] raw embeddings averaged per utterance: crops evenly spaced
+    crops (eval_crop_start) of `crop` frames, or crops == 0: each utterance
+    whole (one forward each, at its own length)."""
+    if crops == 0:
+        return np.stack([model.embed(torch.from_numpy(np.ascontiguousarray(test.utterance(u).T))[None, None])[0]
+                         .double().numpy() for u in range(test.n)])
+    rows = np.repeat(np.arange(test.n), crops)
+    starts = [eval_crop_start(k, crops, int(test.lengths[u]), crop) for u in range(test.n) for k in range(crops)]
+    x = torch.from_numpy(test.crops(rows, starts, crop)).unsqueeze(1)
     emb = torch.cat([model.embed(x[i:i + batch]) for i in range(0, len(x), batch)]).double().numpy()
+    return emb.reshape(test.n, crops, -1).mean(axis=1)
+
+
+@torch.no_grad()
+def evaluate(model, test, trials, batch=256, crops=1, crop=0):
+    model.eval()
+    if isinstance(test, RaggedSplit):
+        files = ragged_file_embeddings(model, test, crops, crop, batch)
+    else:
+        x = torch.from_numpy(test.read_all().astype(np.float32)).unsqueeze(1)
+        emb = torch.cat([model.embed(x[i:i + batch]) for i in range(0, len(x), batch)]).double().numpy()
+        files = emb.reshape(test.files, test.per_file, -1).mean(axis=1)
     model.train()
-    files = emb.reshape(test.files, test.per_file, -1).mean(axis=1)
     norm = np.linalg.norm(files, axis=1, keepdims=True)
     files = (files / np.where(norm == 0, 1, norm)).astype(np.float32).astype(np.float64)
     names = file_names(test.path, test.files)
@@ -260,8 +297,21 @@ def evaluate(model, test, trials, batch=256):
 
 def train_run(args):
     torch.manual_seed(args.seed)
-    train = H5Split(args.train)
-    test = H5Split(args.test, classes=1)
+    ragged = bool(args.crop_frames)
+    if ragged:
+        train = RaggedSplit(args.train)
+        train.frames = args.crop_frames
+    else:
+        train = H5Split(args.train)
+    test_ragged = is_ragged(args.test)
+    modes = (args.eval_crops or "1").split(",")  # the first is the run's "test"; every one goes to "tests"
+    eval_modes = [0 if m == "full" else int(m) for m in modes]
+    eval_crops = eval_modes[0]
+    eval_crop = args.eval_crop_frames or args.crop_frames
+    if test_ragged and any(eval_modes) and not eval_crop:
+        raise ValueError(f"{args.test} holds whole utterances: --eval-crop-frames (or --crop-frames) or "
+                         "--eval-crops full")
+    test = RaggedSplit(args.test, classes=1) if test_ragged else H5Split(args.test, classes=1)
     model = build_model(args, train)
     if args.init == "melforge":
         if args.model_json or args.loss != "angleproto":
@@ -272,7 +322,8 @@ def train_run(args):
     opt = torch.optim.AdamW([{"params": [p for n, p in params if n in decay_names], "weight_decay": args.weight_decay},
                              {"params": [p for n, p in params if n not in decay_names], "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.999), eps=1e-8)
-    x_all = torch.from_numpy(train.read_all().astype(np.float32)).unsqueeze(1)
+    # Fixed segments: read once. Whole utterances: each epoch's crops (below).
+    x_all = None if ragged else torch.from_numpy(train.read_all().astype(np.float32)).unsqueeze(1)
     y_all = torch.from_numpy(train.labels)
     B, m = args.batch_size, args.per_class
     if m:
@@ -291,6 +342,8 @@ def train_run(args):
     t0 = time.perf_counter()
     for e, batches in enumerate(epochs):
         loss_sum = 0.0
+        if ragged:  # melforge's crops of epoch e (io::random_crop_start(seed, e, utterance, ...))
+            x_all = torch.from_numpy(train.epoch_crops(args.seed, e, args.crop_frames)).unsqueeze(1)
         for rows in batches:
             if it == warm:
                 t_steady = time.perf_counter()
@@ -311,14 +364,21 @@ def train_run(args):
             print(f"[torch {args.loss}] epoch {e + 1}/{args.epochs}: loss {losses[-1]:.4f}", flush=True)
     t_end = time.perf_counter()
     t_eval = time.perf_counter()
-    ver = evaluate(model, test, args.trials)
+    tests = {}
+    if test_ragged:
+        for mode, crops in zip(modes, eval_modes):
+            tests[mode] = evaluate(model, test, args.trials, crops=crops, crop=eval_crop)
+            tests[mode].update(eval_crops=mode, eval_crop_frames=eval_crop if crops else None)
+        ver = tests[modes[0]]
+    else:  # fixed segments: the mean of each file's segments (--eval-crops does not apply)
+        ver = tests["segments"] = evaluate(model, test, args.trials)
     return {"status": "ok", "loss": args.loss, "per_class": m, "steps": total, "steps_per_epoch": steps_per_epoch,
             "timing_warmup_steps": warm, "train_s": t_end - t0,
             "steady_samples_per_s": (total - warm) * B / (t_end - t_steady) if t_end > t_steady else None,
             "train_loss_per_epoch": losses, "train_loss_per_step": step_losses,
             "loss_params": {n: p.detach().flatten().tolist() for n, p in model.loss.named_parameters()
                             if p.numel() <= 4} if getattr(model, "loss", None) is not None else {},
-            "test": ver, "eval_s": time.perf_counter() - t_eval,
+            "test": ver, "tests": tests, "eval_s": time.perf_counter() - t_eval, "crop_frames": args.crop_frames or None,
             "parameters": sum(p.numel() for p in model.parameters())}
 
 
@@ -352,9 +412,23 @@ def parse_args(argv):
                         "+ angleproto)")
     p.add_argument("--order", default="numpy", choices=["numpy", "melforge"],
                    help="--per-class batches: numpy's draws of the same rule, or melforge's own draws (diagnostic)")
+    p.add_argument("--crop-frames", type=int, default=0,
+                   help="ragged --train: one crop of N frames per utterance per epoch at melforge's "
+                        "random_crop_start(--seed, epoch, utterance, ...)")
+    p.add_argument("--eval-crops", help="ragged --test: K evenly spaced crops per utterance (default 1, the centred "
+                                        "crop) or full (each utterance whole); a comma list (5,full) evaluates "
+                                        "each, the first being the run's test")
+    p.add_argument("--eval-crop-frames", type=int, default=0, help="frames of each evaluation crop (default --crop-frames)")
     p.add_argument("--json")
     p.add_argument("--verbose", action="store_true")
     a = p.parse_args(argv)
+    if a.eval_crops is not None and not all(m == "full" or (m.isdigit() and int(m) >= 1)
+                                            for m in a.eval_crops.split(",")):
+        p.error("--eval-crops takes a positive integer or full (or a comma list of them: the first is the run's test)")
+    if a.crop_frames < 0 or a.eval_crop_frames < 0:
+        p.error("--crop-frames and --eval-crop-frames must be positive")
+    if a.crop_frames and a.init == "melforge":
+        p.error("--init melforge goes with fixed segments (LeakCNN)")
     if a.loss in ("angleproto", "softmaxproto") and a.per_class < 2:
         p.error(f"--loss {a.loss} needs --per-class M >= 2")
     if a.per_class and a.batch_size % a.per_class:
