@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -53,7 +54,7 @@ class GradientBuckets {
 
  private:
   struct Param {
-    std::string_view name;
+    std::string name;  // a copy: the caller's ParamInfo list may be a temporary
     std::int64_t begin = 0, end = 0;
     bool ready = false;
     int first_bucket = 0, last_bucket = 0;  // the buckets it overlaps
