@@ -458,7 +458,7 @@ void TrainStep::leakcnn_backward(const Tensor& x, Tensor& g, const DropoutContex
     ops::conv_relu_pool_backward(i == 0 ? x : block_out_[std::size_t(i - 1)], pb.view(work, blk + "weight"),
                                  dblock_out_[std::size_t(i)], block_pool_code_[std::size_t(i)], mc.pools[std::size_t(i)],
                                  gw, gb, i == 0 ? nullptr : &dblock_out_[std::size_t(i - 1)], stream);
-    gradients_final(fmt::format("blocks.{}", i), stream);
+    gradients_final(blk, stream);  // "blocks.<i>.conv.": the block's parameters
   }
 }
 

@@ -131,43 +131,39 @@ void run_inspect(const std::string& path, const io::DatasetNames& names, bool sc
                files[std::size_t(c)], segs[std::size_t(c)]);
   if (leak_target) fmt::print("            leak segments {} of {}\n", leak_segs, in.num_segments);
   if (!scan) return;
-  // Value statistics over every segment (this also checks that all values are
-  // finite); whole utterances frame by frame, as crops of one frame.
-  io::DatasetNames one_frame = names;
-  one_frame.crop_frames = 1;
-  const auto frames_ds = in.ragged() ? io::Dataset::open(path, one_frame) : nullptr;
-  const std::int64_t block = 1024, E = in.ragged() ? in.n_mels : in.segment_elems();
-  const std::int64_t rows_total = in.ragged() ? in.shape[0] : in.num_segments;
-  std::vector<std::int64_t> utt_of, start_of;  // ragged: frame r is frame start_of[r] of utterance utt_of[r]
-  if (in.ragged())
-    for (std::int64_t f = 0; f < in.num_files; ++f)
-      for (std::int64_t k = 0; k < in.utterance_frames(f); ++k) {
-        utt_of.push_back(f);
-        start_of.push_back(k);
-      }
+  // Value statistics over every segment, or every utterance whole (this also
+  // checks that all values are finite).
+  const std::int64_t block = 1024;
   std::vector<float> buf;
   std::vector<std::int64_t> rows;
   double sum = 0, sq = 0, lo = std::numeric_limits<double>::infinity(), hi = -lo;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (std::int64_t r0 = 0; r0 < rows_total; r0 += block) {
-    const std::int64_t r1 = std::min(rows_total, r0 + block);
-    rows.resize(std::size_t(r1 - r0));
-    for (std::int64_t r = r0; r < r1; ++r) rows[std::size_t(r - r0)] = r;
-    buf.resize(std::size_t((r1 - r0) * E));
-    if (frames_ds)
-      frames_ds->read_crops(std::span(utt_of).subspan(std::size_t(r0), std::size_t(r1 - r0)),
-                            std::span(start_of).subspan(std::size_t(r0), std::size_t(r1 - r0)), DType::f32, buf.data(),
-                            true);
-    else
-      ds->read(rows, DType::f32, buf.data(), true);
+  const auto add = [&] {
     for (float v : buf) {
       sum += v;
       sq += double(v) * v;
       lo = std::min(lo, double(v));
       hi = std::max(hi, double(v));
     }
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  if (in.ragged()) {
+    for (std::int64_t f = 0; f < in.num_files; ++f) {
+      buf.resize(std::size_t(in.utterance_frames(f) * in.n_mels));
+      ds->read_utterance(f, DType::f32, buf.data(), true);
+      add();
+    }
+  } else {
+    for (std::int64_t r0 = 0; r0 < in.num_segments; r0 += block) {
+      const std::int64_t r1 = std::min(in.num_segments, r0 + block);
+      rows.resize(std::size_t(r1 - r0));
+      for (std::int64_t r = r0; r < r1; ++r) rows[std::size_t(r - r0)] = r;
+      buf.resize(std::size_t((r1 - r0) * in.segment_elems()));
+      ds->read(rows, DType::f32, buf.data(), true);
+      add();
+    }
   }
-  const double n = double(rows_total) * double(E);
+  const double n = in.ragged() ? double(in.shape[0]) * double(in.n_mels)
+                               : double(in.num_segments) * double(in.segment_elems());
   const double mean = sum / n, sd = std::sqrt(std::max(0.0, sq / n - mean * mean));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   fmt::print("values      min {:.4g}  max {:.4g}  mean {:.4g}  std {:.4g}  (all {} finite; scanned in {:.2f} s)\n", lo,

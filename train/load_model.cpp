@@ -146,15 +146,10 @@ std::shared_ptr<const io::Dataset> open_model_data(const LoadedModel& lm, const 
   if (lm.model.loss == model::LossType::softmax) names.classes = lm.class_names;
   auto ds = io::Dataset::open(path, names);  // its errors name the file
   const auto& info = ds->info();
-  MF_CHECK(info.n_mels == lm.model.in_mels && lm.model.takes_frames(info.frames),
-           "{}: segments are {}x{}, the model takes {}x{}{}", what, info.n_mels, info.frames, lm.model.in_mels,
-           lm.model.in_frames,
-           info.ragged() ? " (whole utterances: crops of another length need a stack ending in global or attentive "
-                           "pooling; set --crop-frames to the model's)"
-                         : "");
-  MF_CHECK(!info.ragged() || !names.whole_utterances || lm.model.takes_frames(lm.model.in_frames + 1),
-           "{}: --crops full (eval.crops) evaluates each utterance at its own length, which needs a stack ending in "
-           "global or attentive pooling; this model takes {} frames only: use --crops N", what, lm.model.in_frames);
+  MF_CHECK(info.n_mels == lm.model.in_mels && (info.ragged() || lm.model.takes_frames(info.frames)),
+           "{}: segments are {}x{}, the model takes {}x{}", what, info.n_mels, info.frames, lm.model.in_mels,
+           lm.model.in_frames);
+  check_whole_utterance_eval(lm.model, info, what);
   if (!names.classes.empty() && info.classes_present.size() < info.class_names.size())
     log_info("{}: {} of the model's {} classes ({}), matched by name", what, info.classes_present.size(),
              info.class_names.size(), fmt::join(info.classes_present, ", "));

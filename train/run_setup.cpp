@@ -36,6 +36,19 @@ io::DatasetNames eval_dataset_names(const model::RunConfig& cfg) {
   return n;
 }
 
+void check_whole_utterance_eval(const model::ModelConfig& mc, const io::DatasetInfo& in, const std::string& what) {
+  if (!in.ragged()) return;
+  const char* model = mc.arch == model::Arch::leakcnn ? "LeakCNN" : "a flattening stack";
+  MF_CHECK(!in.names.whole_utterances || mc.takes_frames(mc.in_frames + 1),
+           "{}: eval.crops = full evaluates each utterance at its own length (--crops full), which needs a stack "
+           "ending in global or attentive pooling; this model ({}) takes {} frames only: use eval.crops = N "
+           "(--crops N)", what, model, mc.in_frames);
+  MF_CHECK(mc.takes_frames(in.frames),
+           "{}: evaluation crops of {} frames (eval.crop_frames, --crop-frames), but this model ({}) takes {} only "
+           "(a stack ending in global or attentive pooling takes any length): set eval.crop_frames = {}", what,
+           in.frames, model, mc.in_frames, mc.in_frames);
+}
+
 model::ModelConfig model_config(const model::RunConfig& cfg, std::int64_t mels, std::int64_t frames, int classes) {
   model::ModelConfig m;
   m.in_mels = int(mels);

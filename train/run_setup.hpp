@@ -25,6 +25,12 @@ io::DatasetNames dataset_names(const model::RunConfig& cfg);
 // utterances read as eval.crops crops of eval.crop_frames (else
 // data.crop_frames) each.
 io::DatasetNames eval_dataset_names(const model::RunConfig& cfg);
+// Whole-utterance evaluation data (opened with eval_dataset_names) against
+// the model that evaluates it: crops of another length than the model's
+// (eval.crop_frames, --crop-frames) or whole utterances (eval.crops = full,
+// --crops full) need a stack ending in global or attentive pooling; else an
+// error that starts with `what` and says what to set. Other data: nothing.
+void check_whole_utterance_eval(const model::ModelConfig& mc, const io::DatasetInfo& in, const std::string& what);
 // The LeakCNN for inputs of mels x frames and `classes` classes, with the
 // heads of cfg.heads (resolved: class or class+leak); throws when the
 // configuration does not make a valid model for them.

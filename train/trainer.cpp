@@ -154,24 +154,6 @@ RunData open_run_data(const RunConfig& cfg, const std::string& num_classes_from,
   return d;
 }
 
-// Whole-utterance evaluation data against the model: crops of another
-// length (eval.crop_frames) or whole utterances (eval.crops = full) need a
-// model that takes any length.
-void check_eval_frames(const RunData& d, const model::ModelConfig& mc, const RunConfig& cfg) {
-  for (const auto* ds : {d.val.get(), d.test.get()}) {
-    if (!ds) continue;
-    const io::DatasetInfo& in = ds->info();
-    MF_CHECK(!in.ragged() || cfg.eval_crops != 0 || mc.takes_frames(mc.in_frames + 1),
-             "{}: eval.crops = full evaluates each utterance at its own length, which needs a stack ending in global "
-             "or attentive pooling; this model ({}) takes {} frames only: use eval.crops = N", in.path,
-             mc.arch == model::Arch::leakcnn ? "LeakCNN" : "a flattening stack", mc.in_frames);
-    MF_CHECK(mc.takes_frames(in.frames),
-             "{}: evaluation crops of {} frames (eval.crop_frames), but the model takes {} (a stack ending in global "
-             "or attentive pooling takes any length; LeakCNN and flattening stacks do not): set eval.crop_frames = {}",
-             in.path, in.frames, mc.in_frames, mc.in_frames);
-  }
-}
-
 }  // namespace
 
 // ---- the run's state --------------------------------------------------------------
@@ -318,7 +300,8 @@ Trainer::Run::Run(RunConfig cfg, TrainerOptions options) : cfg_(std::move(cfg)),
   resolve_frontend(cfg_, ti);
   saved_settings([&] {
     model_config_ = model_config(cfg_, ti.n_mels, ti.frames, data_.classes);
-    check_eval_frames(data_, model_config_, cfg_);
+    for (const auto* ds : {data_.val.get(), data_.test.get()})
+      if (ds) check_whole_utterance_eval(model_config_, ds->info(), ds->info().path);
     (void)model::param_layout(model_config_);  // its size bound, before anything is allocated
     if (cfg_.batch_size == 0) {
       cfg_.batch_size = auto_batch_size(ti.num_segments, cfg_.grad_accum, device_.is_cuda());
