@@ -16,26 +16,9 @@ Ragged file layout (docs/dataset.md): /segments [T, n_mels] frame-major,
 import h5py
 import numpy as np
 
-M64 = (1 << 64) - 1
-GAMMA = 0x9E3779B97F4A7C15
+from splitmix import MASK64 as M64, mix as splitmix64_hash, mix_vec as _hash_vec
+
 CROP_SALT = 0x63726F70  # "crop"
-
-
-def splitmix64_hash(state):
-    """engine/counter_rng.hpp's splitmix64_hash on Python ints (mod 2^64)."""
-    z = (state + GAMMA) & M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-    return z ^ (z >> 31)
-
-
-def _hash_vec(z):
-    """splitmix64_hash on a uint64 array (NumPy's wrapping arithmetic)."""
-    with np.errstate(over="ignore"):
-        z = z + np.uint64(GAMMA)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
 
 
 def random_crop_start(seed, epoch, utterance, length, crop):

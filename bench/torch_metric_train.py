@@ -70,7 +70,8 @@ from cnn_stack_torch import CnnStack  # noqa: E402
 from crop_rule import RaggedSplit, eval_crop_start  # noqa: E402
 from leakcnn_torch import LeakCNN, lr_at  # noqa: E402
 from metric_losses_torch import has_class_head  # noqa: E402
-from torch_train import H5Split, _mix, batch_rows, epoch_order, melforge_init, stack_decay_names  # noqa: E402
+from splitmix import GOLDEN, MASK64 as M64, mix as _mix  # noqa: E402
+from torch_train import H5Split, batch_rows, epoch_order, melforge_init, stack_decay_names  # noqa: E402
 
 METRIC_LOSSES = ("am_softmax", "aam_softmax", "angleproto", "softmaxproto")
 
@@ -162,8 +163,6 @@ def balanced_epoch(labels, file_of, m, batch, rng):
 
 # ---- melforge's own balanced order (io/balanced_order.cpp), draw for draw ----
 
-M64 = (1 << 64) - 1
-GOLDEN = 0x9E3779B97F4A7C15
 
 
 class _Draw:

@@ -78,11 +78,10 @@ import torch.nn as nn  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from leakcnn_torch import LeakCNN, lr_at, resolve_heads  # noqa: E402
 from cnn_stack_torch import CnnStack  # noqa: E402
+from splitmix import GOLDEN, MASK64, mix as _mix, mix_vec as _mix_vec  # noqa: E402,F401
 
 _IMPORTS_DONE = time.perf_counter()
 _FIRST_VARIANT = True  # time to first step counts from launch for the process's first variant
-MASK64 = (1 << 64) - 1
-GOLDEN = 0x9E3779B97F4A7C15
 
 
 def since_launch():
@@ -90,22 +89,6 @@ def since_launch():
 
 
 # ---- melforge's generators (io/reader.cpp epoch_order, model/param_buffer.cpp init) ----
-
-def _mix_vec(z):
-    """splitmix64's finalizer of z + golden, on a uint64 array (wrapping arithmetic)."""
-    with np.errstate(over="ignore"):
-        z = z + np.uint64(GOLDEN)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
-
-
-def _mix(z):
-    z = (z + GOLDEN) & MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
-    return z ^ (z >> 31)
-
 
 def epoch_order(n, seed, epoch, shuffle=True):
     """melforge's per-epoch permutation of [0, n): Fisher-Yates driven by splitmix64
