@@ -131,12 +131,6 @@ void normalise(const BatchNormArgs& d, DType t, const void* x, const void* resid
   }, 4);
 }
 
-// Zeroes element i of a float buffer (0.0 is all-zero bits in f32, f16, bf16).
-void zero_element(DType t, void* p, std::int64_t i) {
-  const std::size_t s = dtype_size(t);
-  std::memset(static_cast<char*>(p) + i * std::int64_t(s), 0, s);
-}
-
 }  // namespace
 
 void batch_norm_train_forward_cpu(const BatchNormArgs& d, DType dtype, const void* x, const void* gamma,
@@ -192,13 +186,10 @@ void batch_norm_backward_cpu(const BatchNormArgs& d, DType dtype, const void* x,
         const float* xb = as_f32(dtype, x, b * C, ne, xbuf.data());
         const float* dv = as_f32(dtype, dy, b * C, ne, dyb.data());
         if (dv != dyb.data()) std::copy(dv, dv + ne, dyb.data());
-        if (d.relu) {
+        if (d.relu) {  // dy where y > 0, else 0 (NaN y blocks), written back (exact in T)
           const float* yb = as_f32(dtype, y, b * C, ne, ybuf.data());
-          for (std::int64_t i = 0; i < ne; ++i)
-            if (!(yb[i] > 0.f)) {
-              dyb[std::size_t(i)] = 0.f;
-              zero_element(dtype, dy, b * C + i);
-            }
+          for (std::int64_t i = 0; i < ne; ++i) dyb[std::size_t(i)] = yb[i] > 0.f ? dyb[std::size_t(i)] : 0.f;
+          store_from_f32(dtype, dyb.data(), dy, b * C, ne);
         }
         std::fill(bs.begin(), bs.end(), 0.f);
         std::fill(bx.begin(), bx.end(), 0.f);

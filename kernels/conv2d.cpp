@@ -20,6 +20,14 @@
 // Every output element is one f32 sum in an order fixed by the shape, so the
 // results are bit-identical for any thread count. With relu, dy is masked in
 // place first (exact in T).
+//
+// The avx512 and avx2 CPU kernels (engine/cpu_kernels.hpp) run the same loops
+// around FMA micro-kernels (kernels/conv_cpu_simd.hpp): tap_row with wider
+// tiles for the forward and dx (pixels padded to their pixel block, lanes to
+// their channel block), and for dw/db the chunked partials of
+// kernels/conv_dw_partials.hpp (conv rows cut into chunks that depend on the
+// shape only, each a register-blocked dw_rows pass, summed in chunk order):
+// also bit-identical for any thread count, not bit-identical to the twin.
 #include "kernels/conv2d.hpp"
 
 #include <algorithm>
@@ -29,10 +37,13 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/cpu_kernels.hpp"
 #include "engine/error.hpp"
 #include "engine/parallel.hpp"
 #include "engine/vec8.hpp"
 #include "kernels/conv_algo_lab.hpp"
+#include "kernels/conv_cpu_simd.hpp"
+#include "kernels/conv_dw_partials.hpp"
 
 namespace mf::kernels {
 
@@ -131,11 +142,11 @@ void load_row(const T* src, int h, int w, int c, int ih, int shift, int width_p,
 
 // out[((r*k + s)*a_n + a)*bp + b] = w[co][r][s][ci] with (a, b) = (ci, co)
 // when by_cout (forward: lanes are Cout), else (co, ci) (dx: lanes are Cin);
-// lanes b >= the real count are 0.
+// bp is the lane count rounded up to lane_block, lanes b >= the real count are 0.
 template <class T>
-std::vector<float> arrange_weights(const Conv2dDims& d, const T* w, bool by_cout) {
+std::vector<float> arrange_weights(const Conv2dDims& d, const T* w, bool by_cout, int lane_block) {
   const int k = d.k, a_n = by_cout ? d.cin : d.cout;
-  const std::int64_t bp = round_up(by_cout ? d.cout : d.cin, kCB);
+  const std::int64_t bp = round_up(by_cout ? d.cout : d.cin, lane_block);
   std::vector<float> out(std::size_t(k * k * a_n * bp), 0.f);
   for (int co = 0; co < d.cout; ++co)
     for (int rs = 0; rs < k * k; ++rs)
@@ -147,13 +158,33 @@ std::vector<float> arrange_weights(const Conv2dDims& d, const T* w, bool by_cout
   return out;
 }
 
+// The micro-kernels one CPU variant runs (engine/cpu_kernels.hpp) and the
+// paddings they need.
+struct CpuPath {
+  int pixel_block;  // row buffers are padded to a multiple of this many pixels
+  int lane_block;   // tap_row's lane counts (Cout forward, Cin for dx) to a multiple of this
+  TapRowFn tap;
+  DwRowsFn dw;       // null: the twin's dw (backward_dw)
+  bool any_pixels;   // tap computes just the real pixels of a row (else the padded count)
+  int tap_pixels(int real) const { return any_pixels ? real : int(round_up(real, pixel_block)); }
+};
+
+CpuPath cpu_path() {
+  switch (active_cpu_kernels()) {
+    case CpuKernels::avx512:
+      return {avx512::kPixelBlock, avx512::kChannelBlock, avx512::tap_row, avx512::dw_rows, true};
+    case CpuKernels::avx2: return {avx2::kPixelBlock, avx2::kChannelBlock, avx2::tap_row, avx2::dw_rows, true};
+    default: return {kPB, kCB, tap_row, nullptr, false};
+  }
+}
+
 template <class T>
-void forward(const Conv2dDims& d, const T* x, const T* w, const T* b, T* y) {
+void forward(const Conv2dDims& d, const CpuPath& path, const T* x, const T* w, const T* b, T* y) {
   const int k = d.k, pad = d.pad(), st = d.stride, oh_n = d.oh(), ow_n = d.ow();
-  const int coutp = int(round_up(d.cout, kCB));
-  const int owp = int(round_up(ow_n, kPB));
+  const int coutp = int(round_up(d.cout, path.lane_block));
+  const int owp = int(round_up(ow_n, path.pixel_block));
   const int in_w = (owp - 1) * st + k;  // buffer pixel j holds column j - pad
-  const std::vector<float> wt = arrange_weights(d, w, true);
+  const std::vector<float> wt = arrange_weights(d, w, true, path.lane_block);
   std::vector<float> bias(std::size_t(coutp), 0.f);
   if (b)
     for (int co = 0; co < d.cout; ++co) bias[std::size_t(co)] = to_f32(b[co]);
@@ -172,7 +203,8 @@ void forward(const Conv2dDims& d, const T* x, const T* w, const T* b, T* y) {
       const T* xn = x + n * d.h * d.w * d.cin;
       for (int r = 0; r < k; ++r)
         load_row(xn, d.h, d.w, d.cin, oh * st - pad + r, pad, in_w, in.data() + std::size_t(r) * in_w * d.cin);
-      tap_row(k * k, tin.data(), twm.data(), d.cin, std::int64_t(st) * d.cin, coutp, bias.data(), owp, out.data());
+      path.tap(k * k, tin.data(), twm.data(), d.cin, std::int64_t(st) * d.cin, coutp, bias.data(),
+               path.tap_pixels(ow_n), out.data());
       T* yr = y + u * ow_n * d.cout;
       for (int ow = 0; ow < ow_n; ++ow)
         for (int co = 0; co < d.cout; ++co) {
@@ -184,13 +216,13 @@ void forward(const Conv2dDims& d, const T* x, const T* w, const T* b, T* y) {
 }
 
 template <class T>
-void backward_dx(const Conv2dDims& d, const T* w, const T* g, T* dx) {
+void backward_dx(const Conv2dDims& d, const CpuPath& path, const T* w, const T* g, T* dx) {
   const int k = d.k, pad = d.pad(), st = d.stride, oh_n = d.oh(), ow_n = d.ow();
-  const int cinp = int(round_up(d.cin, kCB));
-  const int cols_p = int(round_up((d.w + st - 1) / st, kPB));  // columns of one residue, padded
+  const int cinp = int(round_up(d.cin, path.lane_block));
+  const int cols_p = int(round_up((d.w + st - 1) / st, path.pixel_block));  // columns of one residue, padded
   const int gpad = pad;                                         // g buffer pixel j holds ow = j - gpad
   const int gw = gpad + (st - 1 + pad) / st + cols_p + 1;
-  const std::vector<float> wf = arrange_weights(d, w, false);
+  const std::vector<float> wf = arrange_weights(d, w, false, path.lane_block);
 
   parallel_for(d.n * d.h, [&](std::int64_t begin, std::int64_t end) {
     std::vector<float> grows(std::size_t(k) * gw * d.cout), out(std::size_t(cols_p) * cinp);
@@ -218,7 +250,8 @@ void backward_dx(const Conv2dDims& d, const T* w, const T* g, T* dx) {
             twm[std::size_t(ntaps)] = wf.data() + std::int64_t(r * k + s) * d.cout * cinp;
             ++ntaps;
           }
-        tap_row(ntaps, tin.data(), twm.data(), d.cout, d.cout, cinp, nullptr, cols_p, out.data());
+        path.tap(ntaps, tin.data(), twm.data(), d.cout, d.cout, cinp, nullptr, path.tap_pixels((d.w - q + st - 1) / st),
+                 out.data());
         for (int iw = q, j = 0; iw < d.w; iw += st, ++j)
           for (int ci = 0; ci < d.cin; ++ci)
             dxr[std::int64_t(iw) * d.cin + ci] = from_f32<T>(out[std::size_t(j) * cinp + ci]);
@@ -270,6 +303,61 @@ void backward_dw(const Conv2dDims& d, const T* x, const T* g, float* dw, float* 
   });
 }
 
+// Output-gradient row oh of image g ([OH][OW][Cout] of T) as ow_n pixels of
+// coutp f32 lanes (lanes past Cout are 0).
+template <class T>
+void load_grad_row(const T* g, const Conv2dDims& d, int oh, int coutp, float* dst) {
+  const int ow_n = d.ow();
+  const T* row = g + std::int64_t(oh) * ow_n * d.cout;
+  for (int ow = 0; ow < ow_n; ++ow) {
+    float* o = dst + std::int64_t(ow) * coutp;
+    for (int co = 0; co < d.cout; ++co) o[co] = to_f32(row[std::int64_t(ow) * d.cout + co]);
+    std::fill(o + d.cout, o + coutp, 0.f);
+  }
+}
+
+// dw, db with the FMA kernels: chunked partials (kernels/conv_dw_partials.hpp),
+// each chunk's conv rows in groups of up to kDwGroup rows of one image.
+template <class T>
+void backward_dw_simd(const Conv2dDims& d, const CpuPath& path, const T* x, const T* g, float* dw, float* db) {
+  const int k = d.k, pad = d.pad(), st = d.stride, oh_n = d.oh(), ow_n = d.ow();
+  const int coutp = int(round_up(d.cout, path.lane_block));
+  const int in_w = (ow_n - 1) * st + k;  // buffer pixel j holds column j - pad
+  const std::int64_t units = d.n * oh_n;
+  const std::int64_t chunks = dw_partial_chunks(units);
+  const std::int64_t part = std::int64_t(k) * k * d.cin * coutp + coutp;  // dwt then db
+  std::vector<float> partials(std::size_t(chunks * part), 0.f);
+  const int max_in_rows = (kDwGroup - 1) * st + k;
+  parallel_for(chunks, [&](std::int64_t cbeg, std::int64_t cend) {
+    std::vector<float> in(std::size_t(max_in_rows) * in_w * d.cin), gbuf(std::size_t(kDwGroup) * ow_n * coutp);
+    std::vector<const float*> xrows(static_cast<std::size_t>(max_in_rows)), grows(kDwGroup);
+    for (std::int64_t c = cbeg; c < cend; ++c) {
+      float* dwt = partials.data() + c * part;
+      const std::int64_t uend = units * (c + 1) / chunks;
+      for (std::int64_t u = units * c / chunks; u < uend;) {  // groups of conv rows of one image
+        const std::int64_t n = u / oh_n;
+        const int oh0 = int(u % oh_n);
+        const int nconv = int(std::min<std::int64_t>({kDwGroup, uend - u, oh_n - oh0}));
+        for (int j = 0; j < nconv; ++j) {
+          float* gr = gbuf.data() + std::size_t(j) * ow_n * coutp;
+          load_grad_row(g + n * oh_n * ow_n * d.cout, d, oh0 + j, coutp, gr);
+          grows[std::size_t(j)] = gr;
+        }
+        const T* xn = x + n * d.h * d.w * d.cin;
+        for (int i = 0; i < (nconv - 1) * st + k; ++i) {
+          float* ir = in.data() + std::size_t(i) * in_w * d.cin;
+          load_row(xn, d.h, d.w, d.cin, oh0 * st - pad + i, pad, in_w, ir);
+          xrows[std::size_t(i)] = ir;
+        }
+        // ow_n real pixels (no padded ones: dw_rows has no pixel block).
+        path.dw(xrows.data(), nconv, st, d.cin, k, grows.data(), coutp, ow_n, dwt, dwt + part - coutp);
+        u += nconv;
+      }
+    }
+  });
+  reduce_dw_partials(partials, chunks, part, k * k * d.cin, d.cout, coutp, dw, db);
+}
+
 template <class T>
 void backward(const Conv2dDims& d, const T* x, const T* w, const T* y, T* dy, T* dx, float* dw, float* db) {
   const std::int64_t ny = d.n * d.oh() * d.ow() * d.cout;
@@ -279,8 +367,12 @@ void backward(const Conv2dDims& d, const T* x, const T* w, const T* y, T* dy, T*
         if (!(to_f32(y[i]) > 0.f)) dy[i] = from_f32<T>(0.f);
     }, 4096);
   }
-  if (dx) backward_dx(d, w, static_cast<const T*>(dy), dx);
-  backward_dw(d, x, static_cast<const T*>(dy), dw, db);
+  const CpuPath path = cpu_path();
+  if (dx) backward_dx(d, path, w, static_cast<const T*>(dy), dx);
+  if (path.dw)
+    backward_dw_simd(d, path, x, static_cast<const T*>(dy), dw, db);
+  else
+    backward_dw(d, x, static_cast<const T*>(dy), dw, db);
 }
 
 }  // namespace
@@ -288,15 +380,16 @@ void backward(const Conv2dDims& d, const T* x, const T* w, const T* y, T* dy, T*
 void conv2d_forward_cpu(const Conv2dDims& d, DType dtype, const void* x, const void* w, const void* b, void* y,
                         cudaStream_t) {
   if (d.n == 0) return;
+  const CpuPath path = cpu_path();
   switch (dtype) {
     case DType::f32:
-      return forward(d, static_cast<const float*>(x), static_cast<const float*>(w), static_cast<const float*>(b),
+      return forward(d, path, static_cast<const float*>(x), static_cast<const float*>(w), static_cast<const float*>(b),
                      static_cast<float*>(y));
     case DType::f16:
-      return forward(d, static_cast<const f16*>(x), static_cast<const f16*>(w), static_cast<const f16*>(b),
+      return forward(d, path, static_cast<const f16*>(x), static_cast<const f16*>(w), static_cast<const f16*>(b),
                      static_cast<f16*>(y));
     case DType::bf16:
-      return forward(d, static_cast<const bf16*>(x), static_cast<const bf16*>(w), static_cast<const bf16*>(b),
+      return forward(d, path, static_cast<const bf16*>(x), static_cast<const bf16*>(w), static_cast<const bf16*>(b),
                      static_cast<bf16*>(y));
     default: MF_THROW("conv2d_forward_cpu: dtype {} is not f32, f16 or bf16", dtype_name(dtype));
   }

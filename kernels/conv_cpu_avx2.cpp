@@ -8,6 +8,11 @@
 #else  // not x86-64 with GCC or Clang: never called (engine/cpu_kernels.hpp says no avx2)
 namespace mf::kernels::avx2 {
 void conv_row(const float* const*, int, int, const float*, int, const float*, int, float*) { __builtin_trap(); }
-void dw_rows(const float* const*, int, int, int, const float* const*, int, int, float*, float*) { __builtin_trap(); }
+void tap_row(int, const float* const*, const float* const*, int, std::int64_t, int, const float*, int, float*) {
+  __builtin_trap();
+}
+void dw_rows(const float* const*, int, int, int, int, const float* const*, int, int, float*, float*) {
+  __builtin_trap();
+}
 }  // namespace mf::kernels::avx2
 #endif

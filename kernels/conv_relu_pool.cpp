@@ -20,7 +20,8 @@
 //   dw, db: conv rows are split into a number of chunks that depends only
 //        on the shape (never on the thread count); each chunk accumulates its
 //        own partial in row order, then the partials are summed in chunk
-//        order. Bit-identical for any number of threads.
+//        order (kernels/conv_dw_partials.hpp). Bit-identical for any number
+//        of threads.
 // Precision: T operands widened to f32, f32 accumulation (the twin: a
 // multiply and an add per term; the FMA kernels: one fused op), one rounding
 // per output. (x * 0 terms are not skipped, so Inf/NaN in inputs propagate as in
@@ -43,6 +44,7 @@
 #include "engine/vec8.hpp"
 #include "kernels/conv_algo_lab.hpp"
 #include "kernels/conv_cpu_simd.hpp"
+#include "kernels/conv_dw_partials.hpp"
 #include "kernels/conv_relu_pool_cuda.cuh"
 
 namespace mf::kernels {
@@ -275,9 +277,10 @@ std::vector<float> flipped_weights(const ConvReluPoolDims& d, const T* w, int ci
   return wf;
 }
 
-// The twin's dw for a group of conv rows: dw_row per row, in order.
-void dw_rows_twin(const float* const* xrows, int nconv, int cin, int k, const float* const* g, int coutp, int wout_p,
-                  float* dwt, float* db) {
+// The twin's dw for a group of conv rows at stride 1 (conv_relu_pool's
+// only stride): dw_row per row, in order.
+void dw_rows_twin(const float* const* xrows, int nconv, int /*st = 1*/, int cin, int k, const float* const* g,
+                  int coutp, int wout_p, float* dwt, float* db) {
   for (int j = 0; j < nconv; ++j) dw_row(xrows + j, cin, k, g[j], coutp, wout_p, dwt, db);
 }
 
@@ -344,17 +347,6 @@ void forward(const ConvReluPoolDims& d, const T* x, const T* w, const T* b, T* y
   });
 }
 
-// The number of dw/db partials: a function of the shape only (at least
-// kMinRowsPerChunk conv rows each, at most kMaxWeightChunks). Each partial
-// costs about as much memory traffic (zeroing, the final sum) as 2-4 conv rows
-// of dw arithmetic, so small batches get fewer, fuller chunks.
-constexpr std::int64_t kMaxWeightChunks = 64;
-constexpr std::int64_t kMinRowsPerChunk = 32;
-// dw works on up to this many consecutive conv rows of one image at a time
-// (their input rows loaded once; the FMA kernels keep their sums in registers
-// across all of them).
-constexpr int kDwGroup = 8;
-
 template <class T>
 void backward(const ConvReluPoolDims& d, const T* x, const T* w, const T* dy, const std::uint8_t* code,
               T* dx, float* dw, float* db) {
@@ -406,7 +398,7 @@ void backward(const ConvReluPoolDims& d, const T* x, const T* w, const T* dy, co
   // ---- dw, db: fixed chunks of conv rows, partials summed in chunk order ----
   const int coutp = int(round_up(d.cout, path.channel_block));
   const std::int64_t units = d.n * hc;
-  const std::int64_t chunks = units == 0 ? 0 : std::clamp<std::int64_t>(units / kMinRowsPerChunk, 1, kMaxWeightChunks);
+  const std::int64_t chunks = dw_partial_chunks(units);
   const std::int64_t part = std::int64_t(k) * k * d.cin * coutp + coutp;  // dwt then db
   std::vector<float> partials(std::size_t(std::max<std::int64_t>(chunks, 0) * part), 0.f);
   if (chunks > 0) {
@@ -435,29 +427,13 @@ void backward(const ConvReluPoolDims& d, const T* x, const T* w, const T* dy, co
             load_row(xn, d.h, d.w, d.cin, oh0 - pad + i, pad, in_w, ir);
             xrows[i] = ir;
           }
-          path.dw(xrows.data(), nconv, d.cin, k, grows.data(), coutp, wc_p, dwt, dbp);
+          path.dw(xrows.data(), nconv, 1, d.cin, k, grows.data(), coutp, wc_p, dwt, dbp);
           u += nconv;
         }
       }
     });
   }
-  // Partials summed in chunk order into partial 0 (contiguous, vectorizes),
-  // then dwt [k][k][Cin][Coutp] transposed to dw [Cout][k][k][Cin].
-  float* sum = partials.data();
-  parallel_for(part, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t c = 1; c < chunks; ++c) {
-      const float* src = partials.data() + c * part;
-      for (std::int64_t i = begin; i < end; ++i) sum[i] += src[i];
-    }
-  }, 4096);
-  parallel_for(d.cout, [&](std::int64_t co0, std::int64_t co1) {
-    for (std::int64_t co = co0; co < co1; ++co) {
-      for (std::int64_t rs = 0; rs < std::int64_t(k) * k; ++rs)
-        for (std::int64_t ci = 0; ci < d.cin; ++ci)
-          dw[(co * k * k + rs) * d.cin + ci] = chunks > 0 ? sum[(rs * d.cin + ci) * coutp + co] : 0.f;
-      db[co] = chunks > 0 ? sum[part - coutp + co] : 0.f;
-    }
-  });
+  reduce_dw_partials(partials, chunks, part, k * k * d.cin, d.cout, coutp, dw, db);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "engine/error.hpp"
 #include "engine/parallel.hpp"
+#include "engine/vec8.hpp"
 #include "kernels/relu.hpp"
 
 namespace mf::kernels {
@@ -127,22 +128,53 @@ void gap_bwd(const PoolingDims& d, const T* dy, T* dx) {
   }, grain_for(C));
 }
 
+// One image row of the gate: y = act(x * s[c] + res) for w pixels of C
+// channels (res may be null). Channels innermost, so the loop vectorises; the
+// same multiply then add (no FMA: -ffp-contract=off) in every clone.
+template <class T>
+MF_SIMD_CLONES void gate_row(int w, int C, bool relu, const T* x, const float* s, const T* res, T* y) {
+  for (int p = 0; p < w; ++p) {
+    const std::int64_t o = std::int64_t(p) * C;
+    for (int c = 0; c < C; ++c) {
+      float v = to_f32(x[o + c]) * s[c];
+      if (res) v += to_f32(res[o + c]);
+      y[o + c] = from_f32<T>(relu ? relu_keep_nan(v) : v);
+    }
+  }
+}
+
 template <class T>
 void gate_fwd(const PoolingDims& d, bool relu, const T* x, const T* g, const T* res, T* y) {
   const int C = d.c;
   const std::int64_t rows = d.n * d.h, width = std::int64_t(d.w) * C;
   parallel_for(rows, [&](std::int64_t r0, std::int64_t r1) {
     std::vector<float> s(static_cast<std::size_t>(C));
+    std::int64_t s_image = -1;
     for (std::int64_t r = r0; r < r1; ++r) {
       const std::int64_t n = r / d.h;
-      for (int c = 0; c < C; ++c) s[std::size_t(c)] = stable_sigmoid(to_f32(g[n * C + c]));
-      for (std::int64_t k = r * width; k < (r + 1) * width; ++k) {
-        float v = to_f32(x[k]) * s[std::size_t(k % C)];
-        if (res) v += to_f32(res[k]);
-        y[k] = from_f32<T>(relu ? relu_keep_nan(v) : v);
+      if (n != s_image) {
+        for (int c = 0; c < C; ++c) s[std::size_t(c)] = stable_sigmoid(to_f32(g[n * C + c]));
+        s_image = n;
       }
+      gate_row(d.w, C, relu, x + r * width, s.data(), res ? res + r * width : nullptr, y + r * width);
     }
   }, grain_for(width));
+}
+
+// One pixel of the gate's backward (C channels): with relu dy masked in place
+// where y is not > 0, dx = dy * s, acc += dy * x. y is read only with relu.
+template <class T>
+MF_SIMD_CLONES void gate_bwd_pixel(int C, bool relu, const T* x, const T* y, const float* s, T* dy, T* dx,
+                                   float* acc) {
+  for (int c = 0; c < C; ++c) {
+    float gy = to_f32(dy[c]);
+    if (relu) {
+      gy = to_f32(y[c]) > 0.f ? gy : 0.f;
+      dy[c] = from_f32<T>(gy);
+    }
+    dx[c] = from_f32<T>(gy * s[c]);
+    acc[c] += gy * to_f32(x[c]);
+  }
 }
 
 template <class T>
@@ -153,14 +185,17 @@ void gate_bwd(const PoolingDims& d, bool relu, const T* x, const T* g, const T* 
     std::vector<float> s(static_cast<std::size_t>(C)), partial(std::size_t(kPoolLanes) * C), sum(static_cast<std::size_t>(C));
     for (std::int64_t n = n0; n < n1; ++n) {
       for (int c = 0; c < C; ++c) s[std::size_t(c)] = stable_sigmoid(to_f32(g[n * C + c]));
-      const std::int64_t base = n * hw * C;
-      lane_sums(hw, C, partial, sum, [&](std::int64_t i, int c) {
-        const std::int64_t k = base + i * C + c;
-        if (relu && !(to_f32(y[k]) > 0.f)) dy[k] = from_f32<T>(0.f);
-        const float gy = to_f32(dy[k]);
-        dx[k] = from_f32<T>(gy * s[std::size_t(c)]);
-        return gy * to_f32(x[k]);
-      });
+      // lane_sums' order: pixel i adds into partial lane i mod kPoolLanes.
+      std::fill(partial.begin(), partial.end(), 0.f);
+      for (std::int64_t i = 0; i < hw; ++i) {
+        const std::int64_t k = (n * hw + i) * C;
+        gate_bwd_pixel(C, relu, x + k, relu ? y + k : nullptr, s.data(), dy + k, dx + k, partial.data() + (i % kPoolLanes) * C);
+      }
+      for (int c = 0; c < C; ++c) {
+        float t = partial[std::size_t(c)];
+        for (int l = 1; l < kPoolLanes; ++l) t += partial[std::size_t(l) * C + c];
+        sum[std::size_t(c)] = t;
+      }
       for (int c = 0; c < C; ++c) dg[n * C + c] = from_f32<T>(channel_gate_dg(sum[std::size_t(c)], to_f32(g[n * C + c])));
     }
   });

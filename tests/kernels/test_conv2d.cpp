@@ -1,4 +1,5 @@
-// conv2d CPU twin (kernels/conv2d.hpp): against a naive float64 loop written
+// conv2d on the CPU (kernels/conv2d.hpp), every CPU kernel variant (the twin,
+// avx2, avx512: engine/cpu_kernels.hpp) where the CPU has it: against a naive float64 loop written
 // from the contract (every dtype; strides 1 and 2; odd H/W; k 1, 3, 5, 7; Cin 1;
 // batch 1; a kernel larger than the image; bias and ReLU on and off), exact
 // small-integer cases (zero tolerance, ReLU ties at 0 included), finite-
@@ -196,7 +197,10 @@ const Conv2dDims kShapes[] = {
 
 }  // namespace
 
-TEST_CASE("conv2d CPU twin matches a float64 loop: every dtype, stride 1/2, k 1-7, bias and ReLU on/off") {
+TEST_CASE("conv2d CPU variants match a float64 loop: every dtype, stride 1/2, k 1-7, bias and ReLU on/off") {
+  for (const auto variant : testing::cpu_kernel_variants()) {
+  const testing::CpuKernelsScope scope(variant);
+  INFO("CPU variant ", cpu_kernels_name(variant));
   std::uint64_t seed = 100;
   for (DType dt : {DType::f32, DType::bf16, DType::f16})
     for (const Conv2dDims& shape : kShapes)
@@ -220,9 +224,43 @@ TEST_CASE("conv2d CPU twin matches a float64 loop: every dtype, stride 1/2, k 1-
           CHECK(testing::rel_l2(o.dw.to_floats(), rg.dw) <= 1e-5);
           CHECK(testing::rel_l2(o.db.to_floats(), rg.db) <= 1e-5);
         }
+  }
+}
+
+TEST_CASE("conv2d CPU variants match a float64 loop on resnet34se-light's layer shapes") {
+  // The 7x7 stride-2 stem (Cin 1), 3x3 convs at stride 1 and 2, the 1x1
+  // stride-2 projection, at 40 x 50 and smaller maps; channel counts that are
+  // and are not multiples of the 16- and 32-lane tiles.
+  const Conv2dDims shapes[] = {dims(2, 40, 50, 1, 16, 7, 2), dims(2, 20, 25, 16, 16, 3, 1),
+                               dims(2, 20, 25, 16, 32, 3, 2), dims(2, 20, 25, 16, 32, 1, 2),
+                               dims(3, 10, 13, 32, 64, 3, 2), dims(2, 5, 7, 64, 64, 3, 1),
+                               dims(2, 9, 11, 24, 40, 3, 1),  dims(2, 9, 11, 40, 24, 3, 2)};
+  std::uint64_t seed = 1700;
+  for (const auto variant : testing::cpu_kernel_variants()) {
+    const testing::CpuKernelsScope scope(variant);
+    INFO("CPU variant ", cpu_kernels_name(variant));
+    for (const Conv2dDims& shape : shapes)
+      for (DType dt : {DType::f32, DType::bf16}) {
+        Conv2dDims d = shape;
+        d.relu = (seed % 20) < 10;
+        const Case c = make_case(d, dt, true, seed += 10);
+        INFO(describe(c));
+        const Out o = run(c);
+        const auto y = o.y.to_floats();
+        const double tol = testing::rel_l2_tolerance(dt);
+        CHECK(testing::rel_l2(y, ref_act(d, ref_pre(d, c.xd, c.wd, &c.bd))) <= tol);
+        const RefGrads rg = ref_backward(d, c.xd, c.wd, masked(c, y));
+        CHECK(testing::rel_l2(o.dx.to_floats(), rg.dx) <= tol);
+        CHECK(testing::rel_l2(o.dw.to_floats(), rg.dw) <= 1e-5);
+        CHECK(testing::rel_l2(o.db.to_floats(), rg.db) <= 1e-5);
+      }
+  }
 }
 
 TEST_CASE("conv2d exact small-integer cases (ReLU ties at 0 included) with zero tolerance") {
+  for (const auto variant : testing::cpu_kernel_variants()) {
+  const testing::CpuKernelsScope scope(variant);
+  INFO("CPU variant ", cpu_kernels_name(variant));
   std::uint64_t seed = 900;
   for (DType dt : {DType::f32, DType::bf16, DType::f16})
     for (const Conv2dDims& shape : {dims(2, 7, 9, 3, 4, 3, 2), dims(1, 9, 7, 1, 6, 7, 2), dims(2, 6, 7, 3, 5, 1, 2),
@@ -246,6 +284,7 @@ TEST_CASE("conv2d exact small-integer cases (ReLU ties at 0 included) with zero 
         CHECK(testing::rel_l2(o.dw.to_floats(), rg.dw) == 0.0);
         CHECK(testing::rel_l2(o.db.to_floats(), rg.db) == 0.0);
       }
+  }
 }
 
 TEST_CASE("conv2d gradients match finite differences of the float64 forward") {
@@ -305,7 +344,10 @@ TEST_CASE("conv2d gradients match finite differences of the float64 forward") {
 }
 
 TEST_CASE("conv2d propagates NaN like PyTorch") {
+  for (const auto variant : testing::cpu_kernel_variants())
   for (bool relu : {false, true}) {
+    const testing::CpuKernelsScope scope(variant);
+    INFO("CPU variant ", cpu_kernels_name(variant));
     const Conv2dDims d = dims(1, 7, 7, 2, 3, 3, 2, relu);
     Case c = make_case(d, DType::f32, true, 77);
     auto xv = c.x.to_floats();
@@ -332,12 +374,15 @@ TEST_CASE("conv2d propagates NaN like PyTorch") {
 
 TEST_CASE("conv2d CPU results do not depend on the thread count") {
   const int threads = cpu_threads();
-  for (const Conv2dDims& shape : {dims(5, 12, 11, 6, 13, 3, 2), dims(3, 15, 9, 1, 9, 7, 2), dims(4, 9, 10, 8, 10, 3, 1)})
+  for (const auto variant : testing::cpu_kernel_variants())
+  for (const Conv2dDims& shape : {dims(5, 12, 11, 6, 13, 3, 2), dims(3, 15, 9, 1, 9, 7, 2), dims(4, 9, 10, 8, 10, 3, 1),
+                                  dims(9, 16, 12, 16, 32, 3, 1)})
     for (DType dt : {DType::f32, DType::bf16}) {
+      const testing::CpuKernelsScope scope(variant);
       Conv2dDims d = shape;
       d.relu = true;
       const Case c = make_case(d, dt, true, 555);
-      INFO(describe(c));
+      INFO(describe(c), " CPU variant ", cpu_kernels_name(variant));
       std::vector<std::vector<std::uint8_t>> runs;
       for (int t : {1, 2, 3, 1}) {
         set_cpu_threads(t);
@@ -441,7 +486,10 @@ Vec read_f64(const std::filesystem::path& p, std::size_t n) {
 
 }  // namespace
 
-TEST_CASE("conv2d CPU twin agrees with PyTorch (float64) forward and backward") {
+TEST_CASE("conv2d CPU variants agree with PyTorch (float64) forward and backward") {
+  for (const auto variant : testing::cpu_kernel_variants()) {
+  const testing::CpuKernelsScope scope(variant);
+  INFO("CPU variant ", cpu_kernels_name(variant));
   const auto root = std::filesystem::temp_directory_path() / ("mf_conv2d_oracle_" + std::to_string(getpid()));
   std::filesystem::create_directories(root);
   struct OracleCase {
@@ -485,4 +533,5 @@ TEST_CASE("conv2d CPU twin agrees with PyTorch (float64) forward and backward") 
       CHECK(testing::rel_l2(oc.o.db.to_floats(), read_f64(oc.dir / "db.bin", std::size_t(oc.o.db.numel()))) <= 1e-5);
   }
   std::filesystem::remove_all(root);
+  }
 }
