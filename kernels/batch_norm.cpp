@@ -117,8 +117,10 @@ void normalise(const BatchNormArgs& d, DType t, const void* x, const void* resid
       const std::int64_t r0 = b * kRowBlock, nb = std::min(kRowBlock, d.m - r0);
       const float* xb = as_f32(t, x, r0 * C, nb * C, xbuf.data());
       const float* rb = residual ? as_f32(t, residual, r0 * C, nb * C, rbuf.data()) : nullptr;
+      // f32 output is written in place; other dtypes through `out`.
+      float* ob = t == DType::f32 ? static_cast<float*>(y) + r0 * C : out.data();
       for (std::int64_t r = 0; r < nb; ++r) {
-        float* o = out.data() + r * C;
+        float* o = ob + r * C;
         const float* xr = xb + r * C;
         for (int j = 0; j < C; ++j) o[j] = (xr[j] - mean[j]) * scale[j] + shift[j];
         if (rb)
@@ -126,7 +128,7 @@ void normalise(const BatchNormArgs& d, DType t, const void* x, const void* resid
         if (d.relu)
           for (int j = 0; j < C; ++j) o[j] = relu_keep_nan(o[j]);
       }
-      store_from_f32(t, out.data(), y, r0 * C, nb * C);
+      if (t != DType::f32) store_from_f32(t, out.data(), y, r0 * C, nb * C);
     }
   }, 4);
 }
@@ -189,7 +191,8 @@ void batch_norm_backward_cpu(const BatchNormArgs& d, DType dtype, const void* x,
         if (d.relu) {  // dy where y > 0, else 0 (NaN y blocks), written back (exact in T)
           const float* yb = as_f32(dtype, y, b * C, ne, ybuf.data());
           for (std::int64_t i = 0; i < ne; ++i) dyb[std::size_t(i)] = yb[i] > 0.f ? dyb[std::size_t(i)] : 0.f;
-          store_from_f32(dtype, dyb.data(), dy, b * C, ne);
+          if (dtype == DType::f32) std::copy(dyb.data(), dyb.data() + ne, static_cast<float*>(dy) + b * C);
+          else store_from_f32(dtype, dyb.data(), dy, b * C, ne);
         }
         std::fill(bs.begin(), bs.end(), 0.f);
         std::fill(bx.begin(), bx.end(), 0.f);
@@ -231,13 +234,14 @@ void batch_norm_backward_cpu(const BatchNormArgs& d, DType dtype, const void* x,
       const std::int64_t r0 = b * kRowBlock, nb = std::min(kRowBlock, d.m - r0);
       const float* xb = as_f32(dtype, x, r0 * C, nb * C, xbuf.data());
       const float* db = as_f32(dtype, dy, r0 * C, nb * C, dbuf.data());
+      float* ob = dtype == DType::f32 ? static_cast<float*>(dx) + r0 * C : out.data();  // f32: in place
       for (std::int64_t r = 0; r < nb; ++r)
         for (int j = 0; j < C; ++j) {
           const std::int64_t i = r * C + j;
           const float xh = (xb[i] - save_mean[j]) * save_invstd[j];
-          out[std::size_t(i)] = k[std::size_t(j)] * (db[i] - kb[std::size_t(j)] - xh * kg[std::size_t(j)]);
+          ob[i] = k[std::size_t(j)] * (db[i] - kb[std::size_t(j)] - xh * kg[std::size_t(j)]);
         }
-      store_from_f32(dtype, out.data(), dx, r0 * C, nb * C);
+      if (dtype != DType::f32) store_from_f32(dtype, out.data(), dx, r0 * C, nb * C);
     }
   }, 4);
 }

@@ -35,6 +35,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "engine/cpu_kernels.hpp"
@@ -189,23 +190,39 @@ void forward(const Conv2dDims& d, const CpuPath& path, const T* x, const T* w, c
   if (b)
     for (int co = 0; co < d.cout; ++co) bias[std::size_t(co)] = to_f32(b[co]);
 
+  // f32 output rows with no channel padding are computed in place (the FMA
+  // kernels write just the real pixels), others through a row buffer.
+  const bool in_place = std::is_same_v<T, float> && path.any_pixels && coutp == d.cout;
   parallel_for(d.n * oh_n, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<float> in(std::size_t(k) * in_w * d.cin), out(std::size_t(owp) * coutp);
+    // Input rows cached by row: slot ih mod k holds row key[slot] (image and
+    // row), so consecutive output rows load only the rows they do not share.
+    std::vector<float> in(std::size_t(k) * in_w * d.cin), out(in_place ? 0 : std::size_t(owp) * coutp);
+    std::vector<std::int64_t> key(std::size_t(k), -1);
     std::vector<const float*> tin(std::size_t(k * k)), twm(std::size_t(k * k));
-    for (int r = 0; r < k; ++r)
-      for (int s = 0; s < k; ++s) {
-        tin[std::size_t(r * k + s)] = in.data() + (std::int64_t(r) * in_w + s) * d.cin;
-        twm[std::size_t(r * k + s)] = wt.data() + std::int64_t(r * k + s) * d.cin * coutp;
-      }
+    for (int rs = 0; rs < k * k; ++rs) twm[std::size_t(rs)] = wt.data() + std::int64_t(rs) * d.cin * coutp;
     for (std::int64_t u = begin; u < end; ++u) {
       const std::int64_t n = u / oh_n;
       const int oh = int(u % oh_n);
       const T* xn = x + n * d.h * d.w * d.cin;
-      for (int r = 0; r < k; ++r)
-        load_row(xn, d.h, d.w, d.cin, oh * st - pad + r, pad, in_w, in.data() + std::size_t(r) * in_w * d.cin);
-      path.tap(k * k, tin.data(), twm.data(), d.cin, std::int64_t(st) * d.cin, coutp, bias.data(),
-               path.tap_pixels(ow_n), out.data());
+      for (int r = 0; r < k; ++r) {
+        const int ih = oh * st - pad + r, slot = ((ih % k) + k) % k;
+        float* row = in.data() + std::size_t(slot) * in_w * d.cin;
+        const std::int64_t row_key = n * (d.h + 2 * k) + ih + k;
+        if (key[std::size_t(slot)] != row_key) {
+          load_row(xn, d.h, d.w, d.cin, ih, pad, in_w, row);
+          key[std::size_t(slot)] = row_key;
+        }
+        for (int s2 = 0; s2 < k; ++s2) tin[std::size_t(r * k + s2)] = row + std::int64_t(s2) * d.cin;
+      }
       T* yr = y + u * ow_n * d.cout;
+      float* o = in_place ? reinterpret_cast<float*>(yr) : out.data();
+      path.tap(k * k, tin.data(), twm.data(), d.cin, std::int64_t(st) * d.cin, coutp, bias.data(),
+               path.tap_pixels(ow_n), o);
+      if (in_place) {
+        if (d.relu)
+          for (std::int64_t i = 0; i < std::int64_t(ow_n) * d.cout; ++i) o[i] = o[i] <= 0.f ? 0.f : o[i];
+        continue;
+      }
       for (int ow = 0; ow < ow_n; ++ow)
         for (int co = 0; co < d.cout; ++co) {
           const float v = out[std::size_t(ow) * coutp + co];
@@ -224,10 +241,17 @@ void backward_dx(const Conv2dDims& d, const CpuPath& path, const T* w, const T* 
   const int gw = gpad + (st - 1 + pad) / st + cols_p + 1;
   const std::vector<float> wf = arrange_weights(d, w, false, path.lane_block);
 
+  // Stride 1, f32, no channel padding: dx rows computed in place (the FMA
+  // kernels write just the real pixels), others through a row buffer.
+  const bool in_place = std::is_same_v<T, float> && st == 1 && path.any_pixels && cinp == d.cin;
   parallel_for(d.n * d.h, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<float> grows(std::size_t(k) * gw * d.cout), out(std::size_t(cols_p) * cinp);
+    // g rows cached by output row: slot oh mod k holds row key[slot] (image
+    // and row), so consecutive input rows load only the rows they do not share.
+    std::vector<float> grows(std::size_t(k) * gw * d.cout), out(in_place ? 0 : std::size_t(cols_p) * cinp);
+    std::vector<std::int64_t> key(std::size_t(k), -1);
     std::vector<const float*> tin(std::size_t(k * k)), twm(std::size_t(k * k));
-    std::vector<int> rows;  // the taps' r for this input row
+    std::vector<int> rows;                 // the taps' r for this input row
+    std::vector<const float*> row_of(static_cast<std::size_t>(k));  // and the cached g row of each
     for (std::int64_t u = begin; u < end; ++u) {
       const std::int64_t n = u / d.h;
       const int ih = int(u % d.h);
@@ -235,8 +259,13 @@ void backward_dx(const Conv2dDims& d, const CpuPath& path, const T* w, const T* 
       for (int r = 0; r < k; ++r) {
         const int t = ih + pad - r;
         if (t < 0 || t % st != 0 || t / st >= oh_n) continue;
-        float* gr = grows.data() + std::size_t(r) * gw * d.cout;
-        load_row(g + n * oh_n * ow_n * d.cout, oh_n, ow_n, d.cout, t / st, gpad, gw, gr);
+        const int oh = t / st, slot = oh % k;
+        float* gr = grows.data() + std::size_t(slot) * gw * d.cout;
+        if (key[std::size_t(slot)] != n * oh_n + oh) {
+          load_row(g + n * oh_n * ow_n * d.cout, oh_n, ow_n, d.cout, oh, gpad, gw, gr);
+          key[std::size_t(slot)] = n * oh_n + oh;
+        }
+        row_of[std::size_t(r)] = gr;
         rows.push_back(r);
       }
       T* dxr = dx + u * d.w * d.cin;
@@ -246,12 +275,14 @@ void backward_dx(const Conv2dDims& d, const CpuPath& path, const T* w, const T* 
           for (int s = 0; s < k; ++s) {
             const int v = q + pad - s;  // = ow * st - j * st for column q + j * st
             if (v % st != 0) continue;
-            tin[std::size_t(ntaps)] = grows.data() + (std::int64_t(r) * gw + v / st + gpad) * d.cout;
+            tin[std::size_t(ntaps)] = row_of[std::size_t(r)] + std::int64_t(v / st + gpad) * d.cout;
             twm[std::size_t(ntaps)] = wf.data() + std::int64_t(r * k + s) * d.cout * cinp;
             ++ntaps;
           }
+        float* o = in_place ? reinterpret_cast<float*>(dxr) : out.data();
         path.tap(ntaps, tin.data(), twm.data(), d.cout, d.cout, cinp, nullptr, path.tap_pixels((d.w - q + st - 1) / st),
-                 out.data());
+                 o);
+        if (in_place) continue;
         for (int iw = q, j = 0; iw < d.w; iw += st, ++j)
           for (int ci = 0; ci < d.cin; ++ci)
             dxr[std::int64_t(iw) * d.cin + ci] = from_f32<T>(out[std::size_t(j) * cinp + ci]);
@@ -326,13 +357,14 @@ void backward_dw_simd(const Conv2dDims& d, const CpuPath& path, const T* x, cons
   const std::int64_t units = d.n * oh_n;
   const std::int64_t chunks = dw_partial_chunks(units);
   const std::int64_t part = std::int64_t(k) * k * d.cin * coutp + coutp;  // dwt then db
-  std::vector<float> partials(std::size_t(chunks * part), 0.f);
+  float* partials = dw_partials_scratch(chunks * part);
   const int max_in_rows = (kDwGroup - 1) * st + k;
   parallel_for(chunks, [&](std::int64_t cbeg, std::int64_t cend) {
     std::vector<float> in(std::size_t(max_in_rows) * in_w * d.cin), gbuf(std::size_t(kDwGroup) * ow_n * coutp);
     std::vector<const float*> xrows(static_cast<std::size_t>(max_in_rows)), grows(kDwGroup);
     for (std::int64_t c = cbeg; c < cend; ++c) {
-      float* dwt = partials.data() + c * part;
+      float* dwt = partials + c * part;
+      std::fill(dwt, dwt + part, 0.f);
       const std::int64_t uend = units * (c + 1) / chunks;
       for (std::int64_t u = units * c / chunks; u < uend;) {  // groups of conv rows of one image
         const std::int64_t n = u / oh_n;

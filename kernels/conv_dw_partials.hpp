@@ -28,15 +28,29 @@ inline std::int64_t dw_partial_chunks(std::int64_t conv_rows) {
 // across all of them).
 inline constexpr int kDwGroup = 8;
 
+// Room for the partials: `floats` floats of the calling thread's buffer,
+// kept from call to call (a fresh multi-megabyte allocation per call costs
+// page faults and zeroing that rival the dw arithmetic of small layers). The
+// contents are not initialised: each chunk zeroes its own partial first.
+// Valid until the calling thread's next call.
+inline float* dw_partials_scratch(std::int64_t floats) {
+  thread_local std::vector<float> buf;
+  if (std::int64_t(buf.size()) < floats) {
+    buf = std::vector<float>();  // release the old one before the larger allocation
+    buf.resize(std::size_t(floats));
+  }
+  return buf.data();
+}
+
 // `chunks` partials of `part` floats each (dwt [k*k*cin][coutp], then db
 // [coutp]): summed in chunk order into partial 0, then written to dw
 // [cout][k*k*cin] and db [cout] (db may be null). chunks = 0 writes zeros.
-inline void reduce_dw_partials(std::vector<float>& partials, std::int64_t chunks, std::int64_t part, int kk_cin,
-                               int cout, int coutp, float* dw, float* db) {
-  float* sum = partials.data();
+inline void reduce_dw_partials(float* partials, std::int64_t chunks, std::int64_t part, int kk_cin, int cout,
+                               int coutp, float* dw, float* db) {
+  float* sum = partials;
   parallel_for(part, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t c = 1; c < chunks; ++c) {
-      const float* src = partials.data() + c * part;
+      const float* src = partials + c * part;
       for (std::int64_t i = begin; i < end; ++i) sum[i] += src[i];
     }
   }, 4096);

@@ -400,7 +400,7 @@ void backward(const ConvReluPoolDims& d, const T* x, const T* w, const T* dy, co
   const std::int64_t units = d.n * hc;
   const std::int64_t chunks = dw_partial_chunks(units);
   const std::int64_t part = std::int64_t(k) * k * d.cin * coutp + coutp;  // dwt then db
-  std::vector<float> partials(std::size_t(std::max<std::int64_t>(chunks, 0) * part), 0.f);
+  float* partials = dw_partials_scratch(chunks * part);
   if (chunks > 0) {
     const int wc_p = int(round_up(std::int64_t(pw_n) * p, path.pixel_block));
     const int in_w = wc_p + k - 1;
@@ -409,7 +409,8 @@ void backward(const ConvReluPoolDims& d, const T* x, const T* w, const T* dy, co
       std::vector<float> g(std::size_t(kDwGroup) * wc_p * coutp), dyf(std::size_t(pw_n) * d.cout);
       std::vector<const float*> xrows(kDwGroup + k - 1), grows(kDwGroup);
       for (std::int64_t c = cbeg; c < cend; ++c) {
-        float* dwt = partials.data() + c * part;
+        float* dwt = partials + c * part;
+        std::fill(dwt, dwt + part, 0.f);
         float* dbp = dwt + part - coutp;
         const std::int64_t uend = units * (c + 1) / chunks;
         for (std::int64_t u = units * c / chunks; u < uend;) {  // groups of conv rows of one image

@@ -161,19 +161,25 @@ void gate_fwd(const PoolingDims& d, bool relu, const T* x, const T* g, const T* 
   }, grain_for(width));
 }
 
-// One pixel of the gate's backward (C channels): with relu dy masked in place
-// where y is not > 0, dx = dy * s, acc += dy * x. y is read only with relu.
+// The gate's backward over the hw pixels of one image (C channels each):
+// with relu dy masked in place where y is not > 0, dx = dy * s, and pixel i's
+// dy * x added into partial lane i mod kPoolLanes (lane_sums' order). y is
+// read only with relu.
 template <class T>
-MF_SIMD_CLONES void gate_bwd_pixel(int C, bool relu, const T* x, const T* y, const float* s, T* dy, T* dx,
-                                   float* acc) {
-  for (int c = 0; c < C; ++c) {
-    float gy = to_f32(dy[c]);
-    if (relu) {
-      gy = to_f32(y[c]) > 0.f ? gy : 0.f;
-      dy[c] = from_f32<T>(gy);
+MF_SIMD_CLONES void gate_bwd_image(std::int64_t hw, int C, bool relu, const T* x, const T* y, const float* s, T* dy,
+                                   T* dx, float* partial) {
+  for (std::int64_t i = 0; i < hw; ++i) {
+    float* acc = partial + (i % kPoolLanes) * C;
+    const std::int64_t o = i * C;
+    for (int c = 0; c < C; ++c) {
+      float gy = to_f32(dy[o + c]);
+      if (relu) {
+        gy = to_f32(y[o + c]) > 0.f ? gy : 0.f;
+        dy[o + c] = from_f32<T>(gy);
+      }
+      dx[o + c] = from_f32<T>(gy * s[c]);
+      acc[c] += gy * to_f32(x[o + c]);
     }
-    dx[c] = from_f32<T>(gy * s[c]);
-    acc[c] += gy * to_f32(x[c]);
   }
 }
 
@@ -185,12 +191,9 @@ void gate_bwd(const PoolingDims& d, bool relu, const T* x, const T* g, const T* 
     std::vector<float> s(static_cast<std::size_t>(C)), partial(std::size_t(kPoolLanes) * C), sum(static_cast<std::size_t>(C));
     for (std::int64_t n = n0; n < n1; ++n) {
       for (int c = 0; c < C; ++c) s[std::size_t(c)] = stable_sigmoid(to_f32(g[n * C + c]));
-      // lane_sums' order: pixel i adds into partial lane i mod kPoolLanes.
       std::fill(partial.begin(), partial.end(), 0.f);
-      for (std::int64_t i = 0; i < hw; ++i) {
-        const std::int64_t k = (n * hw + i) * C;
-        gate_bwd_pixel(C, relu, x + k, relu ? y + k : nullptr, s.data(), dy + k, dx + k, partial.data() + (i % kPoolLanes) * C);
-      }
+      const std::int64_t k = n * hw * C;
+      gate_bwd_image(hw, C, relu, x + k, relu ? y + k : nullptr, s.data(), dy + k, dx + k, partial.data());
       for (int c = 0; c < C; ++c) {
         float t = partial[std::size_t(c)];
         for (int l = 1; l < kPoolLanes; ++l) t += partial[std::size_t(l) * C + c];
