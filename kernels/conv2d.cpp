@@ -371,6 +371,13 @@ void backward_dw_simd(const Conv2dDims& d, const CpuPath& path, const T* x, cons
         const int oh0 = int(u % oh_n);
         const int nconv = int(std::min<std::int64_t>({kDwGroup, uend - u, oh_n - oh0}));
         for (int j = 0; j < nconv; ++j) {
+          const T* gsrc = g + (n * oh_n + oh0 + j) * ow_n * d.cout;
+          if constexpr (std::is_same_v<T, float>) {
+            if (coutp == d.cout) {  // already f32 pixels of coutp lanes
+              grows[std::size_t(j)] = gsrc;
+              continue;
+            }
+          }
           float* gr = gbuf.data() + std::size_t(j) * ow_n * coutp;
           load_grad_row(g + n * oh_n * ow_n * d.cout, d, oh0 + j, coutp, gr);
           grows[std::size_t(j)] = gr;

@@ -33,37 +33,68 @@ void with_float_type(DType dtype, const char* op, F&& f) {
 // Rows of `width` elements per parallel chunk so a chunk holds ~16k elements.
 std::int64_t grain_for(std::int64_t width) { return std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(width, 1)); }
 
+// One row of pooled outputs: pw windows of p x p pixels starting at x (the
+// window's first input row; input rows row_stride elements apart), C channels
+// each. PyTorch's rule: strictly greater wins (ties keep the first), NaN
+// always wins. Branch-free selects over the channels, so the loops vectorise.
+template <class T>
+MF_SIMD_CLONES void max_pool_row(int pw, int p, int C, std::int64_t row_stride, const T* x, T* y,
+                                 std::uint8_t* code, float* best, float* pos) {
+  for (int ow = 0; ow < pw; ++ow) {
+    const T* x0 = x + std::int64_t(ow) * p * C;
+    for (int c = 0; c < C; ++c) {
+      best[c] = to_f32(x0[c]);
+      pos[c] = 0.f;
+    }
+    for (int i = 0; i < p; ++i)
+      for (int j = i == 0 ? 1 : 0; j < p; ++j) {
+        const T* xr = x0 + i * row_stride + std::int64_t(j) * C;
+        const float here = float(i * p + j);
+        for (int c = 0; c < C; ++c) {
+          const float v = to_f32(xr[c]);
+          const bool take = v > best[c] || v != v;
+          best[c] = take ? v : best[c];
+          pos[c] = take ? here : pos[c];
+        }
+      }
+    const std::int64_t o = std::int64_t(ow) * C;
+    for (int c = 0; c < C; ++c) y[o + c] = from_f32<T>(best[c]);  // exact: best holds a value of T
+    if (code)
+      for (int c = 0; c < C; ++c) code[o + c] = std::uint8_t(pos[c]);
+  }
+}
+
 template <class T>
 void max_pool_fwd(const PoolingDims& d, int p, const T* x, T* y, std::uint8_t* code) {
   const int ph = d.h / p, pw = d.w / p, C = d.c;
   parallel_for(d.n * ph, [&](std::int64_t r0, std::int64_t r1) {
-    std::vector<float> best(static_cast<std::size_t>(C));
-    std::vector<std::uint8_t> pos(static_cast<std::size_t>(C));
+    std::vector<float> best(static_cast<std::size_t>(C)), pos(static_cast<std::size_t>(C));
     for (std::int64_t r = r0; r < r1; ++r) {
       const std::int64_t n = r / ph;
       const int oh = int(r % ph);
-      for (int ow = 0; ow < pw; ++ow) {
-        for (int i = 0; i < p; ++i)
-          for (int j = 0; j < p; ++j) {
-            const T* xr = x + ((n * d.h + oh * p + i) * d.w + ow * p + j) * C;
-            const auto here = std::uint8_t(i * p + j);
-            for (int c = 0; c < C; ++c) {
-              const float v = to_f32(xr[c]);
-              // PyTorch's rule: strictly greater wins (ties keep the first), NaN always wins.
-              if (here == 0 || v > best[c] || std::isnan(v)) {
-                best[c] = v;
-                pos[c] = here;
-              }
-            }
-          }
-        const std::int64_t o = (r * pw + ow) * C;
-        for (int c = 0; c < C; ++c) {
-          y[o + c] = from_f32<T>(best[c]);  // exact: best holds a value of T
-          if (code) code[o + c] = pos[c];
-        }
-      }
+      const std::int64_t o = r * pw * C;
+      max_pool_row(pw, p, C, std::int64_t(d.w) * C, x + (n * d.h + std::int64_t(oh) * p) * d.w * C, y + o,
+                   code ? code + o : nullptr, best.data(), pos.data());
     }
   }, grain_for(std::int64_t(d.w) * C * p));
+}
+
+// One input row h of dx (w pixels of C channels): dy routed to the position
+// each window's code names, 0 elsewhere and outside every window. dy and code
+// point at the pooled row of h (null when h is below the last window).
+template <class T>
+MF_SIMD_CLONES void max_pool_bwd_row(int w, int p, int pw, int C, int h_in_window, const T* dy,
+                                     const std::uint8_t* code, T* out) {
+  for (int x = 0; x < w; ++x) {
+    T* o = out + std::int64_t(x) * C;
+    if (!dy || x / p >= pw) {
+      for (int c = 0; c < C; ++c) o[c] = from_f32<T>(0.f);
+      continue;
+    }
+    const auto here = std::uint8_t(h_in_window * p + x % p);
+    const std::int64_t k = std::int64_t(x / p) * C;
+    for (int c = 0; c < C; ++c) o[c] = code[k + c] == here ? dy[k + c] : from_f32<T>(0.f);
+  }
 }
 
 template <class T>
@@ -73,15 +104,10 @@ void max_pool_bwd(const PoolingDims& d, int p, const T* dy, const std::uint8_t* 
     for (std::int64_t r = r0; r < r1; ++r) {
       const std::int64_t n = r / d.h;
       const int h = int(r % d.h), oh = h / p;
-      T* out = dx + r * d.w * C;
-      for (int w = 0; w < d.w; ++w) {
-        const int ow = w / p;
-        const bool in_window = oh < ph && ow < pw;
-        const auto here = std::uint8_t((h % p) * p + w % p);
-        const std::int64_t o = ((n * ph + oh) * pw + ow) * C;
-        for (int c = 0; c < C; ++c)
-          out[std::int64_t(w) * C + c] = (in_window && code[o + c] == here) ? dy[o + c] : from_f32<T>(0.f);
-      }
+      const std::int64_t o = (n * ph + oh) * pw * C;
+      const bool in_window = oh < ph;
+      max_pool_bwd_row(d.w, p, pw, C, h % p, in_window ? dy + o : nullptr, in_window ? code + o : nullptr,
+                       dx + r * d.w * C);
     }
   }, grain_for(std::int64_t(d.w) * C));
 }
