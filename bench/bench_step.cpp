@@ -29,6 +29,7 @@
 #include <cmath>
 
 #include "bench/bench_common.hpp"
+#include "bench/cpu_fma_peak.hpp"
 #include "bench/suites.hpp"
 #include "engine/counter_rng.hpp"
 #include "engine/cpu_kernels.hpp"
@@ -355,6 +356,16 @@ void run_step_bench_cpu(const StepOptions& o, const model::ModelConfig& mc) {
                              {"model_TFLOPs", gflops / 1e3},
                              {"phases_ms", phases}});
     }
+  const CpuFmaPeak peak = measure_cpu_fma_peak();
+  if (peak.gflops > 0) {
+    fmt::print("roofline: measured f32 FMA peak {:.1f} GFLOP/s ({} thread(s), {} vectors); each step's GFLOP/s above "
+               "is that share of it: ",
+               peak.gflops, peak.threads, peak.isa);
+    for (const auto& r : res["runs"])
+      fmt::print("{:.0f}% ", 100 * r["model_TFLOPs"].get<double>() * 1e3 / peak.gflops);
+    fmt::print("\n");
+    res["fma_peak_GFLOPs"] = peak.gflops;
+  }
   if (!common().no_write) fmt::print("wrote {}\n", write_results(common().out_dir, "step", res));
 }
 

@@ -11,6 +11,7 @@
 #include "engine/parallel.hpp"
 #include "kernels/trial_scores_simd.hpp"
 
+#include <algorithm>
 #include <vector>
 
 namespace mf::kernels {
@@ -41,6 +42,13 @@ std::vector<std::int64_t> tile_order(const TrialScoresDims& d, const std::int32_
   const std::int64_t tiles = tiles_per_side * tiles_per_side;
   const bool rows_cached = d.files * d.dim * std::int64_t(sizeof(float)) <= (std::int64_t(1) << 20);
   if (rows_cached || d.trials < 4 * tiles || tiles > (std::int64_t(1) << 24)) return {};
+  // Trials grouped by their first file (as make_trials writes them: each
+  // file's trials in a row) keep that row in L1 across its group, which tile
+  // order would break up: a sample of 4096 neighbours decides.
+  const std::int64_t step = std::max<std::int64_t>(1, d.trials / 4096);
+  std::int64_t same = 0, seen = 0;
+  for (std::int64_t t = step; t < d.trials; t += step, ++seen) same += pairs[2 * t] == pairs[2 * (t - 1)];
+  if (2 * same >= seen) return {};
   const auto tile_of = [&](std::int64_t t) {
     return std::int64_t(pairs[2 * t]) / kTileRows * tiles_per_side + std::int64_t(pairs[2 * t + 1]) / kTileRows;
   };

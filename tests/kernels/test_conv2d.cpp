@@ -199,31 +199,31 @@ const Conv2dDims kShapes[] = {
 
 TEST_CASE("conv2d CPU variants match a float64 loop: every dtype, stride 1/2, k 1-7, bias and ReLU on/off") {
   for (const auto variant : testing::cpu_kernel_variants()) {
-  const testing::CpuKernelsScope scope(variant);
-  INFO("CPU variant ", cpu_kernels_name(variant));
-  std::uint64_t seed = 100;
-  for (DType dt : {DType::f32, DType::bf16, DType::f16})
-    for (const Conv2dDims& shape : kShapes)
-      for (bool bias : {true, false})
-        for (bool relu : {false, true}) {
-          Conv2dDims d = shape;
-          d.relu = relu;
-          const Case c = make_case(d, dt, bias, seed += 10);
-          INFO(describe(c));
-          const Out o = run(c);
-          const auto y = o.y.to_floats();
-          const Vec ref_y = ref_act(d, ref_pre(d, c.xd, c.wd, bias ? &c.bd : nullptr));
-          const double tol = testing::rel_l2_tolerance(dt);
-          CHECK(testing::rel_l2(y, ref_y) <= tol);
-          // dy overwritten by exactly dy * (y > 0) (masking is exact in T).
-          const Vec g = masked(c, y);
-          CHECK(testing::rel_l2(o.dy.to_floats(), g) == 0.0);
-          const RefGrads rg = ref_backward(d, c.xd, c.wd, g);
-          CHECK(testing::rel_l2(o.dx.to_floats(), rg.dx) <= tol);
-          // dw, db are f32 in every dtype, from operands exact in f32: accumulation error only.
-          CHECK(testing::rel_l2(o.dw.to_floats(), rg.dw) <= 1e-5);
-          CHECK(testing::rel_l2(o.db.to_floats(), rg.db) <= 1e-5);
-        }
+    const testing::CpuKernelsScope scope(variant);
+    INFO("CPU variant ", cpu_kernels_name(variant));
+    std::uint64_t seed = 100;
+    for (DType dt : {DType::f32, DType::bf16, DType::f16})
+      for (const Conv2dDims& shape : kShapes)
+        for (bool bias : {true, false})
+          for (bool relu : {false, true}) {
+            Conv2dDims d = shape;
+            d.relu = relu;
+            const Case c = make_case(d, dt, bias, seed += 10);
+            INFO(describe(c));
+            const Out o = run(c);
+            const auto y = o.y.to_floats();
+            const Vec ref_y = ref_act(d, ref_pre(d, c.xd, c.wd, bias ? &c.bd : nullptr));
+            const double tol = testing::rel_l2_tolerance(dt);
+            CHECK(testing::rel_l2(y, ref_y) <= tol);
+            // dy overwritten by exactly dy * (y > 0) (masking is exact in T).
+            const Vec g = masked(c, y);
+            CHECK(testing::rel_l2(o.dy.to_floats(), g) == 0.0);
+            const RefGrads rg = ref_backward(d, c.xd, c.wd, g);
+            CHECK(testing::rel_l2(o.dx.to_floats(), rg.dx) <= tol);
+            // dw, db are f32 in every dtype, from operands exact in f32: accumulation error only.
+            CHECK(testing::rel_l2(o.dw.to_floats(), rg.dw) <= 1e-5);
+            CHECK(testing::rel_l2(o.db.to_floats(), rg.db) <= 1e-5);
+          }
   }
 }
 
@@ -259,31 +259,31 @@ TEST_CASE("conv2d CPU variants match a float64 loop on resnet34se-light's layer 
 
 TEST_CASE("conv2d exact small-integer cases (ReLU ties at 0 included) with zero tolerance") {
   for (const auto variant : testing::cpu_kernel_variants()) {
-  const testing::CpuKernelsScope scope(variant);
-  INFO("CPU variant ", cpu_kernels_name(variant));
-  std::uint64_t seed = 900;
-  for (DType dt : {DType::f32, DType::bf16, DType::f16})
-    for (const Conv2dDims& shape : {dims(2, 7, 9, 3, 4, 3, 2), dims(1, 9, 7, 1, 6, 7, 2), dims(2, 6, 7, 3, 5, 1, 2),
-                                    dims(2, 5, 6, 2, 3, 3, 1), dims(1, 6, 5, 2, 9, 5, 1)})
-      for (bool relu : {false, true}) {
-        Conv2dDims d = shape;
-        d.relu = relu;
-        const Case c = make_case(d, dt, true, seed += 10, true);
-        INFO(describe(c));
-        const Out o = run(c);
-        const auto y = o.y.to_floats();
-        const Vec ref_y = ref_act(d, ref_pre(d, c.xd, c.wd, &c.bd));
-        CHECK(testing::rel_l2(y, ref_y) == 0.0);
-        int zeros = 0;
-        for (float v : y) zeros += v == 0.f;
-        if (relu) CHECK(zeros > 0);  // the mask's tie (y == 0 blocks) is exercised
-        const Vec g = masked(c, y);
-        CHECK(testing::rel_l2(o.dy.to_floats(), g) == 0.0);
-        const RefGrads rg = ref_backward(d, c.xd, c.wd, g);
-        CHECK(testing::rel_l2(o.dx.to_floats(), rg.dx) == 0.0);
-        CHECK(testing::rel_l2(o.dw.to_floats(), rg.dw) == 0.0);
-        CHECK(testing::rel_l2(o.db.to_floats(), rg.db) == 0.0);
-      }
+    const testing::CpuKernelsScope scope(variant);
+    INFO("CPU variant ", cpu_kernels_name(variant));
+    std::uint64_t seed = 900;
+    for (DType dt : {DType::f32, DType::bf16, DType::f16})
+      for (const Conv2dDims& shape : {dims(2, 7, 9, 3, 4, 3, 2), dims(1, 9, 7, 1, 6, 7, 2), dims(2, 6, 7, 3, 5, 1, 2),
+                                      dims(2, 5, 6, 2, 3, 3, 1), dims(1, 6, 5, 2, 9, 5, 1)})
+        for (bool relu : {false, true}) {
+          Conv2dDims d = shape;
+          d.relu = relu;
+          const Case c = make_case(d, dt, true, seed += 10, true);
+          INFO(describe(c));
+          const Out o = run(c);
+          const auto y = o.y.to_floats();
+          const Vec ref_y = ref_act(d, ref_pre(d, c.xd, c.wd, &c.bd));
+          CHECK(testing::rel_l2(y, ref_y) == 0.0);
+          int zeros = 0;
+          for (float v : y) zeros += v == 0.f;
+          if (relu) CHECK(zeros > 0);  // the mask's tie (y == 0 blocks) is exercised
+          const Vec g = masked(c, y);
+          CHECK(testing::rel_l2(o.dy.to_floats(), g) == 0.0);
+          const RefGrads rg = ref_backward(d, c.xd, c.wd, g);
+          CHECK(testing::rel_l2(o.dx.to_floats(), rg.dx) == 0.0);
+          CHECK(testing::rel_l2(o.dw.to_floats(), rg.dw) == 0.0);
+          CHECK(testing::rel_l2(o.db.to_floats(), rg.db) == 0.0);
+        }
   }
 }
 
@@ -345,58 +345,58 @@ TEST_CASE("conv2d gradients match finite differences of the float64 forward") {
 
 TEST_CASE("conv2d propagates NaN like PyTorch") {
   for (const auto variant : testing::cpu_kernel_variants())
-  for (bool relu : {false, true}) {
-    const testing::CpuKernelsScope scope(variant);
-    INFO("CPU variant ", cpu_kernels_name(variant));
-    const Conv2dDims d = dims(1, 7, 7, 2, 3, 3, 2, relu);
-    Case c = make_case(d, DType::f32, true, 77);
-    auto xv = c.x.to_floats();
-    xv[std::size_t(((0 * d.h + 2) * d.w + 3) * d.cin + 1)] = NAN;
-    c.x = Tensor::from_floats(xv, c.x.shape(), DType::f32, Layout::nhwc);
-    c.xd = to_doubles(xv);
-    const Out o = run(c);
-    const auto y = o.y.to_floats();
-    const Vec ref = ref_act(d, ref_pre(d, c.xd, c.wd, &c.bd));
-    int nans = 0, mismatch = 0;
-    for (std::size_t i = 0; i < y.size(); ++i) {
-      nans += std::isnan(y[i]);
-      if (std::isnan(y[i]) != std::isnan(ref[i])) ++mismatch;
-      else if (!std::isnan(y[i])) CHECK(std::abs(y[i] - ref[i]) <= 1e-5);
+    for (bool relu : {false, true}) {
+      const testing::CpuKernelsScope scope(variant);
+      INFO("CPU variant ", cpu_kernels_name(variant));
+      const Conv2dDims d = dims(1, 7, 7, 2, 3, 3, 2, relu);
+      Case c = make_case(d, DType::f32, true, 77);
+      auto xv = c.x.to_floats();
+      xv[std::size_t(((0 * d.h + 2) * d.w + 3) * d.cin + 1)] = NAN;
+      c.x = Tensor::from_floats(xv, c.x.shape(), DType::f32, Layout::nhwc);
+      c.xd = to_doubles(xv);
+      const Out o = run(c);
+      const auto y = o.y.to_floats();
+      const Vec ref = ref_act(d, ref_pre(d, c.xd, c.wd, &c.bd));
+      int nans = 0, mismatch = 0;
+      for (std::size_t i = 0; i < y.size(); ++i) {
+        nans += std::isnan(y[i]);
+        if (std::isnan(y[i]) != std::isnan(ref[i])) ++mismatch;
+        else if (!std::isnan(y[i])) CHECK(std::abs(y[i] - ref[i]) <= 1e-5);
+      }
+      CHECK(nans > 0);  // ReLU passes NaN
+      CHECK(mismatch == 0);
+      // dw sees the NaN input wherever a gradient meets it.
+      int dw_nans = 0;
+      for (float v : o.dw.to_floats()) dw_nans += std::isnan(v);
+      CHECK(dw_nans > 0);
     }
-    CHECK(nans > 0);  // ReLU passes NaN
-    CHECK(mismatch == 0);
-    // dw sees the NaN input wherever a gradient meets it.
-    int dw_nans = 0;
-    for (float v : o.dw.to_floats()) dw_nans += std::isnan(v);
-    CHECK(dw_nans > 0);
-  }
 }
 
 TEST_CASE("conv2d CPU results do not depend on the thread count") {
   const int threads = cpu_threads();
   for (const auto variant : testing::cpu_kernel_variants())
-  for (const Conv2dDims& shape : {dims(5, 12, 11, 6, 13, 3, 2), dims(3, 15, 9, 1, 9, 7, 2), dims(4, 9, 10, 8, 10, 3, 1),
-                                  dims(9, 16, 12, 16, 32, 3, 1)})
-    for (DType dt : {DType::f32, DType::bf16}) {
-      const testing::CpuKernelsScope scope(variant);
-      Conv2dDims d = shape;
-      d.relu = true;
-      const Case c = make_case(d, dt, true, 555);
-      INFO(describe(c), " CPU variant ", cpu_kernels_name(variant));
-      std::vector<std::vector<std::uint8_t>> runs;
-      for (int t : {1, 2, 3, 1}) {
-        set_cpu_threads(t);
-        const Out o = run(c);
-        std::vector<std::uint8_t> all;
-        for (const Tensor* p : {&o.y, &o.dy, &o.dx, &o.dw, &o.db}) {
-          const auto b = bytes_of(*p);
-          all.insert(all.end(), b.begin(), b.end());
+    for (const Conv2dDims& shape : {dims(5, 12, 11, 6, 13, 3, 2), dims(3, 15, 9, 1, 9, 7, 2), dims(4, 9, 10, 8, 10, 3, 1),
+                                    dims(9, 16, 12, 16, 32, 3, 1)})
+      for (DType dt : {DType::f32, DType::bf16}) {
+        const testing::CpuKernelsScope scope(variant);
+        Conv2dDims d = shape;
+        d.relu = true;
+        const Case c = make_case(d, dt, true, 555);
+        INFO(describe(c), " CPU variant ", cpu_kernels_name(variant));
+        std::vector<std::vector<std::uint8_t>> runs;
+        for (int t : {1, 2, 3, 1}) {
+          set_cpu_threads(t);
+          const Out o = run(c);
+          std::vector<std::uint8_t> all;
+          for (const Tensor* p : {&o.y, &o.dy, &o.dx, &o.dw, &o.db}) {
+            const auto b = bytes_of(*p);
+            all.insert(all.end(), b.begin(), b.end());
+          }
+          runs.push_back(std::move(all));
         }
-        runs.push_back(std::move(all));
+        set_cpu_threads(threads);
+        for (std::size_t i = 1; i < runs.size(); ++i) CHECK(runs[i] == runs[0]);
       }
-      set_cpu_threads(threads);
-      for (std::size_t i = 1; i < runs.size(); ++i) CHECK(runs[i] == runs[0]);
-    }
   set_cpu_threads(threads);
 }
 
@@ -488,50 +488,50 @@ Vec read_f64(const std::filesystem::path& p, std::size_t n) {
 
 TEST_CASE("conv2d CPU variants agree with PyTorch (float64) forward and backward") {
   for (const auto variant : testing::cpu_kernel_variants()) {
-  const testing::CpuKernelsScope scope(variant);
-  INFO("CPU variant ", cpu_kernels_name(variant));
-  const auto root = std::filesystem::temp_directory_path() / ("mf_conv2d_oracle_" + std::to_string(getpid()));
-  std::filesystem::create_directories(root);
-  struct OracleCase {
-    Case c;
-    Out o;
-    std::filesystem::path dir;
-  };
-  std::vector<OracleCase> cases;
-  std::ofstream list(root / "cases.txt");
-  std::uint64_t seed = 7000;
-  const Conv2dDims shapes[] = {dims(2, 7, 9, 3, 5, 3, 1), dims(2, 7, 9, 3, 5, 3, 2), dims(1, 9, 7, 1, 8, 7, 2),
-                               dims(3, 8, 10, 16, 12, 1, 2), dims(2, 11, 6, 5, 3, 5, 2), dims(1, 6, 6, 4, 4, 1, 1)};
-  int i = 0;
-  for (DType dt : {DType::f32, DType::bf16, DType::f16})
-    for (const Conv2dDims& shape : shapes) {
-      Conv2dDims d = shape;
-      d.relu = (i % 2) == 0;          // ReLU on and off
-      const bool bias = (i % 3) != 2;  // bias on and off
-      OracleCase oc{make_case(d, dt, bias, seed += 10), Out{}, root / ("case" + std::to_string(i++))};
-      oc.o = run(oc.c);
-      std::filesystem::create_directories(oc.dir);
-      write_f32(oc.dir / "x.bin", oc.c.x.to_floats());
-      write_f32(oc.dir / "w.bin", oc.c.w.to_floats());
-      write_f32(oc.dir / "b.bin", oc.c.b.to_floats());
-      write_f32(oc.dir / "dy.bin", oc.c.dy0.to_floats());
-      list << oc.dir.string() << ' ' << d.n << ' ' << d.h << ' ' << d.w << ' ' << d.cin << ' ' << d.cout << ' '
-           << d.k << ' ' << d.stride << ' ' << int(bias) << ' ' << int(d.relu) << '\n';
-      cases.push_back(std::move(oc));
+    const testing::CpuKernelsScope scope(variant);
+    INFO("CPU variant ", cpu_kernels_name(variant));
+    const auto root = std::filesystem::temp_directory_path() / ("mf_conv2d_oracle_" + std::to_string(getpid()));
+    std::filesystem::create_directories(root);
+    struct OracleCase {
+      Case c;
+      Out o;
+      std::filesystem::path dir;
+    };
+    std::vector<OracleCase> cases;
+    std::ofstream list(root / "cases.txt");
+    std::uint64_t seed = 7000;
+    const Conv2dDims shapes[] = {dims(2, 7, 9, 3, 5, 3, 1), dims(2, 7, 9, 3, 5, 3, 2), dims(1, 9, 7, 1, 8, 7, 2),
+                                 dims(3, 8, 10, 16, 12, 1, 2), dims(2, 11, 6, 5, 3, 5, 2), dims(1, 6, 6, 4, 4, 1, 1)};
+    int i = 0;
+    for (DType dt : {DType::f32, DType::bf16, DType::f16})
+      for (const Conv2dDims& shape : shapes) {
+        Conv2dDims d = shape;
+        d.relu = (i % 2) == 0;          // ReLU on and off
+        const bool bias = (i % 3) != 2;  // bias on and off
+        OracleCase oc{make_case(d, dt, bias, seed += 10), Out{}, root / ("case" + std::to_string(i++))};
+        oc.o = run(oc.c);
+        std::filesystem::create_directories(oc.dir);
+        write_f32(oc.dir / "x.bin", oc.c.x.to_floats());
+        write_f32(oc.dir / "w.bin", oc.c.w.to_floats());
+        write_f32(oc.dir / "b.bin", oc.c.b.to_floats());
+        write_f32(oc.dir / "dy.bin", oc.c.dy0.to_floats());
+        list << oc.dir.string() << ' ' << d.n << ' ' << d.h << ' ' << d.w << ' ' << d.cin << ' ' << d.cout << ' '
+             << d.k << ' ' << d.stride << ' ' << int(bias) << ' ' << int(d.relu) << '\n';
+        cases.push_back(std::move(oc));
+      }
+    list.close();
+    REQUIRE(testing::run_oracle("conv2d.py", (root / "cases.txt").string()) == 0);
+    for (const auto& oc : cases) {
+      INFO(describe(oc.c));
+      const double tol = testing::rel_l2_tolerance(oc.c.dtype);
+      CHECK(testing::rel_l2(oc.o.y.to_floats(), read_f64(oc.dir / "y.bin", std::size_t(oc.o.y.numel()))) <= tol);
+      CHECK(testing::rel_l2(oc.o.dx.to_floats(), read_f64(oc.dir / "dx.bin", std::size_t(oc.o.dx.numel()))) <= tol);
+      // With ReLU the oracle masks by its own y: a y within rounding of 0 could
+      // route differently, but random real inputs make that vanishingly rare.
+      CHECK(testing::rel_l2(oc.o.dw.to_floats(), read_f64(oc.dir / "dw.bin", std::size_t(oc.o.dw.numel()))) <= 1e-5);
+      if (oc.c.bias)
+        CHECK(testing::rel_l2(oc.o.db.to_floats(), read_f64(oc.dir / "db.bin", std::size_t(oc.o.db.numel()))) <= 1e-5);
     }
-  list.close();
-  REQUIRE(testing::run_oracle("conv2d.py", (root / "cases.txt").string()) == 0);
-  for (const auto& oc : cases) {
-    INFO(describe(oc.c));
-    const double tol = testing::rel_l2_tolerance(oc.c.dtype);
-    CHECK(testing::rel_l2(oc.o.y.to_floats(), read_f64(oc.dir / "y.bin", std::size_t(oc.o.y.numel()))) <= tol);
-    CHECK(testing::rel_l2(oc.o.dx.to_floats(), read_f64(oc.dir / "dx.bin", std::size_t(oc.o.dx.numel()))) <= tol);
-    // With ReLU the oracle masks by its own y: a y within rounding of 0 could
-    // route differently, but random real inputs make that vanishingly rare.
-    CHECK(testing::rel_l2(oc.o.dw.to_floats(), read_f64(oc.dir / "dw.bin", std::size_t(oc.o.dw.numel()))) <= 1e-5);
-    if (oc.c.bias)
-      CHECK(testing::rel_l2(oc.o.db.to_floats(), read_f64(oc.dir / "db.bin", std::size_t(oc.o.db.numel()))) <= 1e-5);
-  }
-  std::filesystem::remove_all(root);
+    std::filesystem::remove_all(root);
   }
 }
