@@ -21,13 +21,19 @@
 // results are bit-identical for any thread count. With relu, dy is masked in
 // place first (exact in T).
 //
+// Input (forward) and gradient (dx) rows are cached across consecutive rows
+// (slot row mod k), so each is widened once, not k times.
+//
 // The avx512 and avx2 CPU kernels (engine/cpu_kernels.hpp) run the same loops
 // around FMA micro-kernels (kernels/conv_cpu_simd.hpp): tap_row with wider
-// tiles for the forward and dx (pixels padded to their pixel block, lanes to
-// their channel block), and for dw/db the chunked partials of
+// tiles for the forward and dx (the real pixels of a row, in near-equal
+// tiles; lanes padded to their channel block; f32 rows without padding
+// written in place), and for dw/db the chunked partials of
 // kernels/conv_dw_partials.hpp (conv rows cut into chunks that depend on the
 // shape only, each a register-blocked dw_rows pass, summed in chunk order):
 // also bit-identical for any thread count, not bit-identical to the twin.
+// They run the convs at about 90% of the measured FMA peak
+// (bench/results/speaker-cpu-2026-12-06.md).
 #include "kernels/conv2d.hpp"
 
 #include <algorithm>

@@ -28,7 +28,9 @@
 // Deterministic: every output element is one f32 sum in an order that depends
 // on the shape only (CPU twin: any thread count, same bits; CUDA: run after
 // run, same bits; the CPU and CUDA orders differ, so they agree to rounding).
-// No floating-point atomics.
+// The CPU's avx512/avx2 kernels (engine/cpu_kernels.hpp, the default where
+// the CPU has them) use FMAs and their own order: same bits for any thread
+// count, within rounding of the twin. No floating-point atomics.
 #pragma once
 
 #include <cuda_runtime_api.h>
