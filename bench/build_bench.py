@@ -58,6 +58,8 @@ import sys
 import time
 import wave
 
+from host_cpu import cpu_model  # bench/host_cpu.py (the script's folder is on sys.path)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 VENV = os.path.join(ROOT, ".venv-bench-audio")
@@ -141,17 +143,6 @@ def make_venv(with_torch):
             print("[build_bench] the CPU-only torch index failed; installing torch from the default index",
                   flush=True)
             subprocess.run(pip + torch, check=True)
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def git(*cmd):

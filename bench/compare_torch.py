@@ -61,6 +61,8 @@ import subprocess
 import sys
 import time
 
+from host_cpu import cpu_model  # bench/host_cpu.py (the script's folder is on sys.path)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -150,17 +152,6 @@ def git_info():
             return ""
     return {"commit": g("rev-parse", "HEAD") or None, "branch": g("rev-parse", "--abbrev-ref", "HEAD") or None,
             "dirty": bool(g("status", "--porcelain", "--untracked-files=no"))}
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def gpu_name():
@@ -452,7 +443,7 @@ def main(argv=None):
                       "PyTorch on the CPU beside melforge on the GPU would not be a comparison")
         print("compare_torch: " + torch_skip, flush=True)
     precision = args.precision if args.precision != "auto" else ("bf16" if device == "cuda" else "fp32")
-    dev_name = (gpu if device == "cuda" else None) or ("CPU: " + cpu_name())
+    dev_name = (gpu if device == "cuda" else None) or ("CPU: " + cpu_model())
     print(f"compare_torch: {dev_name}, {precision}, batch {args.batch_size}, {args.epochs} epochs, "
           f"commit {(git['commit'] or '?')[:12]}{' (dirty)' if git['dirty'] else ''}", flush=True)
 
@@ -615,7 +606,7 @@ def main(argv=None):
     now = datetime.datetime.now(datetime.timezone.utc)
     result = {
         "date": now.isoformat(timespec="seconds"),
-        "device": device, "device_name": dev_name, "host_cpu": cpu_name(), "host": platform.node(),
+        "device": device, "device_name": dev_name, "host_cpu": cpu_model(), "host": platform.node(),
         "git": git,
         "dry_run": args.dry_run,
         "work_dir": work_dir,
@@ -866,7 +857,7 @@ def run_loss_comparison(args, melforge, out_dir, work_dir, device, precision, de
         print(f"\nmelforge steady samples/s: {ratio:.2f}x PyTorch's")
     now = datetime.datetime.now(datetime.timezone.utc)
     result = {"date": now.isoformat(timespec="seconds"), "device": device, "device_name": dev_name,
-              "host_cpu": cpu_name(), "host": platform.node(), "git": git, "dry_run": args.dry_run,
+              "host_cpu": cpu_model(), "host": platform.node(), "git": git, "dry_run": args.dry_run,
               "work_dir": work_dir, "dataset": {"dir": data_dir, "generator": generator, "trials": trials},
               "config": {"epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr, "precision": precision,
                          "seed": args.seed, "schedule": "cosine", "warmup_steps": args.warmup_steps, "model": model,

@@ -49,7 +49,6 @@ Precision: fp32 only.
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -62,6 +61,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cnn_stack_torch import CnnStack, ResidualBlock, ConvLayer  # noqa: E402
 from leakcnn_torch import LeakCNN  # noqa: E402
+from host_cpu import cpu_model  # noqa: E402
 
 # melforge-bench verify's defaults (bench/bench_verify.cpp, VerifyOptions; files 256 on the CPU),
 # and the tiny ones of --dry-run. An option given on the command line wins over both.
@@ -126,17 +126,6 @@ def flops_per_segment(model, x1):
     with torch.inference_mode(), FlopCounterMode(display=False) as fc:
         model.embed(x1)
     return fc.get_total_flops()
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def extract(model, data, files, per_file, batch, out_dim):

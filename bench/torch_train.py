@@ -73,6 +73,7 @@ _LAUNCH_OFFSET = _process_age_s()  # interpreter start-up before _T_START
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from host_cpu import cpu_model  # noqa: E402  (bench/host_cpu.py)
 import torch.nn as nn  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -742,14 +743,7 @@ def write_tiny_dataset(out_dir, files=(12, 6), longs=2, shorts=2, mels=16, frame
 def device_name(device):
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return "CPU: " + line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "CPU: " + (platform.processor() or platform.machine())
+    return "CPU: " + cpu_model()
 
 
 def parse_args(argv):
