@@ -117,16 +117,19 @@ void normalise(const BatchNormArgs& d, DType t, const void* x, const void* resid
       const std::int64_t r0 = b * kRowBlock, nb = std::min(kRowBlock, d.m - r0);
       const float* xb = as_f32(t, x, r0 * C, nb * C, xbuf.data());
       const float* rb = residual ? as_f32(t, residual, r0 * C, nb * C, rbuf.data()) : nullptr;
-      // f32 output is written in place; other dtypes through `out`.
+      // f32 output is written in place, other dtypes through `out`; each
+      // element is read (x, residual) before it is written, so y may be x or
+      // the residual itself (batch_norm.hpp).
       float* ob = t == DType::f32 ? static_cast<float*>(y) + r0 * C : out.data();
       for (std::int64_t r = 0; r < nb; ++r) {
         float* o = ob + r * C;
         const float* xr = xb + r * C;
-        for (int j = 0; j < C; ++j) o[j] = (xr[j] - mean[j]) * scale[j] + shift[j];
-        if (rb)
-          for (int j = 0; j < C; ++j) o[j] += rb[r * C + j];
-        if (d.relu)
-          for (int j = 0; j < C; ++j) o[j] = relu_keep_nan(o[j]);
+        const float* rr = rb ? rb + r * C : nullptr;
+        for (int j = 0; j < C; ++j) {
+          float v = (xr[j] - mean[j]) * scale[j] + shift[j];
+          if (rr) v += rr[j];
+          o[j] = d.relu ? relu_keep_nan(v) : v;
+        }
       }
       if (t != DType::f32) store_from_f32(t, out.data(), y, r0 * C, nb * C);
     }

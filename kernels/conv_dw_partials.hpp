@@ -30,13 +30,15 @@ inline constexpr int kDwGroup = 8;
 
 // Room for the partials: `floats` floats of the calling thread's buffer,
 // kept from call to call (a fresh multi-megabyte allocation per call costs
-// page faults and zeroing that rival the dw arithmetic of small layers). The
-// contents are not initialised: each chunk zeroes its own partial first.
-// Valid until the calling thread's next call.
+// page faults and zeroing that rival the dw arithmetic of small layers) up to
+// kKeptPartialFloats; a larger request gets a buffer of its own size, freed
+// at the thread's next call. The contents are not initialised: each chunk
+// zeroes its own partial first. Valid until the calling thread's next call.
+inline constexpr std::int64_t kKeptPartialFloats = std::int64_t(16) << 20;  // 64 MB
 inline float* dw_partials_scratch(std::int64_t floats) {
   thread_local std::vector<float> buf;
-  if (std::int64_t(buf.size()) < floats) {
-    buf = std::vector<float>();  // release the old one before the larger allocation
+  if (std::int64_t(buf.size()) < floats || std::int64_t(buf.size()) > kKeptPartialFloats) {
+    buf = std::vector<float>();  // release the old one before the new allocation
     buf.resize(std::size_t(floats));
   }
   return buf.data();

@@ -279,8 +279,9 @@ std::vector<float> flipped_weights(const ConvReluPoolDims& d, const T* w, int ci
 
 // The twin's dw for a group of conv rows at stride 1 (conv_relu_pool's
 // only stride): dw_row per row, in order.
-void dw_rows_twin(const float* const* xrows, int nconv, int /*st = 1*/, int cin, int k, const float* const* g,
+void dw_rows_twin(const float* const* xrows, int nconv, int st, int cin, int k, const float* const* g,
                   int coutp, int wout_p, float* dwt, float* db) {
+  MF_CHECK(st == 1, "conv_relu_pool: the twin's dw_rows takes stride 1, found {}", st);
   for (int j = 0; j < nconv; ++j) dw_row(xrows + j, cin, k, g[j], coutp, wout_p, dwt, db);
 }
 

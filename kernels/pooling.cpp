@@ -114,6 +114,16 @@ void max_pool_bwd(const PoolingDims& d, int p, const T* dy, const std::uint8_t* 
 
 // partial[lane * C + c] += v(i, c) for the positions of one sample, then the
 // lanes combined in order: pooling.hpp's fixed reduction order.
+// sum[c] = partial lane 0 + lane 1 + ... in lane order: the fold of lane_sums
+// (and of the gate's backward, which fills the lanes itself).
+void fold_lanes(const std::vector<float>& partial, int C, std::vector<float>& sum) {
+  for (int c = 0; c < C; ++c) {
+    float s = partial[std::size_t(c)];
+    for (int l = 1; l < kPoolLanes; ++l) s += partial[std::size_t(l) * C + c];
+    sum[std::size_t(c)] = s;
+  }
+}
+
 template <class V>
 void lane_sums(std::int64_t hw, int C, std::vector<float>& partial, std::vector<float>& sum, V&& v) {
   std::fill(partial.begin(), partial.end(), 0.f);
@@ -121,11 +131,7 @@ void lane_sums(std::int64_t hw, int C, std::vector<float>& partial, std::vector<
     float* acc = partial.data() + (i % kPoolLanes) * C;
     for (int c = 0; c < C; ++c) acc[c] += v(i, c);
   }
-  for (int c = 0; c < C; ++c) {
-    float s = partial[std::size_t(c)];
-    for (int l = 1; l < kPoolLanes; ++l) s += partial[std::size_t(l) * C + c];
-    sum[std::size_t(c)] = s;
-  }
+  fold_lanes(partial, C, sum);
 }
 
 template <class T>
@@ -220,11 +226,7 @@ void gate_bwd(const PoolingDims& d, bool relu, const T* x, const T* g, const T* 
       std::fill(partial.begin(), partial.end(), 0.f);
       const std::int64_t k = n * hw * C;
       gate_bwd_image(hw, C, relu, x + k, relu ? y + k : nullptr, s.data(), dy + k, dx + k, partial.data());
-      for (int c = 0; c < C; ++c) {
-        float t = partial[std::size_t(c)];
-        for (int l = 1; l < kPoolLanes; ++l) t += partial[std::size_t(l) * C + c];
-        sum[std::size_t(c)] = t;
-      }
+      fold_lanes(partial, C, sum);
       for (int c = 0; c < C; ++c) dg[n * C + c] = from_f32<T>(channel_gate_dg(sum[std::size_t(c)], to_f32(g[n * C + c])));
     }
   });

@@ -344,7 +344,7 @@ TEST_CASE("batch_norm statistics with a large mean: log-mel-like -40 dB +- 5, an
     }
 }
 
-TEST_CASE("batch_norm CPU twin: the same bits for 1 and 2 threads (several row groups), and in place") {
+TEST_CASE("batch_norm CPU twin: the same bits for 1 and 2 threads (several row groups), and in place (y = x, y = residual)") {
   const Shape shape{8, 50, 60, 12};  // M = 24000: row groups of 128 rows
   for (DType t : {DType::f32, DType::bf16})
     for (bool relu : {false, true}) {
@@ -372,6 +372,11 @@ TEST_CASE("batch_norm CPU twin: the same bits for 1 and 2 threads (several row g
                                c.db, &c.x, nullptr);
       CHECK(testing::same_bytes(c.dy, a.dx));
       CHECK(testing::same_bytes(c.dg, a.dg));
+      // In place on the residual: y = residual gives the same bits too.
+      Run e = make_run(shape, t, 77, true, -40.f, 5.f);
+      ops::batch_norm_train_forward(e.x, e.gamma, e.beta, e.rm, e.rv, 1e-5f, 0.1f, relu, e.sm, e.si, e.res, &e.res,
+                                    nullptr);
+      CHECK(testing::same_bytes(e.res, a.y));
     }
 }
 

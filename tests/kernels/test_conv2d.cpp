@@ -231,29 +231,33 @@ TEST_CASE("conv2d CPU variants match a float64 loop on resnet34se-light's layer 
   // The 7x7 stride-2 stem (Cin 1), 3x3 convs at stride 1 and 2, the 1x1
   // stride-2 projection, at 40 x 50 and smaller maps; channel counts that are
   // and are not multiples of the 16- and 32-lane tiles.
+  // The last two have enough conv rows (n * OH >= 64) for several dw partials
+  // (kernels/conv_dw_partials.hpp), with chunk boundaries inside an image.
   const Conv2dDims shapes[] = {dims(2, 40, 50, 1, 16, 7, 2), dims(2, 20, 25, 16, 16, 3, 1),
                                dims(2, 20, 25, 16, 32, 3, 2), dims(2, 20, 25, 16, 32, 1, 2),
                                dims(3, 10, 13, 32, 64, 3, 2), dims(2, 5, 7, 64, 64, 3, 1),
-                               dims(2, 9, 11, 24, 40, 3, 1),  dims(2, 9, 11, 40, 24, 3, 2)};
+                               dims(2, 9, 11, 24, 40, 3, 1),  dims(2, 9, 11, 40, 24, 3, 2),
+                               dims(7, 20, 25, 16, 32, 3, 1), dims(9, 19, 13, 16, 16, 3, 2)};
   std::uint64_t seed = 1700;
   for (const auto variant : testing::cpu_kernel_variants()) {
     const testing::CpuKernelsScope scope(variant);
     INFO("CPU variant ", cpu_kernels_name(variant));
     for (const Conv2dDims& shape : shapes)
-      for (DType dt : {DType::f32, DType::bf16}) {
-        Conv2dDims d = shape;
-        d.relu = (seed % 20) < 10;
-        const Case c = make_case(d, dt, true, seed += 10);
-        INFO(describe(c));
-        const Out o = run(c);
-        const auto y = o.y.to_floats();
-        const double tol = testing::rel_l2_tolerance(dt);
-        CHECK(testing::rel_l2(y, ref_act(d, ref_pre(d, c.xd, c.wd, &c.bd))) <= tol);
-        const RefGrads rg = ref_backward(d, c.xd, c.wd, masked(c, y));
-        CHECK(testing::rel_l2(o.dx.to_floats(), rg.dx) <= tol);
-        CHECK(testing::rel_l2(o.dw.to_floats(), rg.dw) <= 1e-5);
-        CHECK(testing::rel_l2(o.db.to_floats(), rg.db) <= 1e-5);
-      }
+      for (DType dt : {DType::f32, DType::bf16})
+        for (bool relu : {false, true}) {
+          Conv2dDims d = shape;
+          d.relu = relu;
+          const Case c = make_case(d, dt, true, seed += 10);
+          INFO(describe(c));
+          const Out o = run(c);
+          const auto y = o.y.to_floats();
+          const double tol = testing::rel_l2_tolerance(dt);
+          CHECK(testing::rel_l2(y, ref_act(d, ref_pre(d, c.xd, c.wd, &c.bd))) <= tol);
+          const RefGrads rg = ref_backward(d, c.xd, c.wd, masked(c, y));
+          CHECK(testing::rel_l2(o.dx.to_floats(), rg.dx) <= tol);
+          CHECK(testing::rel_l2(o.dw.to_floats(), rg.dw) <= 1e-5);
+          CHECK(testing::rel_l2(o.db.to_floats(), rg.db) <= 1e-5);
+        }
   }
 }
 

@@ -185,6 +185,19 @@ TEST_CASE("trial_scores: rows beyond the caches are scored tile by tile, each sc
   set_cpu_threads(0);
   CHECK(max_abs_diff(one.to_floats(), want) < 1e-6);
   CHECK(std::memcmp(one.raw(), two.raw(), one.nbytes()) == 0);
+  // The same trials grouped by first file (make_trials' order): scored in
+  // list order (tile order skipped), the same bits per trial.
+  std::vector<std::size_t> order(want.size());
+  for (std::size_t t = 0; t < order.size(); ++t) order[t] = t;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return pairs[2 * x] < pairs[2 * y]; });
+  Vec grouped(pairs.size());
+  for (std::size_t t = 0; t < order.size(); ++t) {
+    grouped[2 * t] = pairs[2 * order[t]];
+    grouped[2 * t + 1] = pairs[2 * order[t] + 1];
+  }
+  const auto g = run(emb, 600, 512, grouped).to_floats();
+  const auto o = one.to_floats();
+  for (std::size_t t = 0; t < order.size(); ++t) CHECK(std::memcmp(&g[t], &o[order[t]], sizeof(float)) == 0);
 }
 
 TEST_CASE("trial_scores: errors name what was expected and found") {
