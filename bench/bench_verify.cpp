@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -288,30 +289,28 @@ nlohmann::json bench_scoring(const VerifyOptions& o, bool gpu, cudaStream_t s) {
   train::Embeddings e;
   std::vector<model::Trial> trials;
   scoring_inputs(o, e, trials);
-  std::vector<float> scores;
-  std::vector<double> runs;
   // What `melforge verify` runs on the CPU: ops::trial_scores (the active
-  // CPU kernels, every thread), trials packed and scored per launch.
-  for (int r = 0; r <= o.repeats; ++r) {
-    const double t0 = now_s();
-    scores = train::cosine_scores(e, trials, Device::cpu(), nullptr);
-    if (r > 0) runs.push_back(now_s() - t0);
-  }
-  const double err = check_scores(e, trials, scores);
-  MF_CHECK(err < 1e-5, "melforge-bench verify: cosine_scores differs from float64 by {}", err);
+  // CPU kernels, every thread), trials packed and scored per launch; the
+  // timed repeats after one untimed run, the scores checked against float64.
+  const auto time_scoring = [&](const std::vector<model::Trial>& list, const char* order) {
+    std::vector<float> scores;
+    std::vector<double> runs;
+    for (int r = 0; r <= o.repeats; ++r) {
+      const double t0 = now_s();
+      scores = train::cosine_scores(e, list, Device::cpu(), nullptr);
+      if (r > 0) runs.push_back(now_s() - t0);
+    }
+    const double err = check_scores(e, list, scores);
+    MF_CHECK(err < 1e-5, "melforge-bench verify: cosine_scores ({} order) differs from float64 by {}", order, err);
+    return std::pair{runs, err};
+  };
+  const auto [runs, err] = time_scoring(trials, "random");
   const double t = median(runs), tps = double(o.trials) / t;
   // The same trials grouped by their first file, as `melforge data trials`
   // (model::make_trials) writes a list: each file's trials in a row.
   std::vector<model::Trial> grouped = trials;
   std::stable_sort(grouped.begin(), grouped.end(), [](const model::Trial& x, const model::Trial& y) { return x.a < y.a; });
-  std::vector<double> runs_grouped;
-  for (int r = 0; r <= o.repeats; ++r) {
-    const double t0 = now_s();
-    scores = train::cosine_scores(e, grouped, Device::cpu(), nullptr);
-    if (r > 0) runs_grouped.push_back(now_s() - t0);
-  }
-  const double err_grouped = check_scores(e, grouped, scores);
-  MF_CHECK(err_grouped < 1e-5, "melforge-bench verify: cosine_scores (grouped) differs from float64 by {}", err_grouped);
+  const std::vector<double> runs_grouped = time_scoring(grouped, "grouped").first;
   const double tps_grouped = double(o.trials) / median(runs_grouped);
   const double bw = host_copy_gbps();
   // Bytes of one trial: its record and its score always stream through
