@@ -126,7 +126,7 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& path, const Data
   read_labels(file, path, seg, names, info);
   read_leak(file, path, names, info);
   if (h5_path_exists(file, "/files")) {
-    info.file_names = H5Value::dataset(file, "/files", path, "/files").read_strings();
+    info.file_names = read_strings_isolated(file, path, "/files");
     MF_CHECK(std::int64_t(info.file_names.size()) == info.num_files,
              "{}: /files holds {} names for {} files (expected one source path per file)", path,
              info.file_names.size(), info.num_files);

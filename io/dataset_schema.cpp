@@ -186,4 +186,18 @@ void read_attributes_isolated(hid_t dset, hid_t file, const std::string& path, c
   info.db_per_unit = r.f64();
 }
 
+std::vector<std::string> read_strings_isolated(hid_t file, const std::string& path, const std::string& name) {
+  const std::string bytes = run_isolated(fmt::format("{}: reading {}", path, name), isolate_timeout_s(30), [&] {
+    const std::vector<std::string> v = H5Value::dataset(file, name, path, name).read_strings();
+    ByteWriter w;
+    w.u64(v.size());
+    for (const std::string& s : v) w.str(s);
+    return w.take();
+  });
+  ByteReader r(bytes);
+  std::vector<std::string> out(std::min<std::size_t>(r.u64(), bytes.size() / 8));
+  for (std::string& s : out) s = r.str();
+  return out;
+}
+
 }  // namespace mf::io

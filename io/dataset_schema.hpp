@@ -44,5 +44,9 @@ DatasetInfo ragged_frames_view(const DatasetInfo& info);
 // "Damaged files and the HDF5 library"). Needs the shape.
 void read_attributes_isolated(hid_t dset, hid_t file, const std::string& path, const std::string& seg,
                               DatasetInfo& info);
+// The strings of dataset `name` (a list of variable- or fixed-length UTF-8
+// strings, as /files), read in a child process for the same reason: they
+// live in the same global heap.
+std::vector<std::string> read_strings_isolated(hid_t file, const std::string& path, const std::string& name);
 
 }  // namespace mf::io

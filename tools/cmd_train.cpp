@@ -1,4 +1,4 @@
-// `melforge train`, `eval`, `predict`, `export` and `plot`.
+// `melforge train`, `eval`, `predict` and `plot`.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -14,8 +14,6 @@
 #include "io/csv_table.hpp"
 #include "io/reader.hpp"
 #include "model/run_config.hpp"
-#include "model/safetensors.hpp"
-#include "model/torch_layout.hpp"
 #include "tools/cli_help.hpp"
 #include "tools/commands.hpp"
 #include "train/evaluate.hpp"
@@ -377,45 +375,6 @@ void register_predict(CLI::App& app) {
   });
 }
 
-void register_export(CLI::App& app) {
-  auto* cmd = app.add_subcommand(
-      "export", "Export a checkpoint's weights for PyTorch; writes a .safetensors file (state_dict names) to --out");
-  static std::string checkpoint, format = "safetensors", out, dtype = "f32";
-  cmd->add_option("--checkpoint", checkpoint, "Checkpoint (.h5) written by melforge train")
-      ->required()
-      ->type_name("PATH");
-  checked_one_of(cmd->add_option("--format", format, "File format")->capture_default_str(), {"safetensors"});
-  cmd->add_option("--out", out, "Output file (e.g. model.safetensors)")->required()->type_name("PATH");
-  checked_one_of(cmd->add_option("--dtype", dtype, "Element type of the written tensors")->capture_default_str(),
-                 {"f32", "bf16", "f16"});
-  cmd->callback([] {
-    train::LoadedModel lm = train::load_model(checkpoint, "cpu", "fp32");
-    const auto arrays = model::export_torch(lm.ts->params(), lm.ts->params().master());
-    const DType t = parse_dtype(dtype);
-    model::SafeTensors st;
-    for (const auto& na : arrays) st.add(na.name, model::HostArray::from_floats(na.values, na.shape, t));
-    const model::ModelConfig& m = lm.model;
-    // model_args: LeakCNN's constructor arguments (bench/leakcnn_torch.py), or
-    // a CNN stack's description (bench/cnn_stack_torch.py's CnnStack(desc)).
-    const bool stack = m.arch == model::Arch::cnn;
-    st.metadata = {{"format", "pt"},
-                   {"producer", "melforge 0.1.0"},
-                   {"model", stack ? "CnnStack" : "LeakCNN"},
-                   {"model_args", stack ? model::cnn_description_json(m)
-                                        : json{{"in_mels", m.in_mels}, {"in_frames", m.in_frames},
-                                               {"channels", m.channels}, {"pools", m.pools}, {"kernel", m.kernel},
-                                               {"dense", m.dense}, {"dropout", m.dropout}, {"classes", m.classes},
-                                               {"leak_head", m.leak_head}}
-                                              .dump()},
-                   {"class_names", json(lm.class_names).dump()},
-                   {"step", std::to_string(lm.step)},
-                   {"source", checkpoint}};
-    model::write_safetensors(out, st);
-    fmt::print("melforge export: {} tensors ({} parameters, {}) from {} (step {}) to {}\n", arrays.size(),
-               lm.ts->params().count(), dtype, checkpoint, lm.step, out);
-  });
-}
-
 void register_plot(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "plot", "Draw a run's loss, accuracy and throughput curves; writes loss.svg, accuracy.svg, throughput.svg");
@@ -433,7 +392,6 @@ void register_trainer(CLI::App& app) {
   register_train(app);
   register_eval(app);
   register_predict(app);
-  register_export(app);
   register_plot(app);
 }
 

@@ -12,7 +12,8 @@ set -euo pipefail
 build_pkgs=(cmake ninja-build g++ pkg-config git ccache
             libhdf5-dev zlib1g-dev libsndfile1-dev libsoxr-dev libfftw3-dev libfmt-dev
             libcli11-dev libtomlplusplus-dev nlohmann-json3-dev doctest-dev python3
-            libopenmpi-dev openmpi-bin)   # data-parallel training (dist/; MELFORGE_MPI)
+            libopenmpi-dev openmpi-bin   # data-parallel training (dist/; MELFORGE_MPI)
+            libonnx-dev libprotobuf-dev)  # ONNX export (onnx/): ONNX's C++ API and checker
 test_pkgs=(python3-venv python3-numpy python3-h5py python3-torch   # python3-venv: lizard (tools/check-function-length.sh)
            clang-19 libclang-rt-19-dev libomp-19-dev)   # the fuzz targets (libFuzzer; docs/fuzzing.md)
 

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   mf::cli::register_smoke(app);
   mf::cli::register_data(app);
   mf::cli::register_trainer(app);
+  mf::cli::register_export(app);
   mf::cli::register_verification(app);
   bool verbose = false;
   app.add_flag("--verbose", verbose,
