@@ -45,6 +45,7 @@ trap print_stage_times EXIT
 
 tools/deps.sh --test
 tools/audio-oracle-venv.sh   # librosa: the audio front-end's oracle (tests/audio)
+tools/onnx-venv.sh           # onnx + onnxruntime: the ONNX export's checks (tests/onnx)
 # No function over 150 lines outside tests (docs/decisions.md, "Function length").
 tools/check-function-length.sh
 stage_done "dependencies, function length"

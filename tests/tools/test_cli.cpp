@@ -139,7 +139,7 @@ std::vector<std::pair<std::string, std::string>> option_lines(const std::string&
 
 TEST_CASE("every subcommand's --help shows each option's type, never a bare TEXT") {
   const std::set<std::string> flags = {"-h,--help", "--version", "--verbose", "--fast-dev-run", "--gpu-cache", "--per-segment",
-                                       "--no-scan", "--utterances"};
+                                       "--no-scan", "--utterances", "--with-frontend"};
   for (const char* sub : {"", "info", "smoke", "data", "data synth", "data inspect", "train", "eval", "predict",
                           "export", "plot"}) {
     const CliResult r = run(std::string(sub) + " --help");
