@@ -173,7 +173,7 @@ Activation emit_linear(GraphBuilder& g, const std::string& prefix, const TorchWe
   MF_CHECK(!x.spatial, "ONNX export: {}: a linear layer needs a flat input", prefix);
   const std::string W = g.floats(prefix + ".weight", {out, x.c}, w.get(prefix + ".weight", {out, x.c}).values);
   const std::string b = g.floats(prefix + ".bias", {out}, w.get(prefix + ".bias", {out}).values);
-  Activation y{g.node("Gemm", {x.name, W, b}, prefix, {{"transB", std::int64_t(1)}}), false, out, 1, 1};
+  Activation y{g.node("Gemm", {x.name, W, b}, prefix + ".linear", {{"transB", std::int64_t(1)}}), false, out, 1, 1};
   return relu_after ? relu(g, y, prefix + ".relu") : y;
 }
 

@@ -88,7 +88,9 @@ void register_export(CLI::App& app) {
   cmd->add_option("--checkpoint", a.checkpoint, "Checkpoint (.h5) written by melforge train")
       ->required()
       ->type_name("PATH");
-  checked_one_of(cmd->add_option("--format", a.format, "File format")->capture_default_str(), {"safetensors", "onnx"});
+  checked_one_of(cmd->add_option("--format", a.format, "File format (default: onnx when --out ends in .onnx)")
+                     ->capture_default_str(),
+                 {"safetensors", "onnx"});
   cmd->add_option("--out", a.out, "Output file (e.g. model.safetensors or model.onnx)")->required()->type_name("PATH");
   checked_one_of(cmd->add_option("--dtype", a.dtype, "Element type of the written tensors (onnx: f32)")
                      ->capture_default_str(),
@@ -99,7 +101,9 @@ void register_export(CLI::App& app) {
   cmd->add_option("--set", a.sets,
                   "onnx --with-frontend: frontend.KEY=VALUE when the checkpoint does not record its front-end")
       ->type_name("KEY=VALUE");
-  cmd->callback([] {
+  cmd->callback([cmd] {
+    // An --out that ends in .onnx is an ONNX file unless --format says otherwise.
+    if (cmd->count("--format") == 0 && a.out.ends_with(".onnx")) a.format = "onnx";
     MF_CHECK(!a.with_frontend || a.format == "onnx", "export: --with-frontend goes with --format onnx");
     train::LoadedModel lm = train::load_model(a.checkpoint, "cpu", "fp32");
     if (a.format == "onnx") export_onnx(a, lm);
