@@ -30,16 +30,21 @@ void GraphBuilder::claim(const std::string& name) {
   MF_CHECK(names_.insert(name).second, "ONNX export: the value name '{}' is used twice", name);
 }
 
+onnx::TensorProto* GraphBuilder::initializer(const std::string& name, int data_type) {
+  claim(name);
+  auto* t = g_.add_initializer();
+  t->set_name(name);
+  t->set_data_type(data_type);
+  return t;
+}
+
 std::string GraphBuilder::floats(const std::string& name, const std::vector<std::int64_t>& shape,
                                  std::span<const float> values) {
   std::int64_t n = 1;
   for (auto d : shape) n *= d;
   MF_CHECK(n == std::int64_t(values.size()), "ONNX export: {}: {} values for a shape of {} elements", name,
            values.size(), n);
-  claim(name);
-  auto* t = g_.add_initializer();
-  t->set_name(name);
-  t->set_data_type(onnx::TensorProto::FLOAT);
+  auto* t = initializer(name, onnx::TensorProto::FLOAT);
   for (auto d : shape) t->add_dims(d);
   // raw_data: little-endian float32, the layout every runtime reads fastest.
   t->set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
@@ -47,29 +52,20 @@ std::string GraphBuilder::floats(const std::string& name, const std::vector<std:
 }
 
 std::string GraphBuilder::ints(const std::string& name, const std::vector<std::int64_t>& values) {
-  claim(name);
-  auto* t = g_.add_initializer();
-  t->set_name(name);
-  t->set_data_type(onnx::TensorProto::INT64);
+  auto* t = initializer(name, onnx::TensorProto::INT64);
   t->add_dims(std::int64_t(values.size()));
   for (auto v : values) t->add_int64_data(v);
   return name;
 }
 
 std::string GraphBuilder::scalar(const std::string& name, float value) {
-  claim(name);
-  auto* t = g_.add_initializer();
-  t->set_name(name);
-  t->set_data_type(onnx::TensorProto::FLOAT);
+  auto* t = initializer(name, onnx::TensorProto::FLOAT);
   t->add_float_data(value);
   return name;
 }
 
 std::string GraphBuilder::scalar_int(const std::string& name, std::int64_t value) {
-  claim(name);
-  auto* t = g_.add_initializer();
-  t->set_name(name);
-  t->set_data_type(onnx::TensorProto::INT64);
+  auto* t = initializer(name, onnx::TensorProto::INT64);
   t->add_int64_data(value);
   return name;
 }

@@ -46,6 +46,8 @@ class GraphBuilder {
 
  private:
   void claim(const std::string& name);  // throws when `name` is already a value of the graph
+  // A new initializer called `name` of ONNX element type `data_type` (claimed).
+  onnx::TensorProto* initializer(const std::string& name, int data_type);
   onnx::GraphProto& g_;
   std::set<std::string> names_;
 };

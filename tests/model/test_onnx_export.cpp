@@ -13,10 +13,12 @@
 #include "model/torch_layout.hpp"
 #include "onnx/export_model.hpp"
 #include "tests/model/cnn_stacks.hpp"
+#include "tests/model/step_fixture.hpp"
 #include "tests/support/testing.hpp"
 
 using namespace mf;
 using mf::testing::error_of;
+using mf::testing::small_model;  // LeakCNN 16 x 12, channels 4/8, dense 16, 3 classes
 
 namespace {
 
@@ -30,17 +32,6 @@ onnx_export::ExportRequest request(const model::ModelConfig& m) {
   r.version = "test";
   r.source = "test.h5";
   return r;
-}
-
-model::ModelConfig leakcnn() {
-  model::ModelConfig m;
-  m.in_mels = 16;
-  m.in_frames = 16;
-  m.channels = {4, 8};
-  m.pools = {2, 2};
-  m.dense = 8;
-  m.classes = 3;
-  return m;
 }
 
 audio::FrontendParams frontend(std::int64_t mels, std::int64_t frames) {
@@ -74,14 +65,14 @@ std::string meta(const ::onnx::ModelProto& mp, const std::string& key) {
 
 TEST_CASE("onnx export: inputs, outputs and metadata of each kind of model") {
   SUBCASE("LeakCNN with the leak head: class_probs and leak_prob, frames fixed") {
-    const auto mp = parsed(onnx_export::export_onnx(request(leakcnn())));
+    const auto mp = parsed(onnx_export::export_onnx(request(small_model())));
     CHECK(mp.opset_import(0).version() == onnx_export::kOpset);
     CHECK(value_names(mp.graph().input()) == std::vector<std::string>{"logmel"});
     CHECK(value_names(mp.graph().output()) == std::vector<std::string>{"class_probs", "leak_prob"});
     const auto& dims = mp.graph().input(0).type().tensor_type().shape().dim();
     CHECK(dims[0].dim_param() == "batch");
     CHECK(dims[1].dim_value() == 16);
-    CHECK(dims[2].dim_value() == 16);
+    CHECK(dims[2].dim_value() == 12);
     CHECK(meta(mp, "class_names") == R"(["class0","class1","class2"])");
     CHECK(meta(mp, "melforge.model") == "LeakCNN");
     CHECK(meta(mp, "batch_norm") == "folded into the preceding conv");
@@ -94,7 +85,7 @@ TEST_CASE("onnx export: inputs, outputs and metadata of each kind of model") {
     CHECK(meta(mp, "input_shape") == R"({"frames":"dynamic","n_mels":16})");
   }
   SUBCASE("a metric-loss model: the embedding is the output") {
-    model::ModelConfig m = leakcnn();
+    model::ModelConfig m = small_model();
     m.loss = model::LossType::aam_softmax;
     m.embedding = 6;
     m.leak_head = false;
@@ -103,8 +94,8 @@ TEST_CASE("onnx export: inputs, outputs and metadata of each kind of model") {
     CHECK(mp.graph().output(0).type().tensor_type().shape().dim(1).dim_value() == 6);
   }
   SUBCASE("with the front-end: a waveform in, a segments axis out, the front-end in the metadata") {
-    onnx_export::ExportRequest r = request(leakcnn());
-    r.frontend = frontend(16, 16);
+    onnx_export::ExportRequest r = request(small_model());
+    r.frontend = frontend(16, 12);
     r.with_frontend = true;
     const auto mp = parsed(onnx_export::export_onnx(r));
     CHECK(value_names(mp.graph().input()) == std::vector<std::string>{"waveform"});
@@ -117,7 +108,7 @@ TEST_CASE("onnx export: inputs, outputs and metadata of each kind of model") {
 
 TEST_CASE("onnx export: errors name the tensor, layer or parameter, and return no model") {
   SUBCASE("a missing tensor") {
-    onnx_export::ExportRequest r = request(leakcnn());
+    onnx_export::ExportRequest r = request(small_model());
     const auto it = std::find_if(r.weights.begin(), r.weights.end(), [](const auto& a) { return a.name == "fc.weight"; });
     REQUIRE(it != r.weights.end());
     r.weights.erase(it);
@@ -137,11 +128,11 @@ TEST_CASE("onnx export: errors name the tensor, layer or parameter, and return n
     CHECK_MESSAGE(e.find("model.layers[1]") != std::string::npos, e);
   }
   SUBCASE("--with-frontend without a front-end, or one of other mels") {
-    onnx_export::ExportRequest r = request(leakcnn());
+    onnx_export::ExportRequest r = request(small_model());
     r.with_frontend = true;
     CHECK(error_of([&] { onnx_export::export_onnx(r); }).find("does not record the front-end") != std::string::npos);
-    r.frontend = frontend(20, 16);
+    r.frontend = frontend(20, 12);
     CHECK(error_of([&] { onnx_export::export_onnx(r); }) ==
-          "ONNX export --with-frontend: the front-end makes 20 mels x 16 frames, but the model takes 16 x 16");
+          "ONNX export --with-frontend: the front-end makes 20 mels x 12 frames, but the model takes 16 x 12");
   }
 }
