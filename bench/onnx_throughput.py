@@ -121,6 +121,9 @@ def main() -> int:
     path = export_model(a, work)
     ox = time_onnxruntime(a, path)
     mf = time_melforge(a, work)
+    if ox["embedding_dim"] != mf.get("embedding_dim"):
+        sys.exit(f"the exported model's embedding has {ox['embedding_dim']} values, melforge-bench's "
+                 f"{mf.get('embedding_dim')}: not the same model")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=Path(__file__).resolve().parent).stdout.strip()
     result = {"date": datetime.date.today().isoformat(), "commit": commit, "cpu": cpu_model(),
