@@ -96,7 +96,9 @@ def time_melforge(a: argparse.Namespace, work: Path) -> dict:
               "--threads", str(a.threads), "--trials", "1000", "--score-files", "100")
     print(log.strip())
     res = json.load(open(sorted(out.glob("verify-*.json"))[-1]))
-    return res["results"]["extraction"] | {"cpu_kernels": res["results"].get("cpu_kernels")}
+    kernels = [line for line in run(a.melforge, "info").splitlines() if line.startswith("cpu kernels:")]
+    return res["results"]["extraction"] | {"cpu_kernels": kernels[0].split(":", 1)[1].split("(")[0].strip()
+                                           if kernels else "unknown"}
 
 
 def main() -> int:
