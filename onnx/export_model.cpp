@@ -104,6 +104,8 @@ void emit_waveform_model(GraphBuilder& g, const ExportRequest& r, const TorchWei
   const std::string seg_major = g.node("Transpose", {split}, "segments.major", {{"perm", I64s{0, 2, 1, 3}}});
   const std::string rows = g.node("Reshape", {seg_major, g.ints("segments.rows_shape", {-1, m.in_mels, T})}, "segments");
   const HeadOutputs h = emit_heads(g, m, w, emit_features(g, m, w, emit_input(g, rows, m, T)));
+  FileRows file_rows;
+  FileShape file{p.long_segments, p.short_segments, m.classes, 0, r.threshold};
   for (std::size_t i = 0; i < h.names.size(); ++i) {
     const std::string pub = public_name(h.names[i]);
     const I64s shape = h.widths[i] ? I64s{-1, S, h.widths[i]} : I64s{-1, S};
@@ -112,6 +114,16 @@ void emit_waveform_model(GraphBuilder& g, const ExportRequest& r, const TorchWei
                                                     : std::vector<std::string>{"batch", ""};
     g.output(name, shape, dn);
     out.outputs.push_back(name + " " + dims_text(shape, dn));
+    if (pub == "class_probs") file_rows.class_probs = h.names[i];
+    if (pub == "leak_prob") file_rows.leak_prob = h.names[i];
+    if (pub == "embedding") file_rows.embedding = h.names[i], file.embedding = h.widths[i];
+  }
+  for (const GraphOutput& o : emit_file_outputs(g, file_rows, file)) {
+    const std::vector<std::string> dn = o.dims.size() == 2 ? std::vector<std::string>{"batch", ""}
+                                                           : std::vector<std::string>{"batch"};
+    g.output(o.name, o.dims, dn, o.elem_type);
+    out.outputs.push_back(o.name + " " + dims_text(o.dims, dn) +
+                          (o.elem_type == onnx::TensorProto::INT64 ? " int64" : ""));
   }
 }
 
@@ -140,6 +152,8 @@ void add_metadata(onnx::ModelProto& mp, const ExportRequest& r, const ExportedMo
                                                                                            : json(r.model.in_frames)}}
                          .dump());
   if (r.frontend) add("frontend", frontend_json(*r.frontend).dump());
+  if (r.with_frontend && r.model.class_head() && r.model.leak_head)
+    add("file_leak_threshold", fmt::format("{}", r.threshold));  // file_leak's (eval.threshold)
   add("batch_norm", "folded into the preceding conv");
 }
 

@@ -15,7 +15,11 @@
 //                    model has them; "embedding" [batch, E] (not normalised)
 //                    for metric-loss models and models with an embedding
 //                    layer. With the front-end each gains a segments axis
-//                    after batch: [batch, segments, ...].
+//                    after batch: [batch, segments, ...], and the file-level
+//                    outputs of `predict --audio` / `embed --audio` follow:
+//                    file_probs [batch, C], file_class [batch] int64,
+//                    file_leak_prob [batch], file_leak [batch] int64,
+//                    file_embedding [batch, E] (L2-normalised).
 // Batch norm is folded into the conv before it (in float64, rounded once):
 // the graph is what melforge's own inference runs (model/cnn_stack.hpp folds
 // too), smaller, and needs no BatchNormalization in the runtime.
@@ -47,6 +51,7 @@ struct ExportRequest {
   // the metadata; required with with_frontend.
   std::optional<audio::FrontendParams> frontend;
   bool with_frontend = false;
+  float threshold = 0.5f;  // with_frontend: the file leak vote's threshold (eval.threshold)
   std::string version;  // melforge's
   std::string source;   // the checkpoint
   std::int64_t step = 0;

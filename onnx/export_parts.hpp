@@ -1,6 +1,7 @@
 // The pieces of an exported graph (onnx/export_model.cpp assembles them):
-// the log-mel model's layers (onnx/export_layers.cpp) and the waveform
-// front-end (onnx/export_frontend.cpp). Activations are NCHW, as the PyTorch
+// the log-mel model's layers (onnx/export_layers.cpp), the waveform
+// front-end (onnx/export_frontend.cpp) and the waveform model's per-file
+// outputs (onnx/export_file_outputs.cpp). Activations are NCHW, as the PyTorch
 // reference modules (bench/leakcnn_torch.py, bench/cnn_stack_torch.py) hold
 // them, and the weights are theirs (model::export_torch), so the graph
 // mirrors those modules op for op. Batch norm is folded into the conv before
@@ -59,5 +60,26 @@ Activation emit_linear(GraphBuilder& g, const std::string& prefix, const TorchWe
 // audio/frontend_params.hpp defines them (STFT of opset 17, the Slaney mel
 // matrix of audio/mel_filterbank.hpp as a constant). Returns the name.
 std::string emit_frontend(GraphBuilder& g, const audio::FrontendParams& p, const std::string& wave);
+
+// The waveform model's per-file outputs, as `melforge predict --audio` and
+// `embed --audio` compute them from a file's long * short segments: the heads'
+// per-segment rows ([N * longs * shorts, ...]; "" where the model has no such
+// head) in, file_probs [N, C] and file_class [N] (int64; kernels/file_vote.hpp's
+// vote), file_leak_prob and file_leak [N] (int64; the leak vote at `threshold`),
+// file_embedding [N, E] (train::file_embeddings: the L2-normalised mean of the
+// segments' embeddings) out.
+struct FileRows {
+  std::string class_probs, leak_prob, embedding;
+};
+struct FileShape {
+  std::int64_t longs = 1, shorts = 1, classes = 0, embedding = 0;
+  float threshold = 0.5f;
+};
+struct GraphOutput {
+  std::string name;
+  std::vector<std::int64_t> dims;  // -1: the batch
+  int elem_type = 0;               // onnx::TensorProto::DataType
+};
+std::vector<GraphOutput> emit_file_outputs(GraphBuilder& g, const FileRows& rows, const FileShape& f);
 
 }  // namespace mf::onnx_export

@@ -9,12 +9,12 @@ namespace mf::onnx_export {
 namespace {
 
 void set_value_info(onnx::ValueInfoProto* v, const std::string& name, const std::vector<std::int64_t>& dims,
-                    const std::vector<std::string>& dim_names) {
+                    const std::vector<std::string>& dim_names, int elem_type = onnx::TensorProto::FLOAT) {
   MF_CHECK(dim_names.size() == dims.size() || dim_names.empty(), "ONNX export: {}: {} dimensions but {} names", name,
            dims.size(), dim_names.size());
   v->set_name(name);
   auto* t = v->mutable_type()->mutable_tensor_type();
-  t->set_elem_type(onnx::TensorProto::FLOAT);
+  t->set_elem_type(elem_type);
   auto* shape = t->mutable_shape();
   for (std::size_t i = 0; i < dims.size(); ++i) {
     auto* d = shape->add_dim();
@@ -108,9 +108,9 @@ void GraphBuilder::input(const std::string& name, const std::vector<std::int64_t
 }
 
 void GraphBuilder::output(const std::string& name, const std::vector<std::int64_t>& dims,
-                          const std::vector<std::string>& dim_names) {
+                          const std::vector<std::string>& dim_names, int elem_type) {
   MF_CHECK(names_.count(name), "ONNX export: the graph output '{}' is not computed", name);
-  set_value_info(g_.add_output(), name, dims, dim_names);
+  set_value_info(g_.add_output(), name, dims, dim_names, elem_type);
 }
 
 }  // namespace mf::onnx_export

@@ -38,11 +38,12 @@ class GraphBuilder {
   std::string node(const std::string& op, const std::vector<std::string>& inputs, const std::string& out,
                    const std::vector<Attr>& attrs = {});
 
-  // Graph inputs and outputs: float32 tensors; a dimension < 0 is dynamic
-  // and named by the matching entry of `dim_names`.
+  // Graph inputs and outputs: float32 tensors (or `elem_type`, an
+  // onnx::TensorProto::DataType); a dimension < 0 is dynamic and named by the
+  // matching entry of `dim_names`.
   void input(const std::string& name, const std::vector<std::int64_t>& dims, const std::vector<std::string>& dim_names);
-  void output(const std::string& name, const std::vector<std::int64_t>& dims,
-              const std::vector<std::string>& dim_names);
+  void output(const std::string& name, const std::vector<std::int64_t>& dims, const std::vector<std::string>& dim_names,
+              int elem_type = onnx::TensorProto::FLOAT);
 
  private:
   void claim(const std::string& name);  // throws when `name` is already a value of the graph

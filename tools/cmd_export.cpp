@@ -63,6 +63,7 @@ void export_onnx(const ExportArgs& a, const train::LoadedModel& lm) {
   r.weights = model::export_torch(lm.ts->params(), lm.ts->params().master());
   r.class_names = lm.class_names;
   r.with_frontend = a.with_frontend;
+  r.threshold = float(lm.cfg.threshold);
   if (a.with_frontend)
     r.frontend = train::predict_frontend(lm.cfg, a.sets, lm.model.in_mels, lm.model.in_frames);
   else if (lm.cfg.fe_sample_rate > 0)

@@ -92,8 +92,13 @@ TEST_CASE("onnx export: inputs, outputs and metadata of each kind of model") {
     const auto mp = parsed(onnx_export::export_onnx(request(m)));
     CHECK(value_names(mp.graph().output()) == std::vector<std::string>{"embedding"});
     CHECK(mp.graph().output(0).type().tensor_type().shape().dim(1).dim_value() == 6);
+    onnx_export::ExportRequest r = request(m);
+    r.frontend = frontend(16, 12);
+    r.with_frontend = true;
+    CHECK(value_names(parsed(onnx_export::export_onnx(r)).graph().output()) ==
+          std::vector<std::string>{"embedding", "file_embedding"});
   }
-  SUBCASE("with the front-end: a waveform in, a segments axis out, the front-end in the metadata") {
+  SUBCASE("with the front-end: a waveform in, a segments axis out, per-file outputs, the front-end in the metadata") {
     onnx_export::ExportRequest r = request(small_model());
     r.frontend = frontend(16, 12);
     r.with_frontend = true;
@@ -103,6 +108,11 @@ TEST_CASE("onnx export: inputs, outputs and metadata of each kind of model") {
     CHECK(out.dim_size() == 3);
     CHECK(out.dim(1).dim_value() == 2);  // long * short segments
     CHECK(meta(mp, "frontend").find(R"("n_mels":16)") != std::string::npos);
+    // Then the per-file outputs of predict --audio: the vote's decisions as int64.
+    CHECK(value_names(mp.graph().output()) == std::vector<std::string>{"class_probs", "leak_prob", "file_probs",
+                                                                        "file_class", "file_leak_prob", "file_leak"});
+    CHECK(mp.graph().output(3).type().tensor_type().elem_type() == ::onnx::TensorProto::INT64);
+    CHECK(meta(mp, "file_leak_threshold") == "0.5");
   }
 }
 

@@ -36,6 +36,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import onnx
+import onnx.utils
 import onnxruntime as ort
 
 SAMPLE_RATE = 16000
@@ -302,6 +303,88 @@ def check_waveform_model(mf: Melforge, work: Path, name: str, ckpt: Path, how: s
             if key == "embedding":
                 flat = l2_rows(flat)
             close(f"{name} --with-frontend {key}{label}", flat[rows], ref, 0.0, FRONTEND_ABS_TOL)
+    check_file_outputs(mf, ckpt, how, audio_dir, picked, got, work / "outputs" / f"{name}_audio_files", name)
+    if "file_leak" in got:
+        check_vote_rules(onnx_path, work, fe, name)
+
+
+def check_file_outputs(mf: Melforge, ckpt: Path, how: str, audio_dir: Path, picked: list[Path], got: dict,
+                       out: Path, name: str) -> None:
+    """The graph's per-file outputs against the rows `predict --audio` / `embed --audio` write per file."""
+    order = {w.name: i for i, w in enumerate(picked)}
+    if how == "predict":
+        mf.run("predict", "--checkpoint", str(ckpt), "--audio", str(audio_dir), "--out", str(out) + ".csv",
+               "--device", "cpu")
+        with open(str(out) + ".csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+        idx = [order[Path(r["path"]).name] for r in rows]
+        probs = np.array([[float(r[k]) for k in rows[0] if k.startswith("prob_")] for r in rows])
+        close(f"{name} --with-frontend file_probs", got["file_probs"][idx], probs, 0.0, FRONTEND_ABS_TOL)
+        exact = {"file_class": [int(r["pred"]) for r in rows]}
+        if "leak_prob" in rows[0]:
+            close(f"{name} --with-frontend file_leak_prob", got["file_leak_prob"][idx],
+                  np.array([float(r["leak_prob"]) for r in rows]), 0.0, FRONTEND_ABS_TOL)
+            exact["file_leak"] = [int(r["leak"]) for r in rows]
+        for key, want in exact.items():
+            if got[key][idx].tolist() != want:
+                raise Failure(f"{name} --with-frontend {key}: ONNX Runtime {got[key][idx].tolist()}, melforge {want}")
+            print(f"  {name} --with-frontend {key}: {len(want)} files, the same decisions")
+    else:
+        mf.run("embed", "--checkpoint", str(ckpt), "--audio", str(audio_dir), "--out", str(out) + ".h5",
+               "--device", "cpu")
+        with h5py.File(str(out) + ".h5", "r") as f:
+            idx = [order[Path(n.decode() if isinstance(n, bytes) else str(n)).name] for n in f["files"]]
+        close(f"{name} --with-frontend file_embedding", got["file_embedding"][idx], embedded(Path(str(out) + ".h5")),
+              0.0, FRONTEND_ABS_TOL)
+
+
+def vote_oracle(class_rows: np.ndarray, leak_rows: np.ndarray, L: int, S: int, thr: float) -> tuple:
+    """kernels/file_vote.hpp's rules in NumPy (float32 means, s then l)."""
+    C = class_rows.shape[1]
+    longs = class_rows.reshape(-1, L, S, C).mean(axis=2, dtype=np.float32)
+    file_probs = longs.mean(axis=1, dtype=np.float32)
+    classes = []
+    for f in range(longs.shape[0]):
+        votes = np.bincount(longs[f].argmax(axis=1), minlength=C)
+        tied = np.flatnonzero(votes == votes.max())
+        classes.append(int(tied[np.argmax(file_probs[f][tied])]))  # first maximum: the lower class
+    leak_longs = leak_rows.reshape(-1, L, S).mean(axis=2, dtype=np.float32)
+    leak_prob = leak_longs.mean(axis=1, dtype=np.float32)
+    n = (leak_longs >= thr).sum(axis=1)
+    leak = [int(2 * k > L or (2 * k == L and p >= thr)) for k, p in zip(n, leak_prob)]
+    return classes, leak
+
+
+def check_vote_rules(onnx_path: Path, work: Path, fe: dict, name: str) -> None:
+    """The graph's file vote on segment probabilities built to tie: votes tied between classes (broken by the
+    file-mean probability, then the lower class), argmax ties inside a long segment, a leak vote split in half
+    (decided by the mean), a long segment exactly at the threshold."""
+    L, S = fe["long_segments"], fe["short_segments"]
+    if (L, S) != (2, 2):
+        raise Failure(f"{name}: the vote cases are written for 2 long x 2 short segments, the model has {L} x {S}")
+    sub = work / "onnx" / f"{name}_vote.onnx"
+    onnx.utils.extract_model(str(onnx_path), str(sub), ["class_probs.rows", "leak_prob.rows"],
+                             ["file_class", "file_leak", "file_probs", "file_leak_prob"])
+    longs = [  # per file: (long 0's class probabilities, long 1's), each long's two short segments alike
+        ([0.125, 0.625, 0.25], [0.25, 0.125, 0.625]),  # votes 1 and 2: the larger mean, class 2
+        ([0.5, 0.5, 0.0], [0.5, 0.5, 0.0]),            # argmax ties: class 0 twice
+        ([0.0, 0.5, 0.5], [0.0, 0.25, 0.75]),          # 1 (the first maximum) and 2: the larger mean, 2
+        ([0.25, 0.625, 0.125], [0.25, 0.125, 0.625]),  # 1 and 2 with equal means: the lower, 1
+    ]
+    leaks = [(0.75, 0.25), (0.5, 0.5), (0.25, 0.5), (0.25, 0.25)]  # tie -> mean 0.5 >= 0.5; both at 0.5; ...
+    class_rows = np.array([p for a, b in longs for p in (a, a, b, b)], dtype=np.float32)
+    leak_rows = np.array([q for a, b in leaks for q in (a, a, b, b)], dtype=np.float32)
+    thr = float(metadata(onnx_path)["file_leak_threshold"])
+    got = dict(zip(["file_class", "file_leak", "file_probs", "file_leak_prob"],
+                   session(sub).run(None, {"class_probs.rows": class_rows, "leak_prob.rows": leak_rows})))
+    classes, leak = vote_oracle(class_rows, leak_rows, L, S, thr)
+    if got["file_class"].tolist() != classes or got["file_leak"].tolist() != leak:
+        raise Failure(f"{name}: the graph's vote gives classes {got['file_class'].tolist()}, leak "
+                      f"{got['file_leak'].tolist()}; kernels/file_vote.hpp's rules {classes}, {leak}")
+    if thr == 0.5 and (classes, leak) != ([2, 0, 2, 1], [1, 1, 0, 0]):
+        raise Failure(f"{name}: the vote oracle gives {classes}, {leak} on the hand-made cases, not [2, 0, 2, 1], "
+                      f"[1, 1, 0, 0]")
+    print(f"  {name} --with-frontend vote rules on tied cases: classes {classes}, leak {leak}")
 
 
 def check_errors(mf: Melforge, work: Path, ckpt: Path) -> None:
