@@ -16,9 +16,6 @@ namespace mf::model {
 
 namespace {
 
-// PyTorch's BatchNorm2d defaults.
-constexpr float kBnEps = 1e-5f;
-
 Shape act_shape(std::int64_t n, const ActShape& s) {
   return s.spatial ? Shape{n, s.h, s.w, s.c} : Shape{n, s.c};
 }
@@ -166,10 +163,10 @@ void bn_forward(const Params& P, const std::string& name, const Tensor& x, BnSav
                 bool relu, Tensor& y, bool train, Tensor* scratch, cudaStream_t st) {
   Tensor rm = P.stat(name + ".running_mean"), rv = P.stat(name + ".running_var");
   if (train)
-    ops::batch_norm_train_forward(x, P.w(name + ".weight"), P.w(name + ".bias"), rm, rv, kBnEps, kBatchNormMomentum,
+    ops::batch_norm_train_forward(x, P.w(name + ".weight"), P.w(name + ".bias"), rm, rv, kBatchNormEps, kBatchNormMomentum,
                                   relu, saved.mean, saved.invstd, y, residual, scratch, st);
   else
-    ops::batch_norm_eval_forward(x, P.w(name + ".weight"), P.w(name + ".bias"), rm, rv, kBnEps, relu, y, residual,
+    ops::batch_norm_eval_forward(x, P.w(name + ".weight"), P.w(name + ".bias"), rm, rv, kBatchNormEps, relu, y, residual,
                                  st);
 }
 
@@ -290,7 +287,7 @@ Folded fold(const Params& P, const std::string& conv, bool bias, const std::stri
   Folded f{Tensor::empty(w.shape(), w.dtype(), w.device(), w.layout(), st),
            Tensor::empty({w.size(0)}, w.dtype(), w.device(), Layout::plain, st)};
   ops::fold_batch_norm(w, P.w(bn + ".weight"), P.w(bn + ".bias"), P.stat(bn + ".running_mean"),
-                       P.stat(bn + ".running_var"), kBnEps, f.w, f.b, bias ? &b : nullptr, st);
+                       P.stat(bn + ".running_var"), kBatchNormEps, f.w, f.b, bias ? &b : nullptr, st);
   return f;
 }
 

@@ -33,6 +33,8 @@ namespace mf::model {
 
 // Batch norm's running-statistics momentum (PyTorch's default): r = m s + (1 - m) r.
 inline constexpr float kBatchNormMomentum = 0.1f;
+// Batch norm's epsilon (PyTorch's BatchNorm2d default): (x - mean) / sqrt(var + eps).
+inline constexpr float kBatchNormEps = 1e-5f;
 
 // What the training forward's dropout layers draw from (kernels/dropout.hpp):
 // the run's seed, the micro-batch (stream) and the optimizer iteration counter

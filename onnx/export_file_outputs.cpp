@@ -17,8 +17,8 @@ std::string mean_over(GraphBuilder& g, const std::string& x, std::int64_t axis, 
 // The class vote: each long segment votes for the argmax of its mean
 // probabilities (the lowest class on a tie); the file's class has the most
 // votes, a tie broken by the larger file-mean probability, then the lower
-// class. votes + probs / 2 orders classes that way: the votes are integers
-// and probs / 2 < 1 only separates equal votes; ArgMax keeps the first maximum.
+// class: ArgMax (which keeps the first maximum) of file_probs over the classes
+// with the most votes (the others masked to -1).
 void emit_class_vote(GraphBuilder& g, const std::string& rows, const FileShape& f, std::vector<GraphOutput>& out) {
   const std::string segs = g.node("Reshape", {rows, g.ints("file.class.shape", {-1, f.longs, f.shorts, f.classes})},
                                   "file.class.segments");
@@ -32,9 +32,12 @@ void emit_class_vote(GraphBuilder& g, const std::string& rows, const FileShape& 
       "file.class.one_hot_votes", {{"axis", std::int64_t(-1)}});
   const std::string votes = g.node("ReduceSum", {one_hot, g.ints("file.class.long_axis", {1})}, "file.class.votes",
                                    {{"keepdims", std::int64_t(0)}});
-  const std::string half = g.node("Mul", {probs, g.scalar("file.class.half", 0.5f)}, "file.class.tie_break");
-  const std::string score = g.node("Add", {votes, half}, "file.class.score");
-  g.node("ArgMax", {score}, "file_class", {{"axis", std::int64_t(1)}, {"keepdims", std::int64_t(0)}});
+  const std::string most =
+      g.node("ReduceMax", {votes}, "file.class.most_votes", {{"axes", I64s{1}}, {"keepdims", std::int64_t(1)}});
+  const std::string top = g.node("Equal", {votes, most}, "file.class.top");
+  const std::string masked =
+      g.node("Where", {top, probs, g.scalar("file.class.masked", -1.f)}, "file.class.masked_probs");
+  g.node("ArgMax", {masked}, "file_class", {{"axis", std::int64_t(1)}, {"keepdims", std::int64_t(0)}});
   out.push_back({"file_probs", {-1, f.classes}, onnx::TensorProto::FLOAT});
   out.push_back({"file_class", {-1}, onnx::TensorProto::INT64});
 }
@@ -65,12 +68,17 @@ void emit_leak_vote(GraphBuilder& g, const std::string& rows, const FileShape& f
   out.push_back({"file_leak", {-1}, onnx::TensorProto::INT64});
 }
 
-// The file embedding: the L2-normalised mean of its segments' embeddings.
+// The file embedding: the L2-normalised mean of its segments' embeddings; a
+// zero mean stays zero, as train::normalize_rows leaves it (LpNormalization
+// does not define 0 / 0, so the division is written out).
 void emit_file_embedding(GraphBuilder& g, const std::string& rows, const FileShape& f, std::vector<GraphOutput>& out) {
-  const std::string segs = g.node("Reshape", {rows, g.ints("file.embedding.shape", {-1, f.longs * f.shorts, f.embedding})},
-                                  "file.embedding.segments");
+  const std::string shape = g.ints("file.embedding.shape", {-1, f.longs * f.shorts, f.embedding});
+  const std::string segs = g.node("Reshape", {rows, shape}, "file.embedding.segments");
   const std::string mean = mean_over(g, segs, 1, "file.embedding.mean");
-  g.node("LpNormalization", {mean}, "file_embedding", {{"axis", std::int64_t(1)}, {"p", std::int64_t(2)}});
+  const std::string norm =
+      g.node("ReduceL2", {mean}, "file.embedding.norm", {{"axes", I64s{1}}, {"keepdims", std::int64_t(1)}});
+  const std::string safe = g.node("Max", {norm, g.scalar("file.embedding.tiny", 1e-30f)}, "file.embedding.norm_safe");
+  g.node("Div", {mean, safe}, "file_embedding");
   out.push_back({"file_embedding", {-1, f.embedding}, onnx::TensorProto::FLOAT});
 }
 

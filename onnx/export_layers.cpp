@@ -5,6 +5,9 @@
 #include <fmt/format.h>
 
 #include "engine/error.hpp"
+#include "kernels/attentive_pool.hpp"
+#include "kernels/instance_norm.hpp"
+#include "model/cnn_stack.hpp"
 #include "onnx/export_parts.hpp"
 
 namespace mf::onnx_export {
@@ -37,7 +40,7 @@ ConvWeights conv_weights(const TorchWeights& tw, const std::string& conv, const 
   const auto& var = tw.get(bn + ".running_var", {cout}).values;
   const std::size_t per = std::size_t(cin) * std::size_t(k) * std::size_t(k);
   for (std::size_t o = 0; o < std::size_t(cout); ++o) {
-    const double s = double(gamma[o]) / std::sqrt(double(var[o]) + 1e-5);
+    const double s = double(gamma[o]) / std::sqrt(double(var[o]) + double(model::kBatchNormEps));
     for (std::size_t j = 0; j < per; ++j) r.w[o * per + j] = float(double(r.w[o * per + j]) * s);
     r.b[o] = float(double(beta[o]) + (double(r.b[o]) - double(mean[o])) * s);
   }
@@ -50,10 +53,10 @@ Activation emit_conv(GraphBuilder& g, const std::string& name, const ConvWeights
   const std::int64_t p = cw.k / 2;
   const std::string w = g.floats(name + ".weight", {cw.cout, cw.cin, cw.k, cw.k}, cw.w);
   const std::string b = g.floats(name + ".bias", {cw.cout}, cw.b);
-  Activation y{g.node("Conv", {x.name, w, b}, name,
-                      {{"kernel_shape", I64s{cw.k, cw.k}}, {"pads", I64s{p, p, p, p}}, {"strides", I64s{stride, stride}}}),
-               true, cw.cout, conv_out(x.h, cw.k, stride), conv_out(x.w, cw.k, stride)};
-  return y;
+  const std::vector<Attr> attrs = {
+      {"kernel_shape", I64s{cw.k, cw.k}}, {"pads", I64s{p, p, p, p}}, {"strides", I64s{stride, stride}}};
+  return {g.node("Conv", {x.name, w, b}, name, attrs), true, cw.cout, conv_out(x.h, cw.k, stride),
+          conv_out(x.w, cw.k, stride)};
 }
 
 Activation relu(GraphBuilder& g, Activation x, const std::string& name) {
@@ -136,8 +139,8 @@ Activation emit_attentive(GraphBuilder& g, const model::CnnLayer& l, const std::
   const std::string m2 = g.node("ReduceSum", {g.node("Mul", {alpha, sq}, pre + ".weighted_sq"), axis1},
                                 pre + ".second_moment", {{"keepdims", std::int64_t(0)}});
   const std::string var = g.node("Sub", {m2, g.node("Mul", {mu, mu}, pre + ".mu_sq")}, pre + ".var");
-  const std::string sigma =
-      g.node("Sqrt", {g.node("Max", {var, g.scalar(pre + ".var_floor", 1e-5f)}, pre + ".var_clamped")}, pre + ".sigma");
+  const std::string floor = g.scalar(pre + ".var_floor", kernels::kAttentivePoolVarFloor);
+  const std::string sigma = g.node("Sqrt", {g.node("Max", {var, floor}, pre + ".var_clamped")}, pre + ".sigma");
   return {g.node("Concat", {mu, sigma}, pre + ".stats", {{"axis", std::int64_t(1)}}), false, 2 * C, 1, 1};
 }
 
@@ -163,7 +166,7 @@ Activation emit_input(GraphBuilder& g, const std::string& logmel, const model::M
     const std::vector<float> ones(std::size_t(m.in_mels), 1.f), zeros(std::size_t(m.in_mels), 0.f);
     x = g.node("InstanceNormalization",
                {x, g.floats("input_norm.scale", {m.in_mels}, ones), g.floats("input_norm.bias", {m.in_mels}, zeros)},
-               "input_norm", {{"epsilon", 1e-5f}});
+               "input_norm", {{"epsilon", kernels::kInstanceNormEps}});
   }
   return {g.node("Unsqueeze", {x, g.ints("input.channel_axis", {1})}, "input.nchw"), true, 1, m.in_mels, frames};
 }

@@ -53,7 +53,9 @@ HeadOutputs emit_heads(GraphBuilder& g, const model::ModelConfig& m, const Torch
       h.widths.push_back(0);
     }
   }
-  if (!m.class_head() || m.embedding > 0) {
+  // The embedding: metric-loss models' (softmaxproto's too: `embed` and
+  // `verify` read it beside its class head) and any embedding layer's.
+  if (m.loss != model::LossType::softmax || m.embedding > 0) {
     h.names.push_back(g.node("Identity", {f.name}, "embedding.rows"));
     h.widths.push_back(f.c);
   }
@@ -79,7 +81,8 @@ void emit_logmel_model(GraphBuilder& g, const ExportRequest& r, const TorchWeigh
   for (std::size_t i = 0; i < h.names.size(); ++i) {
     const std::string name = g.node("Identity", {h.names[i]}, public_name(h.names[i]));
     const I64s dims = h.widths[i] ? I64s{-1, h.widths[i]} : I64s{-1};
-    const std::vector<std::string> dn = h.widths[i] ? std::vector<std::string>{"batch", ""} : std::vector<std::string>{"batch"};
+    const std::vector<std::string> dn =
+        h.widths[i] ? std::vector<std::string>{"batch", ""} : std::vector<std::string>{"batch"};
     g.output(name, dims, dn);
     out.outputs.push_back(name + " " + dims_text(dims, dn));
   }
@@ -94,15 +97,17 @@ void emit_waveform_model(GraphBuilder& g, const ExportRequest& r, const TorchWei
            "ONNX export --with-frontend: the front-end makes {} mels x {} frames, but the model takes {} x {}",
            p.n_mels, p.frames, m.in_mels, m.in_frames);
   g.input("waveform", {-1, -1}, {"batch", "samples"});
-  out.inputs.push_back(fmt::format("waveform [batch, samples >= {}] at {} Hz", p.window_samples(), p.sample_rate));
+  out.inputs.push_back(fmt::format("waveform [batch, samples >= {}] at {} Hz", p.min_samples(), p.sample_rate));
   const std::string logmel = emit_frontend(g, p, "waveform");
   const std::int64_t S = p.segments(), T = p.frames;
   const std::string used = g.node("Slice", {logmel, g.ints("segments.start", {0}), g.ints("segments.end", {S * T}),
                                             g.ints("segments.axis", {2})},
                                   "segments.frames");
-  const std::string split = g.node("Reshape", {used, g.ints("segments.split_shape", {0, m.in_mels, S, T})}, "segments.split");
+  const std::string split =
+      g.node("Reshape", {used, g.ints("segments.split_shape", {0, m.in_mels, S, T})}, "segments.split");
   const std::string seg_major = g.node("Transpose", {split}, "segments.major", {{"perm", I64s{0, 2, 1, 3}}});
-  const std::string rows = g.node("Reshape", {seg_major, g.ints("segments.rows_shape", {-1, m.in_mels, T})}, "segments");
+  const std::string rows =
+      g.node("Reshape", {seg_major, g.ints("segments.rows_shape", {-1, m.in_mels, T})}, "segments");
   const HeadOutputs h = emit_heads(g, m, w, emit_features(g, m, w, emit_input(g, rows, m, T)));
   FileRows file_rows;
   FileShape file{p.long_segments, p.short_segments, m.classes, 0, r.threshold};
@@ -195,6 +200,10 @@ ExportedModel export_onnx(const ExportRequest& r) {
   check(mp);
   out.nodes = graph->node_size();
   out.initializers = graph->initializer_size();
+  // One protobuf message holds at most 2 GiB; ONNX's external-data files are not written.
+  MF_CHECK(mp.ByteSizeLong() < (std::size_t(1) << 31),
+           "ONNX export: the model is {:.2f} GB; a single .onnx file holds at most 2 GB (ONNX's protobuf limit)",
+           double(mp.ByteSizeLong()) / 1e9);
   MF_CHECK(mp.SerializeToString(&out.bytes), "ONNX export: protobuf could not serialise the model");
   return out;
 }

@@ -7,9 +7,10 @@
 //                    data holds them; frames fixed (model.in_frames), or
 //                    dynamic for stacks ending in global or attentive pooling.
 // Input (front-end)  "waveform" [batch, samples] f32 at frontend.sample_rate,
-//                    samples >= the front-end's window (window_samples; pad
-//                    with zeros as `predict --audio --pad` does): the first
-//                    long*short segments of frames frames each are scored.
+//                    samples >= FrontendParams::min_samples() (as `predict
+//                    --audio`; pad with zeros as its --pad does): the first
+//                    long*short segments of frames frames each are scored,
+//                    which depend on the first window_samples() samples.
 // Outputs            "class_probs" [batch, C] (softmax of the class head),
 //                    "leak_prob" [batch] (sigmoid of the leak head) when the
 //                    model has them; "embedding" [batch, E] (not normalised)
@@ -19,10 +20,11 @@
 //                    outputs of `predict --audio` / `embed --audio` follow:
 //                    file_probs [batch, C], file_class [batch] int64,
 //                    file_leak_prob [batch], file_leak [batch] int64,
-//                    file_embedding [batch, E] (L2-normalised).
+//                    file_embedding [batch, E] (L2-normalised). "embedding"
+//                    also for softmaxproto (class head and embedding).
 // Batch norm is folded into the conv before it (in float64, rounded once):
-// the graph is what melforge's own inference runs (model/cnn_stack.hpp folds
-// too), smaller, and needs no BatchNormalization in the runtime.
+// the graph computes what melforge's own inference does (model/cnn_stack.hpp
+// folds too, in f32), smaller, and needs no BatchNormalization in the runtime.
 // The model is checked before it is returned (ONNX's checker and strict shape
 // inference); a layer with no mapping or weights that do not fit the
 // description throw mf::Error naming the layer or tensor, so no broken file is

@@ -27,6 +27,17 @@ inline std::string one_of_type(const std::vector<std::string>& words) {
 
 // An option that takes one of `words`, checked by CLI11 while parsing; the
 // help shows the words once, as the type (not also as the check's TEXT:{...}).
+// --threshold's check: a leak decision threshold in (0, 1), as eval.threshold.
+inline CLI::Validator leak_threshold_check() {
+  return CLI::Validator(
+      [](std::string& v) {
+        double t = 0;
+        const bool ok = CLI::detail::lexical_cast(v, t) && t > 0 && t < 1;
+        return ok ? std::string{} : "expected a number in (0, 1), as eval.threshold, found " + v;
+      },
+      "(0,1)");
+}
+
 inline CLI::Option* checked_one_of(CLI::Option* opt, const std::vector<std::string>& words) {
   return opt->type_name(one_of_type(words))->check(CLI::IsMember(words).description(""));
 }

@@ -27,6 +27,7 @@ using nlohmann::json;
 struct ExportArgs {
   std::string checkpoint, format = "safetensors", out, dtype = "f32";
   bool with_frontend = false;
+  double threshold = -1;  // < 0: the checkpoint's eval.threshold
   std::vector<std::string> sets;
 };
 
@@ -63,7 +64,7 @@ void export_onnx(const ExportArgs& a, const train::LoadedModel& lm) {
   r.weights = model::export_torch(lm.ts->params(), lm.ts->params().master());
   r.class_names = lm.class_names;
   r.with_frontend = a.with_frontend;
-  r.threshold = float(lm.cfg.threshold);
+  r.threshold = float(a.threshold >= 0 ? a.threshold : lm.cfg.threshold);
   if (a.with_frontend)
     r.frontend = train::predict_frontend(lm.cfg, a.sets, lm.model.in_mels, lm.model.in_frames);
   else if (lm.cfg.fe_sample_rate > 0)
@@ -99,6 +100,9 @@ void register_export(CLI::App& app) {
   cmd->add_flag("--with-frontend", a.with_frontend,
                 "onnx: the model takes 16 kHz (frontend.sample_rate) mono waveforms and computes the log-mels the "
                 "model was trained on itself");
+  cmd->add_option("--threshold", a.threshold,
+                  "onnx --with-frontend: the file leak vote's threshold (default: the checkpoint's eval.threshold)")
+      ->check(leak_threshold_check());
   cmd->add_option("--set", a.sets,
                   "onnx --with-frontend: frontend.KEY=VALUE when the checkpoint does not record its front-end")
       ->type_name("KEY=VALUE");
@@ -106,6 +110,8 @@ void register_export(CLI::App& app) {
     // An --out that ends in .onnx is an ONNX file unless --format says otherwise.
     if (cmd->count("--format") == 0 && a.out.ends_with(".onnx")) a.format = "onnx";
     MF_CHECK(!a.with_frontend || a.format == "onnx", "export: --with-frontend goes with --format onnx");
+    MF_CHECK(a.with_frontend || (a.sets.empty() && a.threshold < 0),
+             "export: --set frontend.* and --threshold describe the waveform model: give them with --with-frontend");
     train::LoadedModel lm = train::load_model(a.checkpoint, "cpu", "fp32");
     if (a.format == "onnx") export_onnx(a, lm);
     else export_safetensors(a, lm);

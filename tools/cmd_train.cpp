@@ -237,13 +237,7 @@ void add_infer_options(CLI::App* cmd, InferArgs& a) {
       CLI::PositiveNumber);
   cmd->add_option("--threshold", a.threshold,
                   "Leak decision threshold on the leak probability (default: the checkpoint's eval.threshold)")
-      ->check(CLI::Validator(
-          [](std::string& v) {
-            double t = 0;
-            const bool ok = CLI::detail::lexical_cast(v, t) && t > 0 && t < 1;
-            return ok ? std::string{} : "expected a number in (0, 1), as eval.threshold, found " + v;
-          },
-          "(0,1)"));
+      ->check(leak_threshold_check());
 }
 
 void register_eval(CLI::App& app) {
