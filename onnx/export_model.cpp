@@ -71,6 +71,16 @@ std::string dims_text(const I64s& dims, const std::vector<std::string>& names) {
   return fmt::format("[{}]", fmt::join(d, ", "));
 }
 
+// Declares graph output `name` (computed already): the first dimension is the
+// dynamic batch, the rest fixed; lists it in `out` as the export prints it.
+void declare_output(GraphBuilder& g, ExportedModel& out, const std::string& name, const I64s& dims,
+                    int elem_type = onnx::TensorProto::FLOAT) {
+  std::vector<std::string> dn(dims.size(), "");
+  dn[0] = "batch";
+  g.output(name, dims, dn, elem_type);
+  out.outputs.push_back(name + " " + dims_text(dims, dn) + (elem_type == onnx::TensorProto::INT64 ? " int64" : ""));
+}
+
 // Log-mel input: the heads' rows are the outputs.
 void emit_logmel_model(GraphBuilder& g, const ExportRequest& r, const TorchWeights& w, ExportedModel& out) {
   const model::ModelConfig& m = r.model;
@@ -80,11 +90,7 @@ void emit_logmel_model(GraphBuilder& g, const ExportRequest& r, const TorchWeigh
   const HeadOutputs h = emit_heads(g, m, w, emit_features(g, m, w, emit_input(g, "logmel", m, frames)));
   for (std::size_t i = 0; i < h.names.size(); ++i) {
     const std::string name = g.node("Identity", {h.names[i]}, public_name(h.names[i]));
-    const I64s dims = h.widths[i] ? I64s{-1, h.widths[i]} : I64s{-1};
-    const std::vector<std::string> dn =
-        h.widths[i] ? std::vector<std::string>{"batch", ""} : std::vector<std::string>{"batch"};
-    g.output(name, dims, dn);
-    out.outputs.push_back(name + " " + dims_text(dims, dn));
+    declare_output(g, out, name, h.widths[i] ? I64s{-1, h.widths[i]} : I64s{-1});
   }
 }
 
@@ -114,22 +120,13 @@ void emit_waveform_model(GraphBuilder& g, const ExportRequest& r, const TorchWei
   for (std::size_t i = 0; i < h.names.size(); ++i) {
     const std::string pub = public_name(h.names[i]);
     const I64s shape = h.widths[i] ? I64s{-1, S, h.widths[i]} : I64s{-1, S};
-    const std::string name = g.node("Reshape", {h.names[i], g.ints(pub + ".shape", shape)}, pub);
-    const std::vector<std::string> dn = h.widths[i] ? std::vector<std::string>{"batch", "", ""}
-                                                    : std::vector<std::string>{"batch", ""};
-    g.output(name, shape, dn);
-    out.outputs.push_back(name + " " + dims_text(shape, dn));
+    declare_output(g, out, g.node("Reshape", {h.names[i], g.ints(pub + ".shape", shape)}, pub), shape);
     if (pub == "class_probs") file_rows.class_probs = h.names[i];
     if (pub == "leak_prob") file_rows.leak_prob = h.names[i];
     if (pub == "embedding") file_rows.embedding = h.names[i], file.embedding = h.widths[i];
   }
-  for (const GraphOutput& o : emit_file_outputs(g, file_rows, file)) {
-    const std::vector<std::string> dn = o.dims.size() == 2 ? std::vector<std::string>{"batch", ""}
-                                                           : std::vector<std::string>{"batch"};
-    g.output(o.name, o.dims, dn, o.elem_type);
-    out.outputs.push_back(o.name + " " + dims_text(o.dims, dn) +
-                          (o.elem_type == onnx::TensorProto::INT64 ? " int64" : ""));
-  }
+  for (const GraphOutput& o : emit_file_outputs(g, file_rows, file))
+    declare_output(g, out, o.name, o.dims, o.elem_type);
 }
 
 json frontend_json(const audio::FrontendParams& p) {
@@ -197,13 +194,13 @@ ExportedModel export_onnx(const ExportRequest& r) {
   if (r.with_frontend) emit_waveform_model(g, r, w, out);
   else emit_logmel_model(g, r, w, out);
   add_metadata(mp, r, out);
-  check(mp);
-  out.nodes = graph->node_size();
-  out.initializers = graph->initializer_size();
   // One protobuf message holds at most 2 GiB; ONNX's external-data files are not written.
   MF_CHECK(mp.ByteSizeLong() < (std::size_t(1) << 31),
            "ONNX export: the model is {:.2f} GB; a single .onnx file holds at most 2 GB (ONNX's protobuf limit)",
            double(mp.ByteSizeLong()) / 1e9);
+  check(mp);
+  out.nodes = graph->node_size();
+  out.initializers = graph->initializer_size();
   MF_CHECK(mp.SerializeToString(&out.bytes), "ONNX export: protobuf could not serialise the model");
   return out;
 }
